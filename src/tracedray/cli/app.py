@@ -1,0 +1,47 @@
+"""The ``tracedray`` command: one Typer app; each command group lives in cli/commands/.
+
+Heavy imports (grpc, the OTel SDK) happen inside command bodies, never at import
+time, so ``tracedray --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+import typer
+
+app = typer.Typer(
+    name="tracedray",
+    help="Run a tracedray cluster and ask it what happened: memory, logs, traces, timelines.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+# Each module exposes register(app). Order is the order of --help.
+COMMAND_MODULES = (
+    "tracedray.cli.commands.cluster",  # start, stop, status
+    "tracedray.cli.commands.trace",  # trace, timeline
+)
+
+
+def _register_all() -> None:
+    for module_name in COMMAND_MODULES:
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as exc:
+            if exc.name == module_name:
+                continue  # command group not built yet in this checkout
+            raise
+        module.register(app)
+
+
+_register_all()
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,182 @@
+"""``tracedray trace TASK_ID`` and ``tracedray timeline``: answers from the trace store.
+
+Both read a session that may belong to a cluster that has already died: spans
+come from Jaeger when a URL is configured (falling back to the session's files
+when Jaeger does not answer) and from the session's OTLP JSON files otherwise.
+Heavy imports live inside the command bodies so ``tracedray --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from enum import Enum
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import typer
+
+from tracedray import config
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from tracedray.cli.tracestore.model import SpanRecord
+    from tracedray.cli.tracestore.sources import TraceSource
+    from tracedray.core.session import SessionPaths
+
+
+class StoryFormat(str, Enum):
+    text = "text"
+    json = "json"
+
+
+ADDRESS_HELP = "GCS address (host:port) of the cluster; default: the newest session."
+
+
+def resolve_session(address: str | None) -> SessionPaths:
+    """The session folder to read; ClusterConnectionError says where it looked."""
+    from tracedray.core.session import latest_session, session_for_address, temp_root
+    from tracedray.exceptions import ClusterConnectionError
+
+    if not address:
+        return latest_session()
+    session = session_for_address(address)
+    if session is None:
+        raise ClusterConnectionError(
+            f"no session folder for a cluster at {address} under {temp_root()} "
+            f"(looked for session_*/address files naming it); is "
+            f"{config.TEMP_DIR.name} the same as when the cluster was started?")
+    return session
+
+
+def _session_start_ns(session: SessionPaths) -> int | None:
+    try:
+        created = json.loads(session.info_file.read_text())["created"]
+        return int(float(created) * 1e9)
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _fail(console: Console, message: str) -> typer.Exit:
+    console.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    return typer.Exit(code=1)
+
+
+def _warn(console: Console, warnings: tuple[str, ...] | list[str]) -> None:
+    for warning in warnings:
+        console.print(f"[yellow]warning:[/] {warning}", highlight=False, markup=True,
+                      soft_wrap=True)
+
+
+def trace(
+    task_id: str = typer.Argument(..., help="Task id (hex), as in `tracedray list tasks`."),
+    address: str | None = typer.Option(None, "--address", help=ADDRESS_HELP),
+    jaeger: str | None = typer.Option(
+        None, "--jaeger", envvar=config.JAEGER_URL.name,
+        help="Jaeger base URL (e.g. http://localhost:16686): read spans from its /api/v3 and "
+             "print a link to the trace."),
+    output_format: StoryFormat = typer.Option(StoryFormat.text, "--format",
+                                              help="text for people, json for scripts."),
+) -> None:
+    """Tell a task's story: submit, scheduling, dispatch, output, every attempt's end."""
+    from rich.console import Console
+    from rich.markup import escape
+
+    from tracedray.cli.tracestore.logs import read_logs
+    from tracedray.cli.tracestore.render import print_story, story_json
+    from tracedray.cli.tracestore.sources import (
+        JaegerSource,
+        SessionFileSource,
+        SpanQuery,
+    )
+    from tracedray.cli.tracestore.story import TaskStory, UnknownTask, task_story
+    from tracedray.exceptions import RayError, RaySystemError
+
+    err = Console(stderr=True)
+    try:
+        session = resolve_session(address)
+    except RayError as exc:
+        raise _fail(err, escape(str(exc))) from exc
+    jaeger_url = (jaeger or "").strip()
+    sources: list[TraceSource] = []
+    if jaeger_url:
+        sources.append(JaegerSource(jaeger_url))
+    sources.append(SessionFileSource(session))
+
+    logs = read_logs(session.logs_dir, task_id=task_id.strip())
+    start = _session_start_ns(session)
+    query = SpanQuery(task_id=task_id.strip(),
+                      start_min_ns=None if start is None else start - 60 * 10**9)
+    seen: list[SpanRecord] = []
+    result: TaskStory | UnknownTask | None = None
+    for source in sources:
+        try:
+            batch = source.find_spans(query)
+        except RaySystemError as exc:
+            _warn(err, [f"{exc}; falling back to the session files"])
+            continue
+        _warn(err, batch.warnings)
+        seen.extend(batch.spans)
+        result = task_story(batch.spans, logs.records, task_id, jaeger_url)
+        if isinstance(result, TaskStory):
+            break
+    _warn(err, logs.warnings)
+    if not isinstance(result, TaskStory):
+        # Suggestions come from every span any source returned.
+        result = task_story(seen, logs.records, task_id, jaeger_url)
+    if output_format is StoryFormat.json:
+        typer.echo(story_json(result))
+        if isinstance(result, UnknownTask):
+            raise typer.Exit(code=1)
+        return
+    if isinstance(result, UnknownTask):
+        raise _fail(err, escape(result.message) + f" (searched {escape(session.root.name)})")
+    print_story(result, Console(soft_wrap=True))
+
+
+def timeline(
+    output: str | None = typer.Option(
+        None, "--output", "-o",
+        help="File to write (default: tracedray-timeline-<session>.json here; '-' for stdout)."),
+    task: str | None = typer.Option(None, "--task", help="Only the trace of this task."),
+    address: str | None = typer.Option(None, "--address", help=ADDRESS_HELP),
+) -> None:
+    """Write a Chrome trace (Perfetto, chrome://tracing): a row per node and per worker."""
+    from rich.console import Console
+    from rich.markup import escape
+
+    from tracedray.cli.tracestore.chrome_trace import build_chrome_trace
+    from tracedray.cli.tracestore.sources import SessionFileSource, SpanQuery
+    from tracedray.cli.tracestore.story import UnknownTask, close_matches, known_task_ids
+    from tracedray.exceptions import RayError
+
+    err = Console(stderr=True)
+    try:
+        session = resolve_session(address)
+    except RayError as exc:
+        raise _fail(err, escape(str(exc))) from exc
+    batch = SessionFileSource(session).find_spans(SpanQuery())
+    _warn(err, batch.warnings)
+    task_id = (task or "").strip()
+    if task_id and task_id.lower() not in {i.lower() for i in known_task_ids(batch.spans)}:
+        unknown = UnknownTask(task_id, close_matches(task_id, known_task_ids(batch.spans)))
+        raise _fail(err, escape(unknown.message))
+    document = build_chrome_trace(batch.spans, task_id=task_id)
+    text = json.dumps(document)
+    if output == "-":
+        sys.stdout.write(text + "\n")
+        return
+    path = Path(output) if output else Path(f"tracedray-timeline-{session.session_id}.json")
+    try:
+        path.write_text(text)
+    except OSError as exc:
+        raise _fail(err, escape(f"cannot write {path}: {exc}")) from exc
+    err.print(f"wrote {len(document['traceEvents'])} events ({len(batch.spans)} spans) to "
+              f"{escape(str(path))}; open it in https://ui.perfetto.dev or chrome://tracing",
+              highlight=False, soft_wrap=True)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("trace")(trace)
+    app.command("timeline")(timeline)

@@ -1,0 +1,90 @@
+"""Read the session's structlog JSON lines from every process, merged in time order.
+
+Files are written line by line by processes that may be SIGKILLed, so the last
+line of a file can be half-written: it is reported as a warning, never raised.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+_EMPTY: Mapping[str, Any] = MappingProxyType({})
+
+
+@dataclass(frozen=True)
+class LogRecord:
+    time_ns: int
+    level: str
+    event: str
+    fields: Mapping[str, Any] = field(default_factory=lambda: _EMPTY)
+    source: str = ""  # file name, so a user can find the raw line
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self.fields.get(key, default)
+
+
+@dataclass(frozen=True)
+class LogBatch:
+    records: tuple[LogRecord, ...]
+    warnings: tuple[str, ...]
+
+
+def parse_timestamp_ns(text: str) -> int:
+    """ISO 8601 UTC (``...Z``) to integer nanoseconds since the epoch (µs precision)."""
+    moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    return round(moment.timestamp() * 1_000_000) * 1000
+
+
+def _matches(record: Mapping[str, Any], filters: Mapping[str, str]) -> bool:
+    return all(str(record.get(key, "")) == value for key, value in filters.items() if value)
+
+
+def read_log_file(path: Path, filters: Mapping[str, str]) -> tuple[list[LogRecord], list[str]]:
+    records: list[LogRecord] = []
+    warnings: list[str] = []
+    try:
+        lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError as exc:
+        return [], [f"cannot read {path}: {exc}"]
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            data = json.loads(line)
+            if not isinstance(data, dict):
+                raise ValueError("not a JSON object")
+            time_ns = parse_timestamp_ns(str(data["timestamp"]))
+        except (ValueError, KeyError) as exc:
+            where = "last line (truncated?)" if number == len(lines) else f"line {number}"
+            warnings.append(f"{path.name}: skipped {where}: {exc}")
+            continue
+        if not _matches(data, filters):
+            continue
+        records.append(LogRecord(time_ns=time_ns, level=str(data.get("level", "")),
+                                 event=str(data.get("event", "")),
+                                 fields=MappingProxyType(data), source=path.name))
+    return records, warnings
+
+
+def read_logs(logs_dir: Path, *, task_id: str = "", trace_id: str = "", actor_id: str = "",
+              node_id: str = "", event: str = "") -> LogBatch:
+    """Every matching line of ``logs_dir/*.jsonl``; empty filters match everything."""
+    filters = {"task_id": task_id, "trace_id": trace_id, "actor_id": actor_id,
+               "node_id": node_id, "event": event}
+    records: list[LogRecord] = []
+    warnings: list[str] = []
+    if not logs_dir.is_dir():
+        return LogBatch((), (f"no log folder at {logs_dir}",))
+    for path in sorted(logs_dir.glob("*.jsonl")):
+        file_records, file_warnings = read_log_file(path, filters)
+        records.extend(file_records)
+        warnings.extend(file_warnings)
+    # Stable sort: lines with equal timestamps keep their order within a file.
+    records.sort(key=lambda record: record.time_ns)
+    return LogBatch(tuple(records), tuple(warnings))

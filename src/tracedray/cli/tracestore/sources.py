@@ -1,0 +1,133 @@
+"""Where the CLI gets spans from: the session's OTLP JSON files, or Jaeger's api_v3.
+
+Every source answers the same question (``find_spans``) with parsed
+:class:`SpanRecord` s. A source may return a superset of what was asked for (the
+file source returns the whole session): the reconstruction engine filters. The
+:class:`TraceSource` protocol is the seam for further backends (e.g. a
+raylet-backed source that reads remote nodes' files).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from tracedray.cli.tracestore.jaeger import JaegerClient, JaegerClientStatistics, search_params
+from tracedray.cli.tracestore.model import SpanRecord, parse_resource_spans
+from tracedray.core.session import SessionPaths
+from tracedray.telemetry import attributes as attr
+
+DEFAULT_LOOKBACK_NS = 7 * 24 * 3600 * 10**9
+MAX_SERVICES = 20  # a search per service; more than this is a shared Jaeger, not ours
+
+
+@dataclass(frozen=True)
+class SpanQuery:
+    """What the caller is looking for; empty fields mean "anything"."""
+
+    task_id: str = ""
+    trace_id: str = ""
+    start_min_ns: int | None = None
+    start_max_ns: int | None = None
+
+
+@dataclass(frozen=True)
+class SpanBatch:
+    spans: tuple[SpanRecord, ...]
+    warnings: tuple[str, ...]
+    source: str
+
+
+class TraceSource(Protocol):
+    @property
+    def label(self) -> str: ...
+
+    def find_spans(self, query: SpanQuery) -> SpanBatch: ...
+
+
+def _in_query(span: SpanRecord, query: SpanQuery) -> bool:
+    if query.trace_id and span.trace_id != query.trace_id:
+        return False
+    if query.start_min_ns is not None and span.end_ns < query.start_min_ns:
+        return False
+    return query.start_max_ns is None or span.start_ns <= query.start_max_ns
+
+
+class SessionFileSource:
+    """Spans of one session folder (``traces/*.jsonl``), local or already copied here."""
+
+    def __init__(self, session: SessionPaths) -> None:
+        self.session = session
+
+    @property
+    def label(self) -> str:
+        return f"session files {self.session.traces_dir}"
+
+    def find_spans(self, query: SpanQuery) -> SpanBatch:
+        # Imported here: the OTLP file codec belongs to telemetry/, the one place
+        # that knows how spans are written (including half-written last lines).
+        from tracedray.telemetry.otlp_json import read_trace_dir
+
+        resource_spans, read_warnings = read_trace_dir(self.session.traces_dir)
+        spans, parse_warnings = parse_resource_spans(resource_spans)
+        # The folder is one session already: the time window is a hint for backends that
+        # hold many sessions, and clocks of other nodes may be skewed, so it is not applied.
+        selected = tuple(span for span in spans
+                         if not query.trace_id or span.trace_id == query.trace_id)
+        return SpanBatch(selected, tuple(read_warnings) + tuple(parse_warnings), self.label)
+
+
+@dataclass(frozen=True)
+class JaegerSourceStatistics:
+    searches: int
+    client: JaegerClientStatistics
+
+
+class JaegerSource:
+    """Spans from Jaeger v2 (``/api/v3``). Network failures raise RaySystemError."""
+
+    def __init__(self, base_url: str, *, service_names: Sequence[str] | None = None,
+                 timeout_s: float = 5.0, search_depth: int = 100,
+                 clock_ns: Any = time.time_ns) -> None:
+        self.client = JaegerClient(base_url, timeout_s=timeout_s)
+        self.service_names = tuple(service_names) if service_names is not None else None
+        self.search_depth = search_depth
+        self._clock_ns = clock_ns
+        self._searches = 0
+
+    @property
+    def label(self) -> str:
+        return f"Jaeger {self.client.base_url}"
+
+    def statistics(self) -> JaegerSourceStatistics:
+        return JaegerSourceStatistics(self._searches, self.client.statistics())
+
+    def find_spans(self, query: SpanQuery) -> SpanBatch:
+        if query.trace_id:
+            resource_spans = self.client.get_trace(query.trace_id)
+        else:
+            resource_spans = self._search(query)
+        spans, warnings = parse_resource_spans(resource_spans)
+        # FindTraces concatenates traces and may repeat a span; keep one of each.
+        unique = {(span.trace_id, span.span_id): span for span in spans}
+        selected = tuple(span for span in unique.values() if _in_query(span, query))
+        return SpanBatch(selected, tuple(warnings), self.label)
+
+    def _search(self, query: SpanQuery) -> list[dict[str, Any]]:
+        now = self._clock_ns()
+        start_max = query.start_max_ns if query.start_max_ns is not None else now
+        start_min = query.start_min_ns if query.start_min_ns is not None \
+            else start_max - DEFAULT_LOOKBACK_NS
+        services = self.service_names
+        if services is None:
+            services = tuple(self.client.services()[:MAX_SERVICES])
+        attributes = {attr.TASK_ID: query.task_id} if query.task_id else None
+        found: list[dict[str, Any]] = []
+        for service in services:
+            self._searches += 1
+            found.extend(self.client.find_traces(search_params(
+                service=service, start_min_ns=start_min, start_max_ns=start_max,
+                search_depth=self.search_depth, attributes=attributes)))
+        return found

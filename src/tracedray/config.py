@@ -1,0 +1,208 @@
+"""Every ``TRACEDRAY_*`` environment variable, declared once.
+
+Values are parsed strictly: a malformed value raises :class:`ConfigError` naming
+the variable, instead of silently falling back to a default.  CLI options reuse
+the same names (``--temp-dir`` ↔ ``TRACEDRAY_TEMP_DIR``).
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Generic, TypeVar
+
+from tracedray.exceptions import ConfigError
+
+T = TypeVar("T")
+
+
+def _parse_bool(text: str) -> bool:
+    lowered = text.strip().lower()
+    if lowered in ("1", "true", "yes", "on"):
+        return True
+    if lowered in ("0", "false", "no", "off"):
+        return False
+    raise ValueError(f"expected true/false, got {text!r}")
+
+
+def _parse_positive_float(text: str) -> float:
+    value = float(text)
+    if value <= 0:
+        raise ValueError(f"expected a positive number, got {text!r}")
+    return value
+
+
+def _parse_non_negative_int(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise ValueError(f"expected a non-negative integer, got {text!r}")
+    return value
+
+
+@dataclass(frozen=True)
+class Variable(Generic[T]):
+    name: str
+    parse: Callable[[str], T]
+    default: Callable[[], T]
+    doc: str
+
+    def get(self, environ: Mapping[str, str] | None = None) -> T:
+        env = os.environ if environ is None else environ
+        raw = env.get(self.name)
+        if raw is None or raw == "":
+            return self.default()
+        try:
+            return self.parse(raw)
+        except (ValueError, TypeError) as exc:
+            raise ConfigError(
+                f"environment variable {self.name}={raw!r} is invalid: {exc}. {self.doc}"
+            ) from exc
+
+
+TEMP_DIR: Variable[Path] = Variable(
+    "TRACEDRAY_TEMP_DIR",
+    Path,
+    lambda: Path(tempfile.gettempdir()) / "tracedray",
+    "Root folder for session directories (default: <system temp>/tracedray).",
+)
+ADDRESS: Variable[str] = Variable(
+    "TRACEDRAY_ADDRESS",
+    str,
+    lambda: "",
+    "GCS address (host:port) that init(address='auto') and the CLI connect to.",
+)
+LOG_TO_DRIVER: Variable[bool] = Variable(
+    "TRACEDRAY_LOG_TO_DRIVER",
+    _parse_bool,
+    lambda: True,
+    "Echo what tasks print to the driver's console, prefixed with task name and pid.",
+)
+INLINE_THRESHOLD: Variable[int] = Variable(
+    "TRACEDRAY_INLINE_THRESHOLD_BYTES",
+    _parse_non_negative_int,
+    lambda: 100 * 1024,
+    "Values smaller than this travel inside messages; larger ones go to the shared-memory store.",
+)
+LEASE_LINGER_S: Variable[float] = Variable(
+    "TRACEDRAY_LEASE_LINGER_S",
+    _parse_positive_float,
+    lambda: 0.05,
+    "How long an idle worker lease is kept for reuse before it is returned to the raylet.",
+)
+HEARTBEAT_INTERVAL_S: Variable[float] = Variable(
+    "TRACEDRAY_HEARTBEAT_INTERVAL_S",
+    _parse_positive_float,
+    lambda: 1.0,
+    "Seconds between a raylet's heartbeats to the GCS.",
+)
+NODE_DEATH_TIMEOUT_S: Variable[float] = Variable(
+    "TRACEDRAY_NODE_DEATH_TIMEOUT_S",
+    _parse_positive_float,
+    lambda: 5.0,
+    "A node whose heartbeats stop for this long is marked DEAD.",
+)
+JAEGER_URL: Variable[str] = Variable(
+    "TRACEDRAY_JAEGER_URL",
+    str,
+    lambda: "",
+    "Jaeger query base URL (e.g. http://localhost:16686) for the CLI's trace reads and links.",
+)
+TRACE_FILES: Variable[bool] = Variable(
+    "TRACEDRAY_TRACE_FILES",
+    _parse_bool,
+    lambda: True,
+    "Write spans as OTLP JSON lines to the session's traces/ folder.",
+)
+
+def _parse_non_negative_float(text: str) -> float:
+    value = float(text)
+    if value < 0:
+        raise ValueError(f"expected a non-negative number, got {text!r}")
+    return value
+
+
+GCS_STORAGE: Variable[str] = Variable(
+    "TRACEDRAY_GCS_STORAGE",
+    str,
+    lambda: "memory",
+    "Where the GCS keeps its tables: 'memory' (in memory, finished entries flushed to "
+    "<session>/gcs.sqlite3) or 'redis://host:port/db' (also rediss://, unix://).",
+)
+GCS_FLUSH_ENABLED: Variable[bool] = Variable(
+    "TRACEDRAY_GCS_FLUSH_ENABLED",
+    _parse_bool,
+    lambda: True,
+    "Periodically move finished GCS entries out of memory into the storage.",
+)
+GCS_FLUSH_INTERVAL_S: Variable[float] = Variable(
+    "TRACEDRAY_GCS_FLUSH_INTERVAL_S",
+    _parse_positive_float,
+    lambda: 1.0,
+    "Seconds between two GCS flushes.",
+)
+GCS_FLUSH_MAX_HOT_ENTRIES: Variable[int] = Variable(
+    "TRACEDRAY_GCS_FLUSH_MAX_HOT_ENTRIES",
+    _parse_non_negative_int,
+    lambda: 10_000,
+    "Per table, finished entries beyond this many are flushed even if they are young.",
+)
+GCS_FLUSH_MIN_AGE_S: Variable[float] = Variable(
+    "TRACEDRAY_GCS_FLUSH_MIN_AGE_S",
+    _parse_non_negative_float,
+    lambda: 2.0,
+    "A finished GCS entry stays in memory at least this long (recent lookups stay cheap).",
+)
+GCS_REDIS_RETRY_TIMEOUT_S: Variable[float] = Variable(
+    "TRACEDRAY_GCS_REDIS_RETRY_TIMEOUT_S",
+    _parse_positive_float,
+    lambda: 60.0,
+    "How long a GCS storage operation keeps retrying (exponential backoff) while Redis is "
+    "unreachable before it fails.",
+)
+GCS_REDIS_BACKOFF_MAX_S: Variable[float] = Variable(
+    "TRACEDRAY_GCS_REDIS_BACKOFF_MAX_S",
+    _parse_positive_float,
+    lambda: 2.0,
+    "Longest pause between two attempts to reach Redis.",
+)
+
+
+_LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
+
+
+def _parse_log_level(text: str) -> str:
+    lowered = text.strip().lower()
+    if lowered not in _LOG_LEVELS:
+        raise ValueError(f"expected one of {', '.join(_LOG_LEVELS)}, got {text!r}")
+    return lowered
+
+
+LOG_LEVEL: Variable[str] = Variable(
+    "TRACEDRAY_LOG_LEVEL",
+    _parse_log_level,
+    lambda: "info",
+    "Lowest level written to the JSON log files (debug, info, warning, error, critical).",
+)
+
+ALL_VARIABLES: tuple[Variable[object], ...] = (
+    TEMP_DIR,  # type: ignore[arg-type]
+    ADDRESS,  # type: ignore[arg-type]
+    LOG_TO_DRIVER,  # type: ignore[arg-type]
+    INLINE_THRESHOLD,  # type: ignore[arg-type]
+    LEASE_LINGER_S,  # type: ignore[arg-type]
+    HEARTBEAT_INTERVAL_S,  # type: ignore[arg-type]
+    NODE_DEATH_TIMEOUT_S,  # type: ignore[arg-type]
+    JAEGER_URL,  # type: ignore[arg-type]
+    TRACE_FILES,  # type: ignore[arg-type]
+    GCS_STORAGE,  # type: ignore[arg-type]
+    GCS_FLUSH_ENABLED,  # type: ignore[arg-type]
+    GCS_FLUSH_INTERVAL_S,  # type: ignore[arg-type]
+    GCS_FLUSH_MAX_HOT_ENTRIES,  # type: ignore[arg-type]
+    GCS_FLUSH_MIN_AGE_S,  # type: ignore[arg-type]
+    GCS_REDIS_RETRY_TIMEOUT_S,  # type: ignore[arg-type]
+    GCS_REDIS_BACKOFF_MAX_S,  # type: ignore[arg-type]
+    LOG_LEVEL,  # type: ignore[arg-type]
+)

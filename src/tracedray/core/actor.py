@@ -1,0 +1,170 @@
+"""``@remote`` on a class: actors, their handles and method calls."""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+from tracedray.core import ids
+from tracedray.core import options as opts
+from tracedray.v1 import common_pb2, gcs_pb2
+
+
+class ActorClass:
+    def __init__(self, cls: type, options: dict[str, Any]) -> None:
+        self._cls = cls
+        self._options = opts.validate(options, opts.ACTOR_OPTIONS, f"actor class {cls.__name__}")
+        self.__name__ = cls.__name__
+        self.__doc__ = cls.__doc__
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        raise TypeError(f"actor class {self._cls.__name__} cannot be instantiated directly; "
+                        f"use {self._cls.__name__}.remote(...)")
+
+    def options(self, **options: Any) -> ActorClass:
+        clone = ActorClass.__new__(ActorClass)
+        clone.__dict__.update(self.__dict__)
+        clone._options = {**self._options, **opts.validate(options, opts.ACTOR_OPTIONS,
+                                                           f"{self._cls.__name__}.options()")}
+        return clone
+
+    def remote(self, *args: Any, **kwargs: Any) -> ActorHandle:
+        from tracedray.core.api import global_worker
+        from tracedray.core.submission import build_task
+
+        worker = global_worker()
+        options = self._options
+        if hasattr(worker, "local_actor"):
+            return worker.local_actor(self._cls, args, kwargs)  # type: ignore[no-any-return]
+        name = options.get("name") or ""
+        namespace = options.get("namespace")
+        namespace = worker.namespace if namespace is None else namespace
+        actor_options = common_pb2.ActorOptions(
+            max_restarts=options.get("max_restarts", 0),
+            max_task_retries=options.get("max_task_retries", 0),
+            max_concurrency=options.get("max_concurrency", 1), name=name, namespace=namespace,
+            detached=options.get("lifetime") == "detached", class_name=self._cls.__qualname__)
+        if options.get("get_if_exists") and name:
+            try:
+                info = worker.gcs.get_actor(name=name, namespace=namespace)
+                if info.state != "DEAD":
+                    return ActorHandle._from_info(info)
+            except Exception:  # noqa: BLE001 - not found: create it below
+                pass
+        function_id = worker.functions.export(self._cls, f"actor class {self._cls.__name__}")
+        actor_id = ids.new_actor_id()
+        # Actors hold 0 CPU while alive by default (as in Ray), 1 to be scheduled.
+        resources = opts.resource_request(options, 0.0)
+        task, refs, span = build_task(
+            worker, kind=common_pb2.ACTOR_CREATION, function_id=function_id,
+            function_name=f"{self._cls.__qualname__}.__init__", args=args, kwargs=kwargs,
+            num_returns=1, resources=resources, actor_id=actor_id, actor_options=actor_options)
+        try:
+            _resolve_now(worker, task)
+            info = worker.gcs.create_actor(task.spec, bool(options.get("get_if_exists")))
+        finally:
+            span.end()
+            worker.references.remove_submitted(task.dep_ids)
+        return ActorHandle(info.actor_id, self._cls.__qualname__, _methods(self._cls),
+                           actor_options.max_task_retries)
+
+
+def _resolve_now(worker: Any, task: Any) -> None:
+    """Creation arguments are resolved before the GCS gets the spec."""
+    import threading
+
+    done = threading.Event()
+    failure: list[Any] = []
+    worker.resolver.resolve(task, lambda _t: done.set(),
+                            lambda _t, error: (failure.append(error), done.set()))
+    done.wait()
+    if failure:
+        worker.objects.load(failure[0])  # raises the upstream error
+
+
+def _methods(cls: type) -> dict[str, int]:
+    out = {}
+    for name, member in inspect.getmembers(cls, predicate=callable):
+        if name.startswith("__") and name != "__call__":
+            continue
+        out[name] = getattr(member, "__tracedray_num_returns__", 1)
+    return out
+
+
+class ActorMethod:
+    def __init__(self, handle: ActorHandle, name: str, num_returns: int,
+                 max_task_retries: int | None = None) -> None:
+        self._handle = handle
+        self._name = name
+        self._num_returns = num_returns
+        self._max_task_retries = max_task_retries
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        raise TypeError(f"actor method {self._name} cannot be called directly; "
+                        f"use .{self._name}.remote(...)")
+
+    def options(self, **options: Any) -> ActorMethod:
+        checked = opts.validate(options, opts.METHOD_OPTIONS, f"actor method {self._name}")
+        return ActorMethod(self._handle, self._name,
+                           checked.get("num_returns", self._num_returns),
+                           checked.get("max_task_retries", self._max_task_retries))
+
+    def remote(self, *args: Any, **kwargs: Any) -> Any:
+        return self._handle._call(self._name, args, kwargs, self._num_returns,
+                                  self._max_task_retries)
+
+
+class ActorHandle:
+    def __init__(self, actor_id: bytes, class_name: str, methods: dict[str, int],
+                 max_task_retries: int) -> None:
+        self._actor_id = actor_id
+        self._class_name = class_name
+        self._methods = methods
+        self._max_task_retries = max_task_retries
+
+    @classmethod
+    def _from_info(cls, info: gcs_pb2.ActorInfo) -> ActorHandle:
+        return cls(info.actor_id, info.class_name, {},
+                   info.creation_task.actor_options.max_task_retries)
+
+    def __getattr__(self, name: str) -> ActorMethod:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        if self._methods and name not in self._methods:
+            raise AttributeError(f"actor {self._class_name} has no method {name!r}")
+        return ActorMethod(self, name, self._methods.get(name, 1))
+
+    def _call(self, method: str, args: Any, kwargs: Any, num_returns: int,
+              max_task_retries: int | None) -> Any:
+        from tracedray.core.api import global_worker
+        from tracedray.core.submission import build_task
+
+        worker = global_worker()
+        if hasattr(worker, "local_method"):
+            return worker.local_method(self, method, args, kwargs, num_returns)
+        retries = self._max_task_retries if max_task_retries is None else max_task_retries
+        task, refs, span = build_task(
+            worker, kind=common_pb2.ACTOR_METHOD, function_id="",
+            function_name=f"{self._class_name}.{method}", args=args, kwargs=kwargs,
+            num_returns=num_returns, resources={}, actor_id=self._actor_id, method_name=method,
+            max_retries=retries)
+        try:
+            worker.actor_submitter.submit(task, retries)
+        finally:
+            span.end()
+        if num_returns == 0:
+            return None
+        return refs[0] if num_returns == 1 else refs
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (ActorHandle, (self._actor_id, self._class_name, self._methods,
+                              self._max_task_retries))
+
+    def __repr__(self) -> str:
+        return f"Actor({self._class_name}, {self._actor_id.hex()})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, ActorHandle) and other._actor_id == self._actor_id
+
+    def __hash__(self) -> int:
+        return hash(self._actor_id)

@@ -1,0 +1,366 @@
+"""The Ray-compatible API: init, shutdown, get, put, wait, kill, get_actor, cancel, ..."""
+
+from __future__ import annotations
+
+import atexit
+import os
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from tracedray import config, logs, telemetry
+from tracedray.core import ids, node, runtime, session
+from tracedray.core.address import parse_host_port
+from tracedray.core.call_site import user_call_site
+from tracedray.core.object_ref import ObjectRef
+from tracedray.core.serialization import serialize
+from tracedray.exceptions import (
+    ClusterConnectionError,
+    ConfigError,
+    GetTimeoutError,
+    RaySystemError,
+)
+from tracedray.telemetry import attributes as A
+from tracedray.v1 import gcs_pb2
+
+log = logs.get_logger(__name__)
+
+# Ray keywords that have no meaning here: accepted and ignored with a debug log.
+RAY_ONLY_KEYWORDS = frozenset({
+    "include_dashboard", "dashboard_host", "dashboard_port", "_system_config", "runtime_env",
+    "configure_logging", "logging_level", "logging_format", "log_to_driver", "_temp_dir",
+    "num_gpus", "_node_ip_address", "_metrics_export_port", "storage", "_plasma_directory",
+    "enable_object_reconstruction", "_redis_password", "job_config", "_enable_object_reconstruction",
+})
+
+
+@dataclass
+class _Cluster:
+    worker: Any
+    processes: node.NodeProcesses | None
+    session: session.SessionPaths
+    gcs_address: str
+    namespace: str
+
+
+_cluster: _Cluster | None = None
+_init_lock = threading.RLock()
+
+
+def is_initialized() -> bool:
+    return _cluster is not None
+
+
+def init(address: str | None = None, *, num_cpus: float | None = None,
+         resources: dict[str, float] | None = None, object_store_memory: int | None = None,
+         namespace: str | None = None, object_spilling: bool = True, local_mode: bool = False,
+         ignore_reinit_error: bool = False, **kwargs: Any) -> dict[str, Any]:
+    """Start a local cluster, or connect to one (``"auto"``, ``"host:port"``)."""
+    global _cluster
+    unknown = set(kwargs) - RAY_ONLY_KEYWORDS
+    if unknown:
+        raise ConfigError(f"init() got unknown keyword(s) {sorted(unknown)}")
+    with _init_lock:
+        if _cluster is not None:
+            if ignore_reinit_error:
+                return _context_info()
+            raise RaySystemError("tracedray.init() was called twice; call shutdown() first "
+                                 "or pass ignore_reinit_error=True")
+        if local_mode:
+            from tracedray.core.local_mode import start_local_mode
+
+            _cluster = start_local_mode(namespace or "")
+            return _context_info()
+        if "log_to_driver" in kwargs:
+            os.environ[config.LOG_TO_DRIVER.name] = "1" if kwargs["log_to_driver"] else "0"
+        telemetry_ready = False
+        if address is None:
+            address = config.ADDRESS.get() or None
+        processes = None
+        if address in (None, "local"):
+            paths = session.create_session()
+            _configure_driver_telemetry(paths)
+            telemetry_ready = True
+            processes = node.start_head(paths, num_cpus=num_cpus, resources=resources,
+                                        object_store_memory=object_store_memory,
+                                        spilling=object_spilling, parent_pid=os.getpid(),
+                                        storage=config.GCS_STORAGE.get())
+            gcs_address = processes.gcs_address
+        else:
+            if address == "auto":
+                paths = session.latest_session()
+                gcs_address = paths.read_address()
+            else:
+                gcs_address = _normalize_address(address)
+                paths = session.session_for_address(gcs_address) or session.create_session()
+            for given, name in ((num_cpus, "num_cpus"), (resources, "resources"),
+                                (object_store_memory, "object_store_memory")):
+                if given is not None:
+                    raise ConfigError(f"{name} cannot be set when connecting to an existing "
+                                      f"cluster at {gcs_address}; set it on `tracedray start`")
+        try:
+            if not telemetry_ready:
+                _configure_driver_telemetry(paths)
+            _cluster = _connect_driver(gcs_address, paths, processes, namespace)
+        except BaseException:
+            if processes is not None:
+                processes.stop()
+            raise
+    for key in sorted(set(kwargs) & RAY_ONLY_KEYWORDS):
+        log.debug("init.ignored_keyword", keyword=key)
+    return _context_info()
+
+
+def _normalize_address(address: str) -> str:
+    text = address.removeprefix("tracedray://").removeprefix("ray://")
+    try:
+        host, port = parse_host_port(text)
+    except ValueError as exc:
+        raise ConfigError(f"init(address={address!r}): {exc}; use 'auto', 'local' or "
+                          "'host:port' of a head started with `tracedray start --head`") from exc
+    return f"{host}:{port}"
+
+
+def _configure_driver_telemetry(paths: session.SessionPaths) -> None:
+    telemetry.configure("driver", session_dir=paths.root, session_id=paths.session_id)
+    logs.configure("driver", session_dir=paths.root, session_id=paths.session_id,
+                   config={"argv": sys.argv})
+
+
+def _connect_driver(gcs_address: str, paths: session.SessionPaths,
+                    processes: node.NodeProcesses | None, namespace: str | None) -> _Cluster:
+    from tracedray.core.gcs.client import connect
+    from tracedray.core.raylet.client import RayletClient
+    from tracedray.core.worker.core_worker import CoreWorker
+
+    gcs = connect(gcs_address)
+    if processes is not None:
+        raylet_address, node_id = processes.raylet_address, processes.node_id
+    else:
+        raylet_address, node_id = node.find_local_raylet(gcs_address)
+    worker_id = ids.new_worker_id()
+    registration = RayletClient(raylet_address).register_worker(worker_id, 0, os.getpid(),
+                                                                is_driver=True)
+    job_id = ids.new_job_id()
+    ns = namespace if namespace is not None else f"anonymous-{job_id.hex()}"
+    worker = CoreWorker(mode="driver", gcs_address=gcs_address, raylet_address=raylet_address,
+                        node_id=node_id, ip=registration.ip or "127.0.0.1", worker_id=worker_id,
+                        job_id=job_id, session_dir=paths.root,
+                        object_path_prefix=registration.object_path_prefix, namespace=ns,
+                        listen_host=registration.ip or "127.0.0.1")
+    # Register again with the real port, now that the driver's server listens.
+    RayletClient(raylet_address).register_worker(worker_id, worker.address.port, os.getpid(),
+                                                 is_driver=True)
+    gcs.register_job(gcs_pb2.JobInfo(job_id=job_id, driver=worker.address.to_proto(),
+                                     start_time=time.time(), entrypoint=" ".join(sys.argv),
+                                     namespace=ns))
+    logs.set_process_context(job_id=job_id.hex(), node_id=node_id)
+    runtime.set_current(worker)
+    log.info("driver.connected", gcs=gcs_address, raylet=raylet_address, job_id=job_id.hex(),
+             session=str(paths.root))
+    return _Cluster(worker, processes, paths, gcs_address, ns)
+
+
+def shutdown() -> None:
+    global _cluster
+    with _init_lock:
+        cluster, _cluster = _cluster, None
+        if cluster is None:
+            return
+        worker = cluster.worker
+        runtime.set_current(None)
+        try:
+            if hasattr(worker, "gcs") and cluster.processes is None:
+                worker.gcs.finish_job(gcs_pb2.JobInfo(job_id=worker.job_id))
+        except RaySystemError as exc:
+            log.warning("job.finish_failed", error=str(exc))
+        worker.shutdown()
+        if cluster.processes is not None:
+            cluster.processes.stop()
+        from tracedray.core import rpc
+
+        rpc.close_all_channels()
+        telemetry.force_flush()
+        log.info("driver.shutdown")
+
+
+atexit.register(shutdown)
+
+
+def current_session_dir() -> Any:
+    return _cluster.session.root if _cluster is not None else None
+
+
+def _context_info() -> dict[str, Any]:
+    assert _cluster is not None
+    return {"address": _cluster.gcs_address, "session_dir": str(_cluster.session.root),
+            "namespace": _cluster.namespace, "node_id": getattr(_cluster.worker, "node_id", "")}
+
+
+def global_worker() -> Any:
+    """The current core worker, starting a local cluster first if needed (as Ray does)."""
+    worker = runtime.current()
+    if worker is not None:
+        return worker
+    with _init_lock:
+        if runtime.current() is None:
+            init()
+    worker = runtime.current()
+    assert worker is not None
+    return worker
+
+
+# --- objects
+def put(value: Any, *, _owner: Any = None) -> ObjectRef:
+    if isinstance(value, ObjectRef):
+        raise TypeError("calling put() on an ObjectRef is not allowed (it is already stored)")
+    worker = global_worker()
+    if hasattr(worker, "local_put"):
+        return worker.local_put(value)  # type: ignore[no-any-return]
+    site = user_call_site(2)
+    object_id = ids.object_id_for(ids.new_task_id(), ids.PUT_INDEX_BASE)
+    with telemetry.span("object.put", {A.OBJECT_ID: object_id.hex(),
+                                       A.OBJECT_CALL_SITE: site}) as span:
+        serialized = serialize(value, what="put() value")
+        stored = worker.objects.to_value(object_id, serialized, call_site=site)
+        ref = worker.new_owned_ref(object_id, site)
+        worker.store_owned_value(stored, "FINISHED")
+        for inner in stored.contained_refs:
+            worker.add_captured(inner, object_id)
+        if span.is_recording():
+            span.set_attribute(A.OBJECT_SIZE, stored.size)
+            span.set_attribute(A.OBJECT_LOCATION, "shm" if stored.store_node_id else "inline")
+            span.set_attribute(A.NODE_ID, worker.node_id)
+    return ref
+
+
+def get(object_refs: ObjectRef | Sequence[ObjectRef], *, timeout: float | None = None) -> Any:
+    single = isinstance(object_refs, ObjectRef)
+    refs = [object_refs] if single else object_refs
+    if not isinstance(refs, list | tuple) or not all(isinstance(r, ObjectRef) for r in refs):
+        raise TypeError(f"get() takes an ObjectRef or a list of ObjectRefs, got "
+                        f"{type(object_refs).__name__}"
+                        + (" (did you forget .remote()?)" if not single else ""))
+    if timeout is not None and timeout < 0:
+        raise ValueError(f"timeout must be >= 0 or None, got {timeout}")
+    worker = global_worker()
+    if hasattr(worker, "local_get"):
+        values = [worker.local_get(r) for r in refs]
+        return values[0] if single else values
+    ids_ = [r.binary() for r in refs]
+    attributes: dict[str, Any] = {A.OBJECT_COUNT: len(refs), A.OBJECT_ID: refs[0].hex() if refs
+                                  else ""}
+    with telemetry.span("object.get", attributes) as span:
+        ready = worker.wait_values(ids_, len(set(ids_)), timeout)
+        if len(ready) < len(set(ids_)):
+            missing = [i.hex() for i in ids_ if i not in ready]
+            raise GetTimeoutError(f"get() timed out after {timeout}s waiting for "
+                                  f"{len(missing)} of {len(refs)} object(s), e.g. {missing[0]}")
+        values = []
+        total = 0
+        for object_id in ids_:
+            value = worker.memory_store.get_if_ready(object_id)
+            total += value.size
+            values.append(worker.objects.load(value))
+        if span.is_recording():
+            span.set_attribute(A.OBJECT_SIZE, total)
+    return values[0] if single else values
+
+
+def wait(object_refs: Sequence[ObjectRef], *, num_returns: int = 1,
+         timeout: float | None = None, fetch_local: bool = True
+         ) -> tuple[list[ObjectRef], list[ObjectRef]]:
+    if isinstance(object_refs, ObjectRef) or not isinstance(object_refs, list | tuple):
+        raise TypeError("wait() expects a list of ObjectRefs")
+    if not all(isinstance(r, ObjectRef) for r in object_refs):
+        raise TypeError("wait() expects a list of ObjectRefs")
+    if len(set(object_refs)) != len(object_refs):
+        raise ValueError("wait() got duplicate ObjectRefs")
+    if not 0 <= num_returns <= len(object_refs):
+        raise ValueError(f"num_returns must be between 0 and {len(object_refs)}, "
+                         f"got {num_returns}")
+    worker = global_worker()
+    if hasattr(worker, "local_get"):
+        return list(object_refs[:num_returns]), list(object_refs[num_returns:])
+    ready_ids = worker.wait_values([r.binary() for r in object_refs], num_returns, timeout)
+    ready = [r for r in object_refs if r.binary() in ready_ids][:num_returns]
+    chosen = set(ready)
+    return ready, [r for r in object_refs if r not in chosen]
+
+
+def cancel(object_ref: ObjectRef, *, force: bool = False, recursive: bool = True) -> None:
+    if not isinstance(object_ref, ObjectRef):
+        raise TypeError(f"cancel() takes an ObjectRef, got {type(object_ref).__name__}")
+    worker = global_worker()
+    if hasattr(worker, "submitter"):
+        worker.submitter.cancel(object_ref.task_id().binary(), force)
+
+
+# --- actors
+def kill(actor: Any, *, no_restart: bool = True) -> None:
+    from tracedray.core.actor import ActorHandle
+
+    if not isinstance(actor, ActorHandle):
+        raise TypeError(f"kill() takes an actor handle, got {type(actor).__name__}")
+    worker = global_worker()
+    worker.gcs.kill_actor(actor._actor_id, no_restart)
+    if no_restart:
+        worker.actor_submitter.mark_dead(actor._actor_id, "killed with tracedray.kill()")
+
+
+def get_actor(name: str, namespace: str | None = None) -> Any:
+    from tracedray.core.actor import ActorHandle
+
+    if not isinstance(name, str) or not name:
+        raise ValueError("get_actor() needs a non-empty actor name")
+    worker = global_worker()
+    ns = namespace if namespace is not None else worker.namespace
+    try:
+        info = worker.gcs.get_actor(name=name, namespace=ns)
+    except RaySystemError as exc:
+        raise ValueError(f"failed to look up actor {name!r} in namespace {ns!r}: no such "
+                         "actor (it may not exist, or live in another namespace)") from exc
+    if info.state == "DEAD":
+        raise ValueError(f"actor {name!r} in namespace {ns!r} is dead: {info.death_cause}")
+    return ActorHandle._from_info(info)
+
+
+# --- cluster info
+def nodes() -> list[dict[str, Any]]:
+    worker = global_worker()
+    out = []
+    for entry in worker.gcs.get_nodes():
+        info = entry.info
+        out.append({"NodeID": info.node_id, "Alive": info.state == "ALIVE",
+                    "NodeManagerAddress": info.raylet.ip, "NodeManagerPort": info.raylet.port,
+                    "Resources": dict(info.resources_total), "NodeName": info.hostname,
+                    "IsHead": info.is_head, "state": info.state,
+                    "DeathReason": info.death_reason})
+    return out
+
+
+def cluster_resources() -> dict[str, float]:
+    total: dict[str, float] = {}
+    for entry in global_worker().gcs.get_nodes():
+        if entry.info.state == "ALIVE":
+            for name, amount in entry.info.resources_total.items():
+                total[name] = total.get(name, 0.0) + amount
+    return total
+
+
+def available_resources() -> dict[str, float]:
+    total: dict[str, float] = {}
+    for entry in global_worker().gcs.get_nodes():
+        if entry.info.state == "ALIVE":
+            for name, amount in entry.resources_available.items():
+                total[name] = total.get(name, 0.0) + amount
+    return {k: v for k, v in total.items() if v > 0}
+
+
+def _require_cluster() -> _Cluster:
+    if _cluster is None:
+        raise ClusterConnectionError("tracedray is not initialized; call tracedray.init()")
+    return _cluster

@@ -1,0 +1,36 @@
+"""``@tracedray.remote`` and ``@tracedray.method``."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from typing import Any
+
+
+def remote(*args: Any, **options: Any) -> Any:
+    """``@remote`` or ``@remote(num_cpus=..., ...)`` on a function or a class."""
+    from tracedray.core.actor import ActorClass
+    from tracedray.core.remote_function import RemoteFunction
+
+    def make(target: Any) -> Any:
+        if inspect.isclass(target):
+            return ActorClass(target, options)
+        if callable(target):
+            return RemoteFunction(target, options)
+        raise TypeError(f"@remote applies to functions and classes, not {type(target).__name__}")
+
+    if len(args) == 1 and not options and callable(args[0]):
+        return make(args[0])
+    if args:
+        raise TypeError("@remote takes keyword options only, e.g. @remote(num_cpus=2)")
+    return make
+
+
+def method(*, num_returns: int = 1, **_: Any) -> Callable[[Any], Any]:
+    """Declare an actor method's ``num_returns``."""
+
+    def mark(fn: Any) -> Any:
+        fn.__tracedray_num_returns__ = num_returns
+        return fn
+
+    return mark

@@ -1,0 +1,38 @@
+"""A node's environment fingerprint: interpreter and installed package versions.
+
+Nodes report it when they join; the GCS flags a node whose versions differ from
+the head's (the "some machines ran an old version" failure).
+"""
+
+from __future__ import annotations
+
+import functools
+import platform
+from importlib import metadata
+
+from tracedray._version import __version__
+
+# Packages whose drift changes behaviour of pickled functions and the runtime itself.
+WATCHED = ("tracedray", "cloudpickle", "numpy", "grpcio", "protobuf", "opentelemetry-sdk",
+           "structlog", "pandas", "redis")
+
+
+@functools.lru_cache(maxsize=1)
+def environment_fingerprint() -> dict[str, str]:
+    env = {"python": platform.python_version(), "tracedray": __version__}
+    for name in WATCHED:
+        try:
+            env[f"pkg:{name}"] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    return env
+
+
+def drift(head: dict[str, str], node: dict[str, str]) -> list[str]:
+    """Human-readable differences of ``node`` against ``head`` (pure)."""
+    out = []
+    for key in sorted(set(head) | set(node)):
+        if head.get(key) != node.get(key):
+            out.append(f"{key.removeprefix('pkg:')}: head {head.get(key, 'absent')}, "
+                       f"node {node.get(key, 'absent')}")
+    return out

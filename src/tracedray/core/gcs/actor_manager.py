@@ -1,0 +1,257 @@
+"""Actor lifecycle in the GCS: create, place, restart, kill, look up by name.
+
+States: PENDING_CREATION → ALIVE → (RESTARTING → ALIVE)* → DEAD.
+The placement step asks a raylet for a dedicated worker, pushes the creation task
+to it over the same task stream callers use, and marks the actor ALIVE when
+``__init__`` returned (or DEAD with the error as cause if it raised).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from tracedray import logs, telemetry
+from tracedray.core.address import Address
+from tracedray.core.raylet.client import RayletClient
+from tracedray.core.raylet.scheduler import feasible, fits
+from tracedray.core.serialization import deserialize
+from tracedray.core.worker.connection import WorkerConnection
+from tracedray.exceptions import RaySystemError
+from tracedray.telemetry import attributes as A
+from tracedray.v1 import common_pb2, gcs_pb2
+
+log = logs.get_logger(__name__)
+SETTLED = ("ALIVE", "DEAD")
+
+
+class ActorManager:
+    def __init__(self, *, nodes: Callable[[], list[gcs_pb2.NodeWithLoad]],
+                 persist: Callable[[gcs_pb2.ActorInfo], None]) -> None:
+        self._nodes = nodes
+        self._persist = persist
+        self._actors: dict[bytes, gcs_pb2.ActorInfo] = {}
+        self._names: dict[tuple[str, str], bytes] = {}
+        self._cond = threading.Condition()
+        self._pool = ThreadPoolExecutor(max_workers=32, thread_name_prefix="tracedray-actors")
+
+    def restore(self, infos: list[gcs_pb2.ActorInfo]) -> None:
+        """After a GCS restart: the actors' workers kept running, so their state stands."""
+        with self._cond:
+            for info in infos:
+                self._actors[info.actor_id] = info
+                if info.name and info.state != "DEAD":
+                    self._names[(info.namespace, info.name)] = info.actor_id
+            pending = [i for i in infos if i.state in ("PENDING_CREATION", "RESTARTING")]
+        for info in pending:
+            self._pool.submit(self._place, info.actor_id)
+
+    # --- requests
+    def create(self, spec: common_pb2.TaskSpec, get_if_exists: bool) -> gcs_pb2.ActorInfo:
+        options = spec.actor_options
+        with self._cond:
+            if options.name:
+                key = (options.namespace, options.name)
+                existing = self._names.get(key)
+                if existing is not None and self._actors[existing].state != "DEAD":
+                    if get_if_exists:
+                        return self._actors[existing]
+                    raise ValueError(f"an actor named {options.name!r} already exists in "
+                                     f"namespace {options.namespace!r}; use get_if_exists=True "
+                                     "or get_actor()")
+                self._names[key] = spec.actor_id
+            info = gcs_pb2.ActorInfo(actor_id=spec.actor_id, state="PENDING_CREATION",
+                                     name=options.name, namespace=options.namespace,
+                                     class_name=options.class_name, job_id=spec.job_id,
+                                     creation_task=spec, start_time=time.time(),
+                                     detached=options.detached)
+            self._actors[spec.actor_id] = info
+            self._save(info)
+        self._pool.submit(self._place, spec.actor_id)
+        return info
+
+    def get(self, request: gcs_pb2.GetActorRequest) -> gcs_pb2.ActorInfo | None:
+        deadline = time.monotonic() + request.timeout_s
+        with self._cond:
+            while True:
+                actor_id = request.actor_id or self._names.get((request.namespace, request.name))
+                info = self._actors.get(actor_id) if actor_id else None
+                if info is None and not request.wait_until_settled:
+                    return None
+                settled = info is not None and (
+                    info.state == "DEAD" or (info.state == "ALIVE"
+                                             and info.num_restarts >= request.min_restarts))
+                if not request.wait_until_settled or settled:
+                    return info
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return info
+                self._cond.wait(min(remaining, 1.0))
+
+    def list(self) -> list[gcs_pb2.ActorInfo]:
+        with self._cond:
+            return list(self._actors.values())
+
+    def kill(self, actor_id: bytes, no_restart: bool) -> None:
+        with self._cond:
+            info = self._actors.get(actor_id)
+            if info is None or info.state == "DEAD":
+                return
+            if no_restart:
+                self._set_dead(info, "killed with tracedray.kill()")
+            address = Address.from_proto(info.address) if info.HasField("address") else None
+            node = self._raylet_of(info.node_id)
+        if address is not None and node is not None:
+            try:
+                RayletClient(node).kill_worker(address.worker_id, force=True)
+            except RaySystemError as exc:
+                log.warning("actor.kill_failed", actor_id=actor_id.hex(), error=str(exc))
+
+    def on_worker_death(self, death: gcs_pb2.WorkerDeath) -> None:
+        with self._cond:
+            info = self._actors.get(death.actor_id)
+            if info is None or info.state == "DEAD":
+                return
+            cause = (f"the actor's worker (pid {info.pid}) died: "
+                     f"{death.signal or f'exit {death.exit_code}'}: {death.meaning}")
+            self._after_failure(info, cause)
+
+    def on_node_death(self, node_id: str) -> None:
+        with self._cond:
+            for info in list(self._actors.values()):
+                if info.node_id == node_id and info.state in ("ALIVE", "PENDING_CREATION"):
+                    self._after_failure(info, f"its node {node_id[:12]} died")
+
+    def on_job_finished(self, job_id: bytes) -> None:
+        for info in self.list():
+            if info.job_id == job_id and not info.detached and info.state != "DEAD":
+                self.kill(info.actor_id, no_restart=True)
+
+    # --- internals
+    def _after_failure(self, info: gcs_pb2.ActorInfo, cause: str) -> None:
+        max_restarts = info.creation_task.actor_options.max_restarts
+        if max_restarts < 0 or info.num_restarts < max_restarts:
+            info.state = "RESTARTING"
+            info.num_restarts += 1
+            info.death_cause = cause
+            self._save(info)
+            log.warning("actor.restarting", actor_id=info.actor_id.hex(), cause=cause,
+                        restart=info.num_restarts)
+            self._pool.submit(self._place, info.actor_id)
+        else:
+            self._set_dead(info, cause + (f" (no restarts left of max_restarts={max_restarts})"
+                                          if max_restarts else ""))
+
+    def _set_dead(self, info: gcs_pb2.ActorInfo, cause: str) -> None:
+        info.state = "DEAD"
+        info.death_cause = cause
+        info.end_time = time.time()
+        if info.name and self._names.get((info.namespace, info.name)) == info.actor_id:
+            del self._names[(info.namespace, info.name)]
+        self._save(info)
+        log.info("actor.dead", actor_id=info.actor_id.hex(), cause=cause)
+
+    def _save(self, info: gcs_pb2.ActorInfo) -> None:
+        self._persist(info)
+        self._cond.notify_all()
+
+    def _raylet_of(self, node_id: str) -> str | None:
+        for node in self._nodes():
+            if node.info.node_id == node_id and node.info.state == "ALIVE":
+                return Address.from_proto(node.info.raylet).target
+        return None
+
+    def _choose_node(self, resources: dict[str, float]) -> gcs_pb2.NodeWithLoad | None:
+        alive = [n for n in self._nodes() if n.info.state == "ALIVE"
+                 and feasible(dict(n.info.resources_total), resources)]
+        if not alive:
+            return None
+        free = [n for n in alive if fits(dict(n.resources_available), resources)]
+        # Spread actors: most free CPU first; otherwise queue on the least loaded node.
+        pool = free or alive
+        return max(pool, key=lambda n: (n.resources_available.get("CPU", 0.0),
+                                        -n.pending_leases))
+
+    def _place(self, actor_id: bytes) -> None:
+        with self._cond:
+            info = self._actors[actor_id]
+            spec = common_pb2.TaskSpec()
+            spec.CopyFrom(info.creation_task)
+        resources = dict(spec.resources)
+        attributes = {A.ACTOR_ID: actor_id.hex(), A.ACTOR_CLASS: spec.actor_options.class_name,
+                      A.ACTOR_NAME: spec.actor_options.name}
+        with telemetry.span("actor.create", attributes,
+                            context=telemetry.context_from_carrier(spec.trace_context)) as span:
+            node = None
+            while node is None:
+                node = self._choose_node(resources)
+                if node is None:
+                    log.warning("actor.infeasible", actor_id=actor_id.hex(), resources=resources)
+                    time.sleep(1.0)
+                    with self._cond:
+                        if self._actors[actor_id].state == "DEAD":
+                            return
+            raylet = RayletClient(Address.from_proto(node.info.raylet).target)
+            from tracedray.v1 import raylet_pb2
+
+            try:
+                lease = raylet.start_actor_worker(raylet_pb2.StartActorWorkerRequest(
+                    actor_id=actor_id, resources=resources, job_id=spec.job_id))
+            except RaySystemError as exc:
+                with self._cond:
+                    self._after_failure(self._actors[actor_id], f"placement failed: {exc}")
+                return
+            if lease.status != raylet_pb2.LeaseReply.GRANTED:
+                with self._cond:
+                    self._after_failure(self._actors[actor_id], f"no worker: {lease.reason}")
+                return
+            address = Address.from_proto(lease.worker)
+            span.set_attribute(A.NODE_ID, address.node_id)
+            span.set_attribute(A.WORKER_PID, address.pid)
+            error = self._run_creation_task(address, spec)
+        with self._cond:
+            info = self._actors[actor_id]
+            if info.state == "DEAD":
+                return
+            if error:
+                self._set_dead(info, error)
+                return
+            info.state = "ALIVE"
+            info.address.CopyFrom(address.to_proto())
+            info.node_id = address.node_id
+            info.pid = address.pid
+            self._save(info)
+        log.info("actor.alive", actor_id=actor_id.hex(), node_id=address.node_id,
+                 pid=address.pid, restarts=info.num_restarts)
+
+    def _run_creation_task(self, address: Address, spec: common_pb2.TaskSpec) -> str:
+        """Push the creation task; returns "" on success, else the cause of death."""
+        done = threading.Event()
+        outcome: dict[str, Any] = {}
+
+        def on_results(conn: WorkerConnection, results: list[common_pb2.TaskResult]) -> None:
+            outcome["result"] = results[0]
+            done.set()
+
+        def on_broken(conn: WorkerConnection, error: BaseException | None) -> None:
+            outcome.setdefault("broken", str(error))
+            done.set()
+
+        conn = WorkerConnection(address, on_results, on_broken)
+        conn.send(spec)
+        done.wait()
+        conn.close()
+        result = outcome.get("result")
+        if result is None:
+            return f"the actor's worker died during __init__ ({outcome.get('broken')})"
+        if result.is_application_error:
+            try:
+                value = result.returns[0].inline_value
+                error = deserialize(value.inband, list(value.buffers))
+                return f"the actor's __init__ raised:\n{error}"
+            except Exception as exc:  # noqa: BLE001 - best-effort description
+                return f"the actor's __init__ raised (undecodable error: {exc})"
+        return ""

@@ -1,0 +1,112 @@
+"""Typed client for the GCS service; grpc errors become tracedray errors here."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
+import grpc
+
+from tracedray.core import rpc
+from tracedray.exceptions import ClusterConnectionError
+from tracedray.v1 import common_pb2, gcs_pb2, gcs_pb2_grpc
+
+T = TypeVar("T")
+
+
+class GcsClient:
+    """Calls retry for ``reconnect_s`` while the GCS is unreachable (it may be restarting)."""
+
+    def __init__(self, address: str, *, reconnect_s: float = 30.0) -> None:
+        self.address = address
+        self.reconnect_s = reconnect_s
+        self._stub = gcs_pb2_grpc.GcsServiceStub(rpc.channel(address))
+
+    def _call(self, method: Callable[..., T], request: object, timeout: float | None = 30.0) -> T:
+        deadline = time.monotonic() + self.reconnect_s
+        delay = 0.05
+        while True:
+            try:
+                return method(request, timeout=timeout)
+            except grpc.RpcError as exc:
+                if exc.code() != grpc.StatusCode.UNAVAILABLE or time.monotonic() > deadline:
+                    with rpc.translate("GCS", self.address):
+                        raise
+                time.sleep(delay)
+                delay = min(delay * 2, 1.0)
+
+    # --- kv / functions
+    def kv_put(self, key: str, value: bytes, overwrite: bool = True) -> bool:
+        reply = self._call(self._stub.KvPut, gcs_pb2.KvPutRequest(key=key, value=value,
+                                                                  overwrite=overwrite))
+        return reply.added
+
+    def kv_get(self, key: str) -> bytes | None:
+        reply = self._call(self._stub.KvGet, gcs_pb2.KvGetRequest(key=key))
+        return reply.value if reply.found else None
+
+    # --- nodes
+    def register_node(self, info: gcs_pb2.NodeInfo) -> None:
+        self._call(self._stub.RegisterNode, info)
+
+    def heartbeat(self, request: gcs_pb2.HeartbeatRequest) -> gcs_pb2.HeartbeatReply:
+        return self._call(self._stub.Heartbeat, request, timeout=5.0)
+
+    def get_nodes(self) -> list[gcs_pb2.NodeWithLoad]:
+        return list(self._call(self._stub.GetNodes, gcs_pb2.GetNodesRequest()).nodes)
+
+    # --- jobs
+    def register_job(self, job: gcs_pb2.JobInfo) -> None:
+        self._call(self._stub.RegisterJob, job)
+
+    def finish_job(self, job: gcs_pb2.JobInfo) -> None:
+        self._call(self._stub.FinishJob, job, timeout=10.0)
+
+    def get_jobs(self) -> list[gcs_pb2.JobInfo]:
+        return list(self._call(self._stub.GetJobs, gcs_pb2.GetJobsRequest()).jobs)
+
+    # --- actors
+    def create_actor(self, spec: common_pb2.TaskSpec, get_if_exists: bool) -> gcs_pb2.ActorInfo:
+        return self._call(self._stub.CreateActor,
+                          gcs_pb2.CreateActorRequest(creation_task=spec, get_if_exists=get_if_exists))
+
+    def get_actor(self, *, actor_id: bytes = b"", name: str = "", namespace: str = "",
+                  wait_until_settled: bool = False, timeout_s: float = 0.0,
+                  min_restarts: int = 0) -> gcs_pb2.ActorInfo:
+        request = gcs_pb2.GetActorRequest(actor_id=actor_id, name=name, namespace=namespace,
+                                          wait_until_settled=wait_until_settled,
+                                          timeout_s=timeout_s, min_restarts=min_restarts)
+        return self._call(self._stub.GetActor, request, timeout=timeout_s + 30.0)
+
+    def list_actors(self) -> list[gcs_pb2.ActorInfo]:
+        return list(self._call(self._stub.ListActors, gcs_pb2.ListActorsRequest()).actors)
+
+    def kill_actor(self, actor_id: bytes, no_restart: bool) -> None:
+        self._call(self._stub.KillActor, gcs_pb2.KillActorRequest(actor_id=actor_id,
+                                                                  no_restart=no_restart))
+
+    def report_worker_death(self, death: gcs_pb2.WorkerDeath) -> None:
+        self._call(self._stub.ReportWorkerDeath, death)
+
+    # --- tasks
+    def add_task_events(self, events: list[gcs_pb2.TaskEvent]) -> None:
+        self._call(self._stub.AddTaskEvents, gcs_pb2.TaskEvents(events=events), timeout=10.0)
+
+    def get_tasks(self, task_ids: list[bytes] | None = None, limit: int = 0,
+                  job_id: bytes = b"") -> gcs_pb2.GetTasksReply:
+        return self._call(self._stub.GetTasks, gcs_pb2.GetTasksRequest(
+            task_ids=task_ids or [], limit=limit, job_id=job_id))
+
+    def cluster_status(self) -> gcs_pb2.ClusterStatus:
+        return self._call(self._stub.GetClusterStatus, common_pb2.Empty())
+
+
+def connect(address: str, timeout_s: float = 10.0) -> GcsClient:
+    """A client for a GCS that is known to answer; ClusterConnectionError names the address."""
+    try:
+        rpc.wait_ready(address, timeout_s, "GCS")
+    except ClusterConnectionError:
+        rpc.drop_channel(address)
+        raise
+    return GcsClient(address)

@@ -1,0 +1,289 @@
+"""The GCS: the cluster's tables behind one gRPC service.
+
+Tables live in ``TieredTable``s over the configured storage (memory + SQLite, or
+Redis), so finished entries leave memory and, on Redis, a restarted GCS finds
+everything again. Live state (node liveness, actor state machines) is rebuilt
+from the tables at start.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import grpc
+
+from tracedray import config, logs, telemetry
+from tracedray.core import rpc
+from tracedray.core.environment import drift
+from tracedray.core.gcs.actor_manager import ActorManager
+from tracedray.core.gcs.storage import (
+    Flusher,
+    FlushPolicy,
+    TieredTable,
+    is_write_through,
+    open_storage,
+)
+from tracedray.telemetry import attributes as A
+from tracedray.v1 import common_pb2, gcs_pb2, gcs_pb2_grpc
+
+log = logs.get_logger(__name__)
+TABLES = ("nodes", "jobs", "kv", "actors", "tasks")
+MAX_EVENTS_PER_TASK = 32
+TERMINAL = ("FINISHED", "FAILED", "CANCELLED")
+
+
+class Gcs:
+    def __init__(self, *, session_dir: Path, storage_url: str, port: int = 0,
+                 listen_host: str = "127.0.0.1", flush_policy: FlushPolicy | None = None,
+                 flushing: bool = True) -> None:
+        self.session_dir = session_dir
+        self.storage = open_storage(storage_url, session_dir=session_dir)
+        through = is_write_through(self.storage)
+        self.tables = {name: TieredTable(name, self.storage, write_through=through)
+                       for name in TABLES}
+        self.flusher = Flusher(self.tables, flush_policy or FlushPolicy(), enabled=flushing)
+        self._lock = threading.RLock()
+        self._nodes: dict[str, gcs_pb2.NodeWithLoad] = {}
+        self._head_env: dict[str, str] = {}
+        self.actors = ActorManager(nodes=self.node_list, persist=self._persist_actor)
+        self._stopped = threading.Event()
+        self._server = rpc.make_server(max_workers=128)
+        gcs_pb2_grpc.add_GcsServiceServicer_to_server(_Servicer(self), self._server)
+        self.port = rpc.bind(self._server, listen_host, port)
+        self._recover()
+
+    def _recover(self) -> None:
+        nodes = [gcs_pb2.NodeInfo.FromString(v) for _, v in self.tables["nodes"].scan()]
+        now = time.time()
+        for info in nodes:
+            self._nodes[info.node_id] = gcs_pb2.NodeWithLoad(info=info, last_heartbeat=now)
+            if info.is_head:
+                self._head_env = dict(info.environment)
+        actors = [gcs_pb2.ActorInfo.FromString(v) for _, v in self.tables["actors"].scan()]
+        self.actors.restore(actors)
+        if nodes or actors:
+            log.info("gcs.recovered", nodes=len(nodes), actors=len(actors),
+                     storage=self.storage.description)
+
+    def start(self) -> None:
+        self._server.start()
+        self.flusher.start()
+        threading.Thread(target=self._watch_nodes, daemon=True, name="tracedray-node-watch").start()
+        log.info("gcs.start", port=self.port, storage=self.storage.description)
+
+    def stop(self) -> None:
+        self._stopped.set()
+        self._server.stop(grace=0.5)
+        self.flusher.stop()
+        self.storage.close()
+
+    # --- nodes
+    def node_list(self) -> list[gcs_pb2.NodeWithLoad]:
+        with self._lock:
+            return list(self._nodes.values())
+
+    def register_node(self, info: gcs_pb2.NodeInfo) -> None:
+        with self._lock:
+            if info.is_head or not self._head_env:
+                self._head_env = dict(info.environment) if info.is_head else self._head_env
+            differences = drift(self._head_env, dict(info.environment)) if self._head_env else []
+            info.ClearField("version_drift")
+            info.version_drift.extend(differences)
+            entry = gcs_pb2.NodeWithLoad(info=info, last_heartbeat=time.time())
+            entry.resources_available.update(info.resources_total)
+            self._nodes[info.node_id] = entry
+            self.tables["nodes"].put(info.node_id, info.SerializeToString(), finished=False)
+        if differences:
+            log.warning("node.version_drift", node_id=info.node_id, differences=differences)
+        log.info("node.registered", node_id=info.node_id, address=f"{info.raylet.ip}:"
+                 f"{info.raylet.port}", resources=dict(info.resources_total))
+
+    def heartbeat(self, request: gcs_pb2.HeartbeatRequest) -> gcs_pb2.HeartbeatReply:
+        now = time.time()
+        with self._lock:
+            entry = self._nodes.get(request.node_id)
+            if entry is None or entry.info.state == "DEAD":
+                return gcs_pb2.HeartbeatReply(gcs_time=now, unknown_node=entry is None)
+            entry.last_heartbeat = now
+            entry.resources_available.clear()
+            entry.resources_available.update(request.resources_available)
+            entry.store_used = request.store_used
+            entry.pending_leases = request.pending_leases
+            entry.infeasible_leases = request.infeasible_leases
+            # One-way estimate; the raylet's send time is on its own clock.
+            entry.info.clock_offset_s = request.sent_at - now if request.sent_at else 0.0
+        return gcs_pb2.HeartbeatReply(gcs_time=now)
+
+    def _watch_nodes(self) -> None:
+        timeout = config.NODE_DEATH_TIMEOUT_S.get()
+        while not self._stopped.wait(0.5):
+            now = time.time()
+            dead = []
+            with self._lock:
+                for entry in self._nodes.values():
+                    if entry.info.state == "ALIVE" and now - entry.last_heartbeat > timeout:
+                        entry.info.state = "DEAD"
+                        entry.info.end_time = now
+                        entry.info.death_reason = (f"no heartbeat for {now - entry.last_heartbeat:.1f}s"
+                                                   f" (timeout {timeout:.1f}s)")
+                        self.tables["nodes"].put(entry.info.node_id,
+                                                 entry.info.SerializeToString(), finished=False)
+                        dead.append(entry.info)
+            for info in dead:
+                with telemetry.span("node.dead", {A.NODE_ID: info.node_id,
+                                                  "tracedray.node.death_reason": info.death_reason}):
+                    log.warning("node.dead", node_id=info.node_id, reason=info.death_reason)
+                self.actors.on_node_death(info.node_id)
+
+    # --- actors
+    def _persist_actor(self, info: gcs_pb2.ActorInfo) -> None:
+        self.tables["actors"].put(info.actor_id.hex(), info.SerializeToString(),
+                                  finished=info.state == "DEAD")
+
+    # --- tasks
+    def add_task_events(self, events: Any) -> None:
+        table = self.tables["tasks"]
+        with self._lock:
+            for event in events:
+                key = event.task_id.hex()
+                raw = table.get(key)
+                record = gcs_pb2.TaskRecord.FromString(raw) if raw else gcs_pb2.TaskRecord(
+                    task_id=event.task_id, job_id=event.job_id, kind=event.kind)
+                _merge(record, event)
+                table.put(key, record.SerializeToString(), finished=record.state in TERMINAL)
+
+    def get_tasks(self, request: gcs_pb2.GetTasksRequest) -> gcs_pb2.GetTasksReply:
+        table = self.tables["tasks"]
+        reply = gcs_pb2.GetTasksReply()
+        if request.task_ids:
+            for task_id in request.task_ids:
+                raw = table.get(task_id.hex())
+                if raw:
+                    reply.tasks.append(gcs_pb2.TaskRecord.FromString(raw))
+            reply.total = len(reply.tasks)
+            return reply
+        total = 0
+        for _, raw in table.scan():
+            record = gcs_pb2.TaskRecord.FromString(raw)
+            if request.job_id and record.job_id != request.job_id:
+                continue
+            total += 1
+            if not request.limit or len(reply.tasks) < request.limit:
+                reply.tasks.append(record)
+        reply.total = total
+        return reply
+
+
+def _merge(record: gcs_pb2.TaskRecord, event: gcs_pb2.TaskEvent) -> None:
+    if event.function_name:
+        record.function_name = event.function_name
+    if event.call_site:
+        record.call_site = event.call_site
+    if event.parent_task_id:
+        record.parent_task_id = event.parent_task_id
+    if event.trace_id:
+        record.trace_id = event.trace_id
+    if event.resources:
+        record.resources.update(event.resources)
+    if event.actor_id:
+        record.actor_id = event.actor_id
+    latest = not record.events or event.time >= max(e.time for e in record.events)
+    terminal_already = record.state in TERMINAL and event.attempt <= record.attempt
+    if latest and not (terminal_already and event.state not in TERMINAL):
+        record.state = event.state
+        record.attempt = max(record.attempt, event.attempt)
+    for field in ("node_id", "worker_id", "worker_pid", "error_type", "error_message"):
+        value = getattr(event, field)
+        if value:
+            setattr(record, field, value)
+    if len(record.events) < MAX_EVENTS_PER_TASK:
+        record.events.append(event)
+
+
+class _Servicer(gcs_pb2_grpc.GcsServiceServicer):
+    def __init__(self, gcs: Gcs) -> None:
+        self._g = gcs
+
+    def RegisterNode(self, request: Any, context: Any) -> Any:
+        self._g.register_node(request)
+        return common_pb2.Empty()
+
+    def Heartbeat(self, request: Any, context: Any) -> Any:
+        return self._g.heartbeat(request)
+
+    def GetNodes(self, request: Any, context: Any) -> Any:
+        return gcs_pb2.GetNodesReply(nodes=self._g.node_list())
+
+    def RegisterJob(self, request: Any, context: Any) -> Any:
+        request.state = "RUNNING"
+        self._g.tables["jobs"].put(request.job_id.hex(), request.SerializeToString(),
+                                   finished=False)
+        log.info("job.start", job_id=request.job_id.hex(), entrypoint=request.entrypoint)
+        return common_pb2.Empty()
+
+    def FinishJob(self, request: Any, context: Any) -> Any:
+        table = self._g.tables["jobs"]
+        raw = table.get(request.job_id.hex())
+        job = gcs_pb2.JobInfo.FromString(raw) if raw else request
+        job.state = "FINISHED"
+        job.end_time = time.time()
+        table.put(job.job_id.hex(), job.SerializeToString(), finished=True)
+        self._g.actors.on_job_finished(job.job_id)
+        log.info("job.finish", job_id=job.job_id.hex())
+        return common_pb2.Empty()
+
+    def GetJobs(self, request: Any, context: Any) -> Any:
+        return gcs_pb2.GetJobsReply(jobs=[gcs_pb2.JobInfo.FromString(v)
+                                          for _, v in self._g.tables["jobs"].scan()])
+
+    def KvPut(self, request: Any, context: Any) -> Any:
+        table = self._g.tables["kv"]
+        if not request.overwrite and table.get(request.key) is not None:
+            return gcs_pb2.KvPutReply(added=False)
+        table.put(request.key, request.value, finished=False)
+        return gcs_pb2.KvPutReply(added=True)
+
+    def KvGet(self, request: Any, context: Any) -> Any:
+        value = self._g.tables["kv"].get(request.key)
+        return gcs_pb2.KvGetReply(found=value is not None, value=value or b"")
+
+    def CreateActor(self, request: Any, context: Any) -> Any:
+        try:
+            return self._g.actors.create(request.creation_task, request.get_if_exists)
+        except ValueError as exc:
+            context.abort(grpc.StatusCode.ALREADY_EXISTS, str(exc))
+
+    def GetActor(self, request: Any, context: Any) -> Any:
+        info = self._g.actors.get(request)
+        if info is None:
+            what = request.name or request.actor_id.hex()
+            context.abort(grpc.StatusCode.NOT_FOUND,
+                          f"no actor {what!r} in namespace {request.namespace!r}")
+        return info
+
+    def ListActors(self, request: Any, context: Any) -> Any:
+        return gcs_pb2.ListActorsReply(actors=self._g.actors.list())
+
+    def KillActor(self, request: Any, context: Any) -> Any:
+        self._g.actors.kill(request.actor_id, request.no_restart)
+        return common_pb2.Empty()
+
+    def ReportWorkerDeath(self, request: Any, context: Any) -> Any:
+        self._g.actors.on_worker_death(request)
+        return common_pb2.Empty()
+
+    def AddTaskEvents(self, request: Any, context: Any) -> Any:
+        self._g.add_task_events(request.events)
+        return common_pb2.Empty()
+
+    def GetTasks(self, request: Any, context: Any) -> Any:
+        return self._g.get_tasks(request)
+
+    def GetClusterStatus(self, request: Any, context: Any) -> Any:
+        gcs = self._g
+        return gcs_pb2.ClusterStatus(nodes=gcs.node_list(), num_actors=len(gcs.actors.list()),
+                                     num_tasks=len(gcs.tables["tasks"]),
+                                     storage=gcs.storage.description)

@@ -1,0 +1,182 @@
+"""Starting and stopping a node's processes (GCS on the head, a raylet on every node)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psutil
+
+from tracedray import logs
+from tracedray.core import ids
+from tracedray.core.session import SessionPaths
+from tracedray.exceptions import ClusterConnectionError, ConfigError, RaySystemError
+
+log = logs.get_logger(__name__)
+STARTUP_TIMEOUT_S = 60.0
+
+
+def default_object_store_memory() -> int:
+    """30% of RAM, capped by what /dev/shm can hold (as Ray does)."""
+    memory = int(psutil.virtual_memory().total * 0.3)
+    try:
+        shm = os.statvfs("/dev/shm")
+        memory = min(memory, int(shm.f_bavail * shm.f_frsize * 0.95))
+    except OSError:
+        pass
+    return max(memory, 64 << 20)
+
+
+@dataclass
+class NodeProcesses:
+    session: SessionPaths
+    gcs_address: str
+    raylet_address: str
+    node_id: str
+    processes: list[subprocess.Popen[bytes]] = field(default_factory=list)
+
+    def stop(self, timeout_s: float = 5.0) -> None:
+        """Raylet first (it stops its workers and cleans its store), then the GCS."""
+        for process in reversed(self.processes):
+            if process.poll() is None:
+                process.terminate()
+                try:
+                    process.wait(timeout_s)
+                except subprocess.TimeoutExpired:
+                    process.kill()
+                    process.wait()
+
+
+def _spawn(module: str, args: list[str], log_name: str, session: SessionPaths,
+           detach: bool) -> subprocess.Popen[bytes]:
+    stderr_path = session.logs_dir / f"{log_name}.stderr"
+    with open(stderr_path, "ab") as stderr:
+        return subprocess.Popen([sys.executable, "-m", module, *args], stdin=subprocess.DEVNULL,
+                                stdout=subprocess.DEVNULL, stderr=stderr, close_fds=True,
+                                start_new_session=detach)
+
+
+def _wait_ready(path: Path, process: subprocess.Popen[bytes], what: str,
+                session: SessionPaths) -> dict[str, object]:
+    deadline = time.monotonic() + STARTUP_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if path.exists():
+            data: dict[str, object] = json.loads(path.read_text())
+            if "error" in data:
+                raise RaySystemError(f"the {what} failed to start: {data['error']}")
+            return data
+        if process.poll() is not None:
+            stderr = (session.logs_dir / f"{what}.stderr")
+            tail = stderr.read_text()[-2000:] if stderr.exists() else ""
+            raise RaySystemError(f"the {what} exited during start-up (code {process.returncode})"
+                                 f"\n{tail}")
+        time.sleep(0.02)
+    raise RaySystemError(f"the {what} did not become ready in {STARTUP_TIMEOUT_S:.0f}s")
+
+
+def start_gcs(session: SessionPaths, *, port: int, host: str, storage: str, parent_pid: int,
+              detach: bool, flushing: bool = True) -> tuple[subprocess.Popen[bytes], str]:
+    ready = session.root / "gcs.ready"
+    ready.unlink(missing_ok=True)
+    args = ["--session-dir", str(session.root), "--port", str(port), "--host", host,
+            "--storage", storage, "--parent-pid", str(parent_pid), "--ready-file", str(ready)]
+    if not flushing:
+        args.append("--no-flush")
+    process = _spawn("tracedray.core.gcs.main", args, "gcs", session, detach)
+    data = _wait_ready(ready, process, "gcs", session)
+    return process, f"{host}:{data['port']}"
+
+
+def start_raylet(session: SessionPaths, *, gcs_address: str, ip: str, resources: dict[str, float],
+                 object_store_memory: int, spilling: bool, head: bool, parent_pid: int,
+                 detach: bool, prestart: int, port: int = 0,
+                 node_id: str | None = None) -> tuple[subprocess.Popen[bytes], str, str]:
+    node_id = node_id or ids.new_node_id()
+    ready = session.root / f"raylet-{node_id}.ready"
+    args = ["--session-dir", str(session.root), "--gcs", gcs_address, "--node-id", node_id,
+            "--ip", ip, "--port", str(port), "--resources", json.dumps(resources),
+            "--object-store-memory", str(object_store_memory), "--prestart", str(prestart),
+            "--parent-pid", str(parent_pid), "--ready-file", str(ready)]
+    if not spilling:
+        args.append("--no-spilling")
+    if head:
+        args.append("--head")
+    process = _spawn("tracedray.core.raylet.main", args, f"raylet-{node_id[:8]}", session, detach)
+    data = _wait_ready(ready, process, f"raylet-{node_id[:8]}", session)
+    return process, str(data["address"]), node_id
+
+
+def resolve_resources(num_cpus: float | None, resources: dict[str, float] | None) -> dict[str, float]:
+    total: dict[str, float] = {"CPU": float(num_cpus if num_cpus is not None else os.cpu_count() or 1)}
+    for name, amount in (resources or {}).items():
+        if name in ("CPU", "GPU") and name in total and num_cpus is not None:
+            raise ConfigError(f"give CPU with num_cpus=, not in resources ({name})")
+        if not isinstance(amount, int | float) or amount < 0:
+            raise ConfigError(f"resource {name!r} must be a non-negative number, got {amount!r}")
+        total[name] = float(amount)
+    if total["CPU"] < 0:
+        raise ConfigError(f"num_cpus must be >= 0, got {num_cpus}")
+    total.setdefault("memory", float(psutil.virtual_memory().total))
+    return total
+
+
+def start_head(session: SessionPaths, *, port: int = 0, host: str = "127.0.0.1",
+               num_cpus: float | None = None, resources: dict[str, float] | None = None,
+               object_store_memory: int | None = None, spilling: bool = True,
+               storage: str = "memory", parent_pid: int = 0, detach: bool = False,
+               flushing: bool = True) -> NodeProcesses:
+    total = resolve_resources(num_cpus, resources)
+    store = object_store_memory or default_object_store_memory()
+    gcs_process, gcs_address = start_gcs(session, port=port, host=host, storage=storage,
+                                         parent_pid=parent_pid, detach=detach, flushing=flushing)
+    try:
+        raylet_process, raylet_address, node_id = start_raylet(
+            session, gcs_address=gcs_address, ip=host, resources=total,
+            object_store_memory=store, spilling=spilling, head=True, parent_pid=parent_pid,
+            detach=detach, prestart=int(min(total["CPU"], 4)))
+    except BaseException:
+        gcs_process.kill()
+        gcs_process.wait()
+        raise
+    tmp = session.address_file.with_suffix(".tmp")
+    tmp.write_text(gcs_address)
+    tmp.replace(session.address_file)
+    log.info("cluster.head_started", gcs=gcs_address, raylet=raylet_address, node_id=node_id)
+    return NodeProcesses(session, gcs_address, raylet_address, node_id,
+                         [gcs_process, raylet_process])
+
+
+def join_node(session: SessionPaths, gcs_address: str, *, host: str = "127.0.0.1",
+              num_cpus: float | None = None, resources: dict[str, float] | None = None,
+              object_store_memory: int | None = None, spilling: bool = True,
+              parent_pid: int = 0, detach: bool = True) -> NodeProcesses:
+    from tracedray.core.gcs.client import connect
+
+    connect(gcs_address)  # fail fast, naming the address, if no GCS answers there
+    total = resolve_resources(num_cpus, resources)
+    raylet_process, raylet_address, node_id = start_raylet(
+        session, gcs_address=gcs_address, ip=host, resources=total,
+        object_store_memory=object_store_memory or default_object_store_memory(),
+        spilling=spilling, head=False, parent_pid=parent_pid, detach=detach,
+        prestart=int(min(total["CPU"], 4)))
+    return NodeProcesses(session, gcs_address, raylet_address, node_id, [raylet_process])
+
+
+def find_local_raylet(gcs_address: str, host_ip: str | None = None) -> tuple[str, str]:
+    """(raylet address, node id) of an alive node on this machine, preferring the head."""
+    from tracedray.core.gcs.client import connect
+
+    gcs = connect(gcs_address)
+    nodes = [n.info for n in gcs.get_nodes() if n.info.state == "ALIVE"]
+    if not nodes:
+        raise ClusterConnectionError(f"the cluster at {gcs_address} has no alive node")
+    hostname = os.uname().nodename
+    local = [n for n in nodes if n.hostname == hostname] or nodes
+    local.sort(key=lambda n: not n.is_head)
+    chosen = local[0]
+    return f"{chosen.raylet.ip}:{chosen.raylet.port}", chosen.node_id

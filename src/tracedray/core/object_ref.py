@@ -1,0 +1,106 @@
+"""ObjectRef: a future for a value owned by some process in the cluster."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from tracedray.core import runtime
+from tracedray.core.address import Address
+from tracedray.core.ids import TASK_ID_BYTES, TaskID
+
+if TYPE_CHECKING:
+    from tracedray.core.worker.core_worker import CoreWorker
+
+
+class ObjectRef:
+    """A reference to a (possibly not yet computed) object.
+
+    Creating one counts as a local reference in the current process; when the last
+    reference anywhere disappears the object is freed. Pickling a ref (as an argument,
+    inside a put value or a return value) makes the receiving process a borrower.
+    """
+
+    __slots__ = ("_id", "_owner", "_call_site", "_worker", "__weakref__")
+
+    def __init__(self, object_id: bytes, owner: Address | None = None, call_site: str = "",
+                 *, _worker: CoreWorker | None = None, _owned: bool = False) -> None:
+        if not isinstance(object_id, bytes | bytearray) or len(object_id) <= TASK_ID_BYTES:
+            raise TypeError(f"ObjectRef needs a binary object id, got {object_id!r}")
+        self._id = bytes(object_id)
+        self._owner = owner
+        self._call_site = call_site
+        worker = _worker if _worker is not None else runtime.current()
+        self._worker = worker
+        if worker is not None:
+            worker.references.add_local_ref(self._id, owner, call_site, owned=_owned)
+
+    def __del__(self) -> None:
+        worker = self._worker
+        if worker is not None:
+            try:
+                worker.references.remove_local_ref(self._id)
+            except Exception:  # noqa: BLE001 - never raise from a finalizer (interpreter exit)
+                pass
+
+    def binary(self) -> bytes:
+        return self._id
+
+    def hex(self) -> str:
+        return self._id.hex()
+
+    def task_id(self) -> TaskID:
+        return TaskID(self._id[:TASK_ID_BYTES])
+
+    @property
+    def owner_address(self) -> Address | None:
+        return self._owner
+
+    @property
+    def call_site(self) -> str:
+        return self._call_site
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, ObjectRef) and other._id == self._id
+
+    def __hash__(self) -> int:
+        return hash(self._id)
+
+    def __repr__(self) -> str:
+        return f"ObjectRef({self.hex()})"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        from tracedray.core import serialization
+
+        serialization.note_serialized_ref(self)
+        return (_rebuild, (self._id, tuple(self._owner) if self._owner else None, self._call_site))
+
+    def future(self) -> Any:
+        """A concurrent.futures.Future resolved with the value (or the error)."""
+        import concurrent.futures
+        import threading
+
+        fut: concurrent.futures.Future[Any] = concurrent.futures.Future()
+
+        def resolve() -> None:
+            from tracedray.core import api
+
+            try:
+                fut.set_result(api.get(self))
+            except BaseException as exc:  # noqa: BLE001 - delivered through the future
+                fut.set_exception(exc)
+
+        threading.Thread(target=resolve, daemon=True, name="tracedray-ref-future").start()
+        return fut
+
+    def __await__(self) -> Any:
+        import asyncio
+
+        return asyncio.wrap_future(self.future()).__await__()
+
+
+def _rebuild(object_id: bytes, owner: tuple[Any, ...] | None, call_site: str) -> ObjectRef:
+    from tracedray.core import serialization
+
+    ref = ObjectRef(object_id, Address(*owner) if owner else None, call_site)
+    serialization.note_deserialized_ref(ref)
+    return ref

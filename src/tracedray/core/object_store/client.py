@@ -1,0 +1,113 @@
+"""What a core worker (driver or worker process) does with object files.
+
+Writers create and fill the file themselves, then ask their raylet to seal it
+(:meth:`ObjectStore.seal`); readers map it read-only.  These functions do the
+file I/O only; accounting and capacity live in the raylet's ``ObjectStore``.
+
+Why ``pwrite`` and not mmap + memcpy for writing: on tmpfs, copying into a
+fresh mapping takes a page fault per 4 KiB page, while ``write`` lets the
+kernel copy straight into the page cache.  Measured on the reference machine
+for 100 MB: mmap+memcpy ~1.3 GB/s, pwrite ~2.3 GB/s (as fast as a memcpy into
+freshly allocated memory).  ``write`` also reports a full /dev/shm as ENOSPC
+instead of killing the process with SIGBUS as a store into an mmap would.
+"""
+
+from __future__ import annotations
+
+import errno
+import mmap
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+from tracedray.core.object_store.files import unlink_quietly
+from tracedray.core.object_store.layout import BufferLike, segments
+from tracedray.exceptions import ObjectLostError, ObjectStoreFullError, RaySystemError
+
+_FILE_MODE = 0o600  # objects are private to the user who runs the cluster
+
+
+def _pwrite_all(fd: int, view: memoryview, offset: int) -> None:
+    # A single pwrite may write less than asked (Linux caps one call near 2 GiB).
+    done = 0
+    while done < view.nbytes:
+        done += os.pwrite(fd, view[done:], offset + done)
+
+
+def write_object(path: Path, inband: BufferLike, buffers: Sequence[BufferLike]) -> int:
+    """Create ``path`` exclusively and write the packed object into it; returns its size.
+
+    Raises :class:`RaySystemError` when the file already exists (an object is
+    written once; a retried task finds its result already stored) and
+    :class:`ObjectStoreFullError` when the shared-memory file system itself is
+    full.  A failed write leaves no file behind.
+    """
+    total, parts = segments(inband, buffers)
+    try:
+        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_CLOEXEC, _FILE_MODE)
+    except FileExistsError as exc:
+        raise RaySystemError(f"object file {path} already exists") from exc
+    except OSError as exc:
+        raise RaySystemError(f"cannot create object file {path}: {exc}") from exc
+    try:
+        for offset, view in parts:
+            _pwrite_all(fd, view, offset)
+        # The last part ends at ``total`` already; this only matters for an
+        # object whose final bytes are padding, and makes the size explicit.
+        os.ftruncate(fd, total)
+    except OSError as exc:
+        os.close(fd)
+        unlink_quietly(path)
+        if exc.errno == errno.ENOSPC:
+            raise ObjectStoreFullError(
+                f"the shared-memory file system holding {path.parent} is full while writing "
+                f"{total} bytes; lower object_store_memory or free space there") from exc
+        raise RaySystemError(f"cannot write object file {path}: {exc}") from exc
+    except BaseException:
+        os.close(fd)
+        unlink_quietly(path)
+        raise
+    os.close(fd)
+    return total
+
+
+def map_object(path: Path) -> memoryview:
+    """A read-only view of the object file, zero-copy.
+
+    The view holds the mmap alive for as long as it (or any slice of it, or any
+    numpy array built on a slice) is referenced; the file may be unlinked
+    meanwhile, which Linux allows without invalidating the mapping.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError as exc:
+        raise ObjectLostError(_object_id(path), f"object file {path} does not exist") from exc
+    except OSError as exc:
+        raise RaySystemError(f"cannot open object file {path}: {exc}") from exc
+    try:
+        size = os.fstat(fd).st_size
+        if size == 0:
+            raise ObjectLostError(_object_id(path), f"object file {path} is empty (corrupt)")
+        mapping = mmap.mmap(fd, size, access=mmap.ACCESS_READ)
+    except OSError as exc:
+        raise RaySystemError(f"cannot map object file {path}: {exc}") from exc
+    finally:
+        os.close(fd)  # the mapping keeps its own reference to the file
+    return memoryview(mapping)
+
+
+def read_spilled(path: Path) -> memoryview:
+    """Read a spilled object file into memory (a copy) and return a read-only view."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError as exc:
+        raise ObjectLostError(_object_id(path),
+                              f"spilled object file {path} does not exist") from exc
+    except OSError as exc:
+        raise RaySystemError(f"cannot read spilled object file {path}: {exc}") from exc
+    return memoryview(data)
+
+
+def _object_id(path: Path) -> str:
+    # "<prefix>-<hex>" in shm, "<hex>" in the spill folder
+    return path.name.rsplit("-", 1)[-1]

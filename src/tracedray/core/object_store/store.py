@@ -1,0 +1,539 @@
+"""The raylet-side object store of one node: accounting, spilling, restoring, freeing.
+
+Writers create object files themselves (:mod:`.client`) and then call
+:meth:`ObjectStore.seal`; from then on the store owns the file.  The store is
+thread-safe (the raylet's gRPC threads call it) and keeps one lock over its
+bookkeeping.  Spill and restore copies run under that lock, so a spill of a
+large object delays other store calls on the node by the copy time (sendfile,
+about 2 GB/s); in exchange no reader can ever see a half-moved object.
+
+Readers that need an object to stay in shared memory while they map it pin it
+first: ``pin(id); loc = ensure_local(id); map...; unpin(id)``.  An object that
+is spilled after a reader mapped it stays valid for that reader: Linux keeps an
+unlinked file's pages alive while they are mapped.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from types import MappingProxyType
+from typing import Literal
+
+from tracedray.core.object_store import files
+from tracedray.core.object_store.client import map_object
+from tracedray.core.object_store.policy import (
+    Full,
+    MakeRoom,
+    StoredObject,
+    StoreState,
+    describe_full,
+    plan_admission,
+)
+from tracedray.exceptions import ConfigError, ObjectLostError, ObjectStoreFullError, RaySystemError
+from tracedray.logs import get_logger
+from tracedray.telemetry import attributes as attr
+from tracedray.telemetry import span
+
+remove_orphans = files.remove_orphans
+
+_log = get_logger(__name__)
+
+
+@dataclass(frozen=True)
+class ObjectLocation:
+    object_id: str
+    kind: Literal["shm", "spilled"]
+    path: Path
+    size: int
+
+
+@dataclass(frozen=True)
+class StoredObjectInfo:
+    """One row of ``tracedray memory``."""
+
+    object_id: str
+    size: int
+    owner: str
+    call_site: str
+    spilled: bool
+    pinned: bool
+    primary: bool
+    created_at: float  # wall-clock seconds since the epoch
+
+
+@dataclass(frozen=True)
+class ObjectStoreStatistics:
+    node_id: str
+    capacity: int
+    used: int  # bytes in shared memory now
+    num_objects: int  # in shared memory or spilled
+    num_in_memory: int
+    num_spilled: int  # spilled now
+    spilled_bytes_now: int
+    num_pinned: int
+    spilled_count: int  # cumulative
+    spilled_bytes: int
+    restored_count: int
+    restored_bytes: int
+    evicted_count: int
+    evicted_bytes: int
+    freed_count: int
+    freed_bytes: int
+    rejected_count: int  # seals refused with ObjectStoreFullError
+
+
+class ObjectStore:
+    def __init__(self, *, node_id: str, capacity_bytes: int, name_prefix: str, spill_dir: Path,
+                 spilling_enabled: bool = True, shm_dir: Path = Path("/dev/shm"),
+                 on_evict: Callable[[Sequence[str]], None] | None = None) -> None:
+        """``on_evict`` is told (outside the store's lock) which secondary copies were
+        dropped to make room, so the raylet can update the cluster's location table."""
+        if capacity_bytes <= 0:
+            raise ConfigError(f"object_store_memory must be positive, got {capacity_bytes}")
+        self._node_id = node_id
+        self._capacity = capacity_bytes
+        self._prefix = files.validate_name_prefix(name_prefix)
+        self._spill_dir = spill_dir
+        self._spilling_enabled = spilling_enabled
+        self._shm_dir = shm_dir
+        self._on_evict = on_evict
+        self._lock = threading.Lock()
+        self._closed = False
+        self._used = 0
+        self._objects: dict[str, StoredObject] = {}
+        self._pins: dict[str, int] = {}
+        self._created_at: dict[str, float] = {}
+        self._spilled_count = self._spilled_bytes = 0
+        self._restored_count = self._restored_bytes = 0
+        self._evicted_count = self._evicted_bytes = 0
+        self._freed_count = self._freed_bytes = 0
+        self._rejected_count = 0
+        self._warn_if_shm_smaller_than_capacity()
+
+    # ------------------------------------------------------------------ paths
+
+    def object_path(self, object_id: str) -> Path:
+        """Where a writer creates the object's file before sealing it."""
+        return files.shm_path(self._shm_dir, self._prefix, object_id)
+
+    def _spill_path(self, object_id: str) -> Path:
+        return files.spill_path(self._spill_dir, object_id)
+
+    # ------------------------------------------------------------ admission
+
+    def seal(self, object_id: str, size: int, *, owner: str, call_site: str = "",
+             primary: bool = True) -> None:
+        """Take over the file a writer created at :meth:`object_path`.
+
+        Makes room by evicting secondary copies and spilling unpinned primaries
+        when needed; when the object cannot fit, its file is removed and
+        :class:`ObjectStoreFullError` explains what holds the memory.  Sealing an
+        object that is already stored (a retried task's result) keeps the stored
+        copy.
+        """
+        path = self.object_path(object_id)
+        with self._lock:
+            self._check_open()
+            existing = self._objects.get(object_id)
+            if existing is not None:
+                if existing.spilled:
+                    # The writer could create the file only because the stored
+                    # copy was spilled; the spilled copy stays authoritative.
+                    files.unlink_quietly(path)
+                return
+            self._check_file_size(path, size)
+            evicted = self._admit(object_id, size, path)
+            self._add(object_id, size, owner=owner, call_site=call_site, primary=primary)
+        self._notify_evicted(evicted)
+
+    def receive(self, object_id: str, size: int, chunks: Iterable[bytes], *, owner: str,
+                call_site: str = "") -> None:
+        """Store a secondary copy pulled from another node, chunk by chunk.
+
+        The bytes go to a temporary file that is renamed into place only after
+        admission, so a reader never maps a partial copy.
+        """
+        final = self.object_path(object_id)
+        if self.contains(object_id):
+            return
+        temporary = files.temp_path(final, "receiving")
+        received = self._write_chunks(temporary, chunks)
+        if received != size:
+            files.unlink_quietly(temporary)
+            raise RaySystemError(f"transfer of object {object_id} to node {self._node_id} "
+                                 f"ended after {received} of {size} bytes")
+        with self._lock:
+            self._check_open()
+            if object_id in self._objects:  # a concurrent pull finished first
+                files.unlink_quietly(temporary)
+                return
+            evicted = self._admit(object_id, size, temporary)
+            os.replace(temporary, final)
+            self._add(object_id, size, owner=owner, call_site=call_site, primary=False)
+        self._notify_evicted(evicted)
+        _log.debug("object received", object_id=object_id, size=size, node_id=self._node_id)
+
+    def _admit(self, object_id: str, size: int, new_file: Path) -> list[str]:
+        """Make room for ``size`` bytes or remove ``new_file`` and raise; returns evicted ids."""
+        plan = plan_admission(self._state(), size, spilling_enabled=self._spilling_enabled)
+        if isinstance(plan, Full):
+            message = describe_full(self._state(), size, spilling_enabled=self._spilling_enabled)
+            files.unlink_quietly(new_file)
+            self._rejected_count += 1
+            _log.warning("object store full", object_id=object_id, size=size,
+                         node_id=self._node_id, used=self._used, capacity=self._capacity,
+                         reason=plan.reason)
+            raise ObjectStoreFullError(message)
+        if isinstance(plan, MakeRoom):
+            try:
+                self._make_room(plan)
+            except BaseException:
+                files.unlink_quietly(new_file)
+                raise
+            return list(plan.evict)
+        return []
+
+    def _make_room(self, plan: MakeRoom) -> None:
+        for object_id in plan.evict:
+            self._evict(object_id)
+        for object_id in plan.spill:
+            self._spill(object_id)
+
+    # --------------------------------------------------------------- reading
+
+    def contains(self, object_id: str) -> bool:
+        with self._lock:
+            return object_id in self._objects
+
+    def locate(self, object_id: str) -> ObjectLocation | None:
+        """Where the object is now, or ``None`` when this node does not hold it."""
+        with self._lock:
+            obj = self._objects.get(object_id)
+            if obj is None:
+                return None
+            self._touch(object_id)
+            return self._location(obj)
+
+    def ensure_local(self, object_id: str) -> ObjectLocation:
+        """Bring a spilled object back into shared memory when it fits (spilling others if
+        needed); otherwise return its spill location, which readers can still read."""
+        with self._lock:
+            self._check_open()
+            obj = self._require(object_id)
+            self._touch(object_id)
+            if not obj.spilled:
+                return self._location(obj)
+            plan = plan_admission(self._state(), obj.size, spilling_enabled=self._spilling_enabled)
+            if isinstance(plan, Full):
+                _log.info("object restore deferred", object_id=object_id, size=obj.size,
+                          node_id=self._node_id, reason=plan.reason)
+                return self._location(obj)
+            evicted: list[str] = []
+            if isinstance(plan, MakeRoom):
+                self._make_room(plan)
+                evicted = list(plan.evict)
+            self._restore(object_id)
+            location = self._location(self._objects[object_id])
+        self._notify_evicted(evicted)
+        return location
+
+    def read_chunks(self, object_id: str, chunk_size: int = 4 << 20) -> Iterator[memoryview]:
+        """The packed object in chunks, for node-to-node transfer.
+
+        The file is opened or mapped under the lock, so a concurrent spill or
+        free cannot pull it away mid-transfer; the chunks are read outside it.
+        """
+        if chunk_size <= 0:
+            raise ValueError(f"chunk_size must be positive, got {chunk_size}")
+        with self._lock:
+            obj = self._require(object_id)
+            self._touch(object_id)
+            if not obj.spilled:
+                view = map_object(self.object_path(object_id))
+            else:
+                fd = self._open_spilled(object_id)
+        if not obj.spilled:
+            for start in range(0, view.nbytes, chunk_size):
+                yield view[start:start + chunk_size]
+            return
+        try:
+            offset = 0
+            while offset < obj.size:
+                chunk = os.pread(fd, min(chunk_size, obj.size - offset), offset)
+                if not chunk:
+                    raise ObjectLostError(object_id, f"spill file of {object_id} is truncated "
+                                                     f"at {offset} of {obj.size} bytes")
+                offset += len(chunk)
+                yield memoryview(chunk)
+        finally:
+            os.close(fd)
+
+    def _open_spilled(self, object_id: str) -> int:
+        try:
+            return os.open(self._spill_path(object_id), os.O_RDONLY | os.O_CLOEXEC)
+        except OSError as exc:
+            raise ObjectLostError(object_id, f"spill file {self._spill_path(object_id)} "
+                                             f"cannot be opened: {exc}") from exc
+
+    # ------------------------------------------------------------- pinning
+
+    def pin(self, object_id: str) -> None:
+        """Mark the object in use (by a running task or a reader): it is never spilled or
+        evicted until every pin is released.  Pins nest."""
+        with self._lock:
+            obj = self._require(object_id)
+            count = self._pins.get(object_id, 0) + 1
+            self._pins[object_id] = count
+            if count == 1:
+                self._objects[object_id] = replace(obj, pinned=True)
+
+    def unpin(self, object_id: str) -> None:
+        """Release one pin; unpinning an object that was freed meanwhile does nothing."""
+        with self._lock:
+            count = self._pins.get(object_id, 0)
+            if count == 0:
+                if object_id in self._objects:
+                    _log.warning("unpin of an object that is not pinned", object_id=object_id,
+                                 node_id=self._node_id)
+                return
+            if count > 1:
+                self._pins[object_id] = count - 1
+                return
+            del self._pins[object_id]
+            self._objects[object_id] = replace(self._objects[object_id], pinned=False)
+
+    # ------------------------------------------------------------- freeing
+
+    def free(self, object_ids: Iterable[str]) -> int:
+        """Remove the objects (shared memory and spill files); returns the bytes freed.
+        Unknown ids are skipped: an object may be freed by several owners' messages."""
+        freed = 0
+        with self._lock:
+            for object_id in object_ids:
+                obj = self._objects.pop(object_id, None)
+                if obj is None:
+                    continue
+                self._pins.pop(object_id, None)
+                self._created_at.pop(object_id, None)
+                used_after = self._used if obj.spilled else self._used - obj.size
+                with span("object.free", self._attributes(obj, used_after=used_after)):
+                    if obj.spilled:
+                        files.unlink_quietly(self._spill_path(object_id))
+                    else:
+                        files.unlink_quietly(self.object_path(object_id))
+                    self._used = used_after
+                    self._freed_count += 1
+                    self._freed_bytes += obj.size
+                freed += obj.size
+                _log.debug("object freed", object_id=object_id, size=obj.size,
+                           spilled=obj.spilled, node_id=self._node_id, store_used=self._used)
+        return freed
+
+    def shutdown(self) -> None:
+        """Remove every file this store made or was handed (no leaks in /dev/shm)."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            for object_id, obj in self._objects.items():
+                if obj.spilled:
+                    files.unlink_quietly(self._spill_path(object_id))
+                else:
+                    files.unlink_quietly(self.object_path(object_id))
+            count = len(self._objects)
+            self._objects.clear()
+            self._pins.clear()
+            self._created_at.clear()
+            self._used = 0
+            # Files written but never sealed, and interrupted transfers.
+            orphans = files.remove_orphans(self._shm_dir, self._prefix)
+        _log.info("object store shut down", node_id=self._node_id, objects=count,
+                  unsealed_files=orphans)
+
+    # --------------------------------------------------------- introspection
+
+    def objects(self) -> list[StoredObjectInfo]:
+        with self._lock:
+            return [
+                StoredObjectInfo(object_id=o.object_id, size=o.size, owner=o.owner,
+                                 call_site=o.call_site, spilled=o.spilled, pinned=o.pinned,
+                                 primary=o.primary, created_at=self._created_at[o.object_id])
+                for o in self._objects.values()
+            ]
+
+    def statistics(self) -> ObjectStoreStatistics:
+        with self._lock:
+            spilled = [o for o in self._objects.values() if o.spilled]
+            return ObjectStoreStatistics(
+                node_id=self._node_id,
+                capacity=self._capacity,
+                used=self._used,
+                num_objects=len(self._objects),
+                num_in_memory=len(self._objects) - len(spilled),
+                num_spilled=len(spilled),
+                spilled_bytes_now=sum(o.size for o in spilled),
+                num_pinned=len(self._pins),
+                spilled_count=self._spilled_count,
+                spilled_bytes=self._spilled_bytes,
+                restored_count=self._restored_count,
+                restored_bytes=self._restored_bytes,
+                evicted_count=self._evicted_count,
+                evicted_bytes=self._evicted_bytes,
+                freed_count=self._freed_count,
+                freed_bytes=self._freed_bytes,
+                rejected_count=self._rejected_count,
+            )
+
+    def __repr__(self) -> str:
+        stats = self.statistics()
+        return (f"<ObjectStore node={self._node_id[:12]} used={stats.used}/{stats.capacity} "
+                f"objects={stats.num_objects} spilled={stats.num_spilled} "
+                f"pinned={stats.num_pinned}{' closed' if self._closed else ''}>")
+
+    # --------------------------------------------------- moves (lock held)
+
+    def _spill(self, object_id: str) -> None:
+        obj = self._objects[object_id]
+        source = self.object_path(object_id)
+        destination = self._spill_path(object_id)
+        attributes = {**self._attributes(obj, used_after=self._used - obj.size),
+                      attr.SPILL_PATH: str(destination)}
+        with span("object.spill", attributes):
+            try:
+                destination.parent.mkdir(parents=True, exist_ok=True)
+                files.copy_atomically(source, destination)
+            except OSError as exc:
+                raise RaySystemError(f"cannot spill object {object_id} to {destination}: {exc}; "
+                                     "check free disk space in the session folder") from exc
+            files.unlink_quietly(source)
+            self._used -= obj.size
+            self._objects[object_id] = replace(obj, spilled=True)
+            self._spilled_count += 1
+            self._spilled_bytes += obj.size
+        _log.info("object spilled", object_id=object_id, size=obj.size, node_id=self._node_id,
+                  spill_path=str(destination), store_used=self._used, store_capacity=self._capacity)
+
+    def _restore(self, object_id: str) -> None:
+        obj = self._objects[object_id]
+        source = self._spill_path(object_id)
+        destination = self.object_path(object_id)
+        attributes = {**self._attributes(obj, used_after=self._used + obj.size),
+                      attr.SPILL_PATH: str(source)}
+        with span("object.restore", attributes):
+            try:
+                files.copy_atomically(source, destination)
+            except OSError as exc:
+                if exc.errno == errno.ENOSPC:
+                    raise ObjectStoreFullError(
+                        f"shared memory ({self._shm_dir}) ran out while restoring object "
+                        f"{object_id} ({obj.size} bytes); lower object_store_memory") from exc
+                raise RaySystemError(f"cannot restore object {object_id} from {source}: "
+                                     f"{exc}") from exc
+            files.unlink_quietly(source)
+            self._used += obj.size
+            self._objects[object_id] = replace(obj, spilled=False)
+            self._restored_count += 1
+            self._restored_bytes += obj.size
+        _log.info("object restored", object_id=object_id, size=obj.size, node_id=self._node_id,
+                  spill_path=str(source), store_used=self._used, store_capacity=self._capacity)
+
+    def _evict(self, object_id: str) -> None:
+        obj = self._objects.pop(object_id)
+        self._created_at.pop(object_id, None)
+        with span("object.evict", self._attributes(obj, used_after=self._used - obj.size)):
+            files.unlink_quietly(self.object_path(object_id))
+            self._used -= obj.size
+            self._evicted_count += 1
+            self._evicted_bytes += obj.size
+        _log.info("object evicted", object_id=object_id, size=obj.size, node_id=self._node_id,
+                  store_used=self._used, store_capacity=self._capacity)
+
+    # ------------------------------------------------------------- helpers
+
+    def _add(self, object_id: str, size: int, *, owner: str, call_site: str,
+             primary: bool) -> None:
+        self._objects[object_id] = StoredObject(
+            object_id=object_id, size=size, primary=primary, pinned=False,
+            last_access=time.monotonic(), owner=owner, call_site=call_site, spilled=False)
+        self._created_at[object_id] = time.time()
+        self._used += size
+
+    def _state(self) -> StoreState:
+        # A read-only view, not a copy: plan_admission runs under the lock.
+        return StoreState(capacity=self._capacity, used=self._used,
+                          objects=MappingProxyType(self._objects))
+
+    def _touch(self, object_id: str) -> None:
+        self._objects[object_id] = replace(self._objects[object_id], last_access=time.monotonic())
+
+    def _require(self, object_id: str) -> StoredObject:
+        obj = self._objects.get(object_id)
+        if obj is None:
+            raise ObjectLostError(object_id, f"not in the object store of node {self._node_id}")
+        return obj
+
+    def _location(self, obj: StoredObject) -> ObjectLocation:
+        if obj.spilled:
+            return ObjectLocation(obj.object_id, "spilled", self._spill_path(obj.object_id),
+                                  obj.size)
+        return ObjectLocation(obj.object_id, "shm", self.object_path(obj.object_id), obj.size)
+
+    def _attributes(self, obj: StoredObject, *, used_after: int | None = None
+                    ) -> dict[str, str | int]:
+        return {attr.OBJECT_ID: obj.object_id, attr.OBJECT_SIZE: obj.size,
+                attr.NODE_ID: self._node_id,
+                attr.STORE_USED: self._used if used_after is None else used_after,
+                attr.STORE_CAPACITY: self._capacity}
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RaySystemError(f"the object store of node {self._node_id} is shut down")
+
+    def _check_file_size(self, path: Path, size: int) -> None:
+        try:
+            actual = os.stat(path).st_size
+        except FileNotFoundError as exc:
+            raise RaySystemError(f"cannot seal {path}: the writer's file does not exist") from exc
+        if actual != size:
+            files.unlink_quietly(path)
+            raise RaySystemError(f"cannot seal {path}: the file has {actual} bytes, "
+                                 f"the writer reported {size}")
+
+    def _write_chunks(self, path: Path, chunks: Iterable[bytes]) -> int:
+        written = 0
+        try:
+            with open(path, "xb") as out:
+                for chunk in chunks:
+                    written += out.write(chunk)
+        except OSError as exc:
+            files.unlink_quietly(path)
+            if exc.errno == errno.ENOSPC:
+                raise ObjectStoreFullError(
+                    f"shared memory ({self._shm_dir}) ran out while receiving an object; "
+                    "lower object_store_memory") from exc
+            raise RaySystemError(f"cannot write received object to {path}: {exc}") from exc
+        except BaseException:
+            files.unlink_quietly(path)
+            raise
+        return written
+
+    def _notify_evicted(self, object_ids: list[str]) -> None:
+        if object_ids and self._on_evict is not None:
+            self._on_evict(object_ids)
+
+    def _warn_if_shm_smaller_than_capacity(self) -> None:
+        try:
+            stats = os.statvfs(self._shm_dir)
+        except OSError as exc:
+            raise ConfigError(f"shared-memory folder {self._shm_dir} is unusable: {exc}") from exc
+        available = stats.f_bavail * stats.f_frsize
+        if available < self._capacity:
+            _log.warning("shared memory is smaller than the object store capacity",
+                         shm_dir=str(self._shm_dir), available=available,
+                         capacity=self._capacity, node_id=self._node_id)

@@ -1,0 +1,64 @@
+"""What every tracedray process does at start: telemetry, logs, and dying with its parent."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from tracedray import logs, telemetry
+
+
+def setup_process(component: str, *, session_dir: Path, node_id: str = "",
+                  config: dict[str, Any] | None = None) -> None:
+    session_id = session_dir.name
+    telemetry.configure(component, session_dir=session_dir, node_id=node_id,
+                        session_id=session_id)
+    logs.configure(component, session_dir=session_dir, node_id=node_id, session_id=session_id,
+                   config=config or {})
+
+
+def exit_with_parent(parent_pid: int, on_exit: Any = None, interval_s: float = 0.5) -> None:
+    """Exit when ``parent_pid`` is gone (no orphaned clusters after a driver is killed)."""
+    if parent_pid <= 0:
+        return
+
+    def watch() -> None:
+        while True:
+            time.sleep(interval_s)
+            if os.getppid() != parent_pid and not _alive(parent_pid):
+                if on_exit is not None:
+                    try:
+                        on_exit()
+                    except Exception:  # noqa: BLE001 - we are exiting anyway
+                        pass
+                logs.record_process_exit(0)
+                telemetry.force_flush(1.0)
+                os._exit(0)
+
+    threading.Thread(target=watch, daemon=True, name="tracedray-parent-watch").start()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def exit_on_sigterm(on_exit: Any) -> None:
+    def handler(signum: int, frame: Any) -> None:
+        try:
+            on_exit()
+        finally:
+            logs.record_process_exit(0)
+            telemetry.shutdown()
+            os._exit(0)
+
+    signal.signal(signal.SIGTERM, handler)

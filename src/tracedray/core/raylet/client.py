@@ -1,0 +1,77 @@
+"""Typed client for a raylet; grpc errors become tracedray errors here."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from tracedray.core import rpc
+from tracedray.v1 import common_pb2, raylet_pb2, raylet_pb2_grpc
+
+
+class RayletClient:
+    def __init__(self, address: str) -> None:
+        self.address = address
+        self._stub = raylet_pb2_grpc.RayletServiceStub(rpc.channel(address))
+
+    def _call(self, method_name: str, request: object, timeout: float | None = 60.0) -> object:
+        method = getattr(self._stub, method_name)
+        with rpc.translate("raylet", self.address):
+            return method(request, timeout=timeout)
+
+    def request_lease(self, request: raylet_pb2.LeaseRequest) -> raylet_pb2.LeaseReply:
+        return self._call("RequestWorkerLease", request, timeout=None)  # type: ignore[return-value]
+
+    def return_worker(self, lease_id: str, *, worker_failed: bool = False,
+                      disconnect: bool = False) -> None:
+        self._call("ReturnWorker", raylet_pb2.ReturnWorkerRequest(
+            lease_id=lease_id, worker_failed=worker_failed, disconnect=disconnect))
+
+    def register_worker(self, worker_id: str, port: int, pid: int,
+                        is_driver: bool = False) -> raylet_pb2.RegisterWorkerReply:
+        return self._call("RegisterWorker", raylet_pb2.RegisterWorkerRequest(  # type: ignore[return-value]
+            worker_id=worker_id, port=port, pid=pid, is_driver=is_driver))
+
+    def notify_blocked(self, worker_id: str, blocked: bool) -> None:
+        self._call("NotifyBlocked", raylet_pb2.NotifyBlockedRequest(worker_id=worker_id,
+                                                                    blocked=blocked))
+
+    def seal_object(self, request: raylet_pb2.SealObjectRequest) -> raylet_pb2.SealObjectReply:
+        return self._call("SealObject", request)  # type: ignore[return-value]
+
+    def locate_object(self, request: raylet_pb2.LocateObjectRequest) -> raylet_pb2.LocateObjectReply:
+        return self._call("LocateObject", request, timeout=600.0)  # type: ignore[return-value]
+
+    def free_objects(self, object_ids: list[bytes]) -> None:
+        self._call("FreeObjects", raylet_pb2.FreeObjectsRequest(object_ids=object_ids))
+
+    def pull_object(self, object_id: bytes, to_node_id: str) -> Iterator[raylet_pb2.ObjectChunk]:
+        with rpc.translate("raylet", self.address):
+            yield from self._stub.PullObject(
+                raylet_pb2.PullObjectRequest(object_id=object_id, to_node_id=to_node_id),
+                timeout=600.0)
+
+    def get_worker_exit(self, worker_id: str, timeout_s: float) -> raylet_pb2.WorkerExitInfo:
+        return self._call("GetWorkerExit", raylet_pb2.GetWorkerExitRequest(  # type: ignore[return-value]
+            worker_id=worker_id, timeout_s=timeout_s), timeout=timeout_s + 10)
+
+    def node_stats(self, *, include_objects: bool = False,
+                   include_references: bool = False) -> raylet_pb2.NodeStats:
+        return self._call("GetNodeStats", raylet_pb2.GetNodeStatsRequest(  # type: ignore[return-value]
+            include_objects=include_objects, include_references=include_references))
+
+    def kill_worker(self, worker_id: str, force: bool = True) -> None:
+        self._call("KillWorker", raylet_pb2.KillWorkerRequest(worker_id=worker_id, force=force))
+
+    def start_actor_worker(self, request: raylet_pb2.StartActorWorkerRequest) -> raylet_pb2.LeaseReply:
+        return self._call("StartActorWorker", request, timeout=None)  # type: ignore[return-value]
+
+    def shutdown_node(self) -> None:
+        self._call("ShutdownNode", raylet_pb2.ShutdownNodeRequest(), timeout=10.0)
+
+    def read_session_files(self, subdir: str) -> Iterator[raylet_pb2.FileChunk]:
+        with rpc.translate("raylet", self.address):
+            yield from self._stub.ReadSessionFiles(raylet_pb2.ReadSessionFilesRequest(subdir=subdir),
+                                                   timeout=120.0)
+
+
+_EMPTY = common_pb2.Empty

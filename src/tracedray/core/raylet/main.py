@@ -1,0 +1,56 @@
+"""Entry point of a raylet process: ``python -m tracedray.core.raylet.main``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import threading
+from pathlib import Path
+
+from tracedray import logs
+from tracedray.core.process import exit_on_sigterm, exit_with_parent, setup_process
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="tracedray raylet")
+    parser.add_argument("--session-dir", type=Path, required=True)
+    parser.add_argument("--gcs", required=True)
+    parser.add_argument("--node-id", required=True)
+    parser.add_argument("--ip", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--resources", default="{}", help="JSON: name -> amount (incl. CPU)")
+    parser.add_argument("--object-store-memory", type=int, required=True)
+    parser.add_argument("--no-spilling", action="store_true")
+    parser.add_argument("--head", action="store_true")
+    parser.add_argument("--prestart", type=int, default=0)
+    parser.add_argument("--parent-pid", type=int, default=0)
+    parser.add_argument("--ready-file", type=Path, required=True)
+    args = parser.parse_args()
+    setup_process("raylet", session_dir=args.session_dir, node_id=args.node_id,
+                  config={"resources": args.resources, "gcs": args.gcs,
+                          "object_store_memory": args.object_store_memory,
+                          "spilling": not args.no_spilling})
+    from tracedray.core.raylet.server import Raylet
+
+    try:
+        raylet = Raylet(node_id=args.node_id, ip=args.ip, gcs_address=args.gcs,
+                        session_dir=args.session_dir, resources=json.loads(args.resources),
+                        object_store_memory=args.object_store_memory,
+                        object_spilling=not args.no_spilling, is_head=args.head, port=args.port,
+                        listen_host=args.ip)
+        raylet.start(prestart_workers=args.prestart)
+    except Exception as exc:
+        logs.get_logger(__name__).error("raylet.start_failed", error=str(exc))
+        args.ready_file.write_text(json.dumps({"error": str(exc)}))
+        raise SystemExit(1) from exc
+    exit_on_sigterm(raylet.shutdown)
+    exit_with_parent(args.parent_pid, raylet.shutdown)
+    tmp = args.ready_file.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"port": raylet.port, "node_id": args.node_id,
+                               "address": raylet.address.target}))
+    tmp.replace(args.ready_file)
+    threading.Event().wait()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,524 @@
+"""The raylet: one per node. Leases workers, runs the node's object store,
+heartbeats to the GCS, and records every worker exit."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import grpc
+import psutil
+
+from tracedray import logs, telemetry
+from tracedray.core import rpc
+from tracedray.core.address import Address
+from tracedray.core.gcs.client import GcsClient
+from tracedray.core.object_store.store import ObjectStore
+from tracedray.core.raylet import scheduler
+from tracedray.core.raylet import worker_pool as wp
+from tracedray.core.raylet.client import RayletClient
+from tracedray.core.worker.flight_recorder import read_slot
+from tracedray.exceptions import ObjectStoreFullError, RaySystemError
+from tracedray.telemetry import attributes as A
+from tracedray.v1 import common_pb2, core_worker_pb2_grpc, gcs_pb2, raylet_pb2, raylet_pb2_grpc
+
+log = logs.get_logger(__name__)
+
+
+@dataclass
+class PendingLease:
+    request: raylet_pb2.LeaseRequest
+    decision: scheduler.Decision
+    done: threading.Event = field(default_factory=threading.Event)
+    reply: raylet_pb2.LeaseReply | None = None
+    actor_id: bytes = b""
+    infeasible: bool = False
+
+
+@dataclass(frozen=True)
+class RayletStatistics:
+    pending_leases: int
+    infeasible_leases: int
+    leases_granted: int
+    workers: wp.WorkerPoolStatistics
+    resources_available: dict[str, float]
+
+
+class Raylet:
+    def __init__(self, *, node_id: str, ip: str, gcs_address: str, session_dir: Path,
+                 resources: dict[str, float], object_store_memory: int, object_spilling: bool,
+                 is_head: bool, port: int = 0, listen_host: str = "127.0.0.1") -> None:
+        self.node_id = node_id
+        self.ip = ip
+        self.session_dir = session_dir
+        self.is_head = is_head
+        self.total = dict(resources)
+        self.available = dict(resources)
+        self._lock = threading.RLock()
+        self._pending: list[PendingLease] = []
+        self._leases: dict[str, wp.WorkerProcess] = {}
+        self._granted = 0
+        self._exits: dict[str, threading.Event] = {}
+        self._stopped = threading.Event()
+        self.gcs = GcsClient(gcs_address)
+        prefix = f"tracedray-{session_dir.name[-24:]}-{node_id[:8]}"
+        self.store = ObjectStore(node_id=node_id, capacity_bytes=object_store_memory,
+                                 name_prefix=prefix, spill_dir=session_dir / "spill" / node_id[:12],
+                                 spilling_enabled=object_spilling)
+        self.object_path_prefix = str(self.store.object_path("00"))[:-2]
+        self._server = rpc.make_server(max_workers=256)
+        raylet_pb2_grpc.add_RayletServiceServicer_to_server(_Servicer(self), self._server)
+        self.port = rpc.bind(self._server, listen_host, port)
+        self.pool = wp.WorkerPool(node_id=node_id, ip=ip, raylet_port=self.port,
+                                  gcs_address=gcs_address, session_dir=session_dir,
+                                  object_path_prefix=self.object_path_prefix,
+                                  on_exit=self._on_worker_exit)
+        self._drivers: dict[str, Address] = {}
+        self._peers: dict[str, gcs_pb2.NodeWithLoad] = {}
+        self._bg = ThreadPoolExecutor(max_workers=8, thread_name_prefix="tracedray-raylet-bg")
+
+    @property
+    def address(self) -> Address:
+        return Address(self.node_id, self.ip, self.port)
+
+    # --- lifecycle
+    def start(self, prestart_workers: int) -> None:
+        self._server.start()
+        with telemetry.span("node.start", {A.NODE_ID: self.node_id, A.NODE_IP: self.ip}):
+            self.gcs.register_node(self._node_info())
+        log.info("node.start", node_id=self.node_id, address=self.address.target,
+                 resources=self.total, store_capacity=self.store.statistics().capacity)
+        with self._lock:
+            for _ in range(prestart_workers):
+                self.pool.start_worker()
+        threading.Thread(target=self._heartbeat_loop, daemon=True,
+                         name="tracedray-heartbeat").start()
+
+    def _node_info(self) -> gcs_pb2.NodeInfo:
+        from tracedray.core.environment import environment_fingerprint
+
+        return gcs_pb2.NodeInfo(node_id=self.node_id, raylet=self.address.to_proto(),
+                                resources_total=self.total, state="ALIVE", start_time=time.time(),
+                                environment=environment_fingerprint(), is_head=self.is_head,
+                                object_store_capacity=self.store.statistics().capacity,
+                                hostname=os.uname().nodename)
+
+    def _heartbeat_loop(self) -> None:
+        from tracedray import config
+
+        interval = config.HEARTBEAT_INTERVAL_S.get()
+        while not self._stopped.wait(interval):
+            with self._lock:
+                request = gcs_pb2.HeartbeatRequest(
+                    node_id=self.node_id, resources_available=self.available, sent_at=time.time(),
+                    store_used=self.store.statistics().used,
+                    pending_leases=sum(1 for p in self._pending if not p.infeasible),
+                    infeasible_leases=sum(1 for p in self._pending if p.infeasible))
+            try:
+                reply = self.gcs.heartbeat(request)
+                if reply.unknown_node:
+                    log.warning("node.reregister", reason="the GCS does not know this node")
+                    self.gcs.register_node(self._node_info())
+                self._peers = {n.info.node_id: n for n in self.gcs.get_nodes()}
+            except RaySystemError as exc:
+                log.warning("heartbeat.failed", error=str(exc))
+            with self._lock:
+                self._dispatch()  # nodes may have joined: re-check infeasible requests
+
+    def shutdown(self) -> None:
+        if self._stopped.is_set():
+            return
+        self._stopped.set()
+        log.info("node.stop", node_id=self.node_id)
+        with self._lock:
+            for pending in self._pending:
+                pending.reply = raylet_pb2.LeaseReply(status=raylet_pb2.LeaseReply.TIMEOUT,
+                                                      reason="the node is shutting down")
+                pending.done.set()
+            self._pending.clear()
+        self.pool.kill_all()
+        self.store.shutdown()
+        self._server.stop(grace=0.5)
+
+    # --- leasing
+    def _view(self, request: raylet_pb2.LeaseRequest) -> tuple[scheduler.NodeView,
+                                                                list[scheduler.NodeView]]:
+        queued = sum(1 for p in self._pending if not p.infeasible)
+        local = scheduler.NodeView(self.node_id, True, self.total, self.available, queued,
+                                   request.input_bytes_by_node.get(self.node_id, 0))
+        others = [scheduler.NodeView(n.info.node_id, n.info.state == "ALIVE",
+                                     dict(n.info.resources_total), dict(n.resources_available),
+                                     n.pending_leases,
+                                     request.input_bytes_by_node.get(n.info.node_id, 0))
+                  for n in self._peers.values() if n.info.node_id != self.node_id]
+        return local, others
+
+    def request_lease(self, request: raylet_pb2.LeaseRequest, actor_id: bytes = b""
+                      ) -> raylet_pb2.LeaseReply:
+        with self._lock:
+            local, others = self._view(request)
+            decision = scheduler.decide(local, others, dict(request.resources),
+                                        may_spill=not request.grant_or_reject and not actor_id)
+            if decision.action == "spillback":
+                peer = self._peers[decision.node_id]
+                return self._reply(decision, status=raylet_pb2.LeaseReply.SPILLBACK,
+                                   spillback=Address.from_proto(peer.info.raylet))
+            pending = PendingLease(request, decision, actor_id=actor_id,
+                                   infeasible=decision.action == "infeasible")
+            if pending.infeasible:
+                log.warning("lease.infeasible", resources=dict(request.resources),
+                            reason=decision.reason)
+            self._pending.append(pending)
+            self._dispatch()
+        pending.done.wait()
+        assert pending.reply is not None
+        return pending.reply
+
+    def _reply(self, decision: scheduler.Decision, *, status: int,
+               spillback: Address | None = None) -> raylet_pb2.LeaseReply:
+        reply = raylet_pb2.LeaseReply(status=status, reason=decision.reason,  # type: ignore[arg-type]
+                                      candidates=decision.candidates,
+                                      local_bytes=decision.local_bytes,
+                                      queue_lengths=decision.queue_lengths,
+                                      chosen_node=decision.node_id or self.node_id)
+        if spillback is not None:
+            reply.spillback_raylet.CopyFrom(spillback.to_proto())
+        return reply
+
+    def _dispatch(self) -> None:
+        """Grant queued requests that fit, in arrival order; start workers as needed."""
+        starting = self.pool.count(wp.STARTING)
+        for pending in list(self._pending):
+            request = pending.request
+            resources = dict(request.resources)
+            if pending.infeasible:
+                if not scheduler.feasible(self.total, resources):
+                    local, others = self._view(request)
+                    decision = scheduler.decide(local, others, resources, may_spill=True)
+                    if decision.action == "spillback":
+                        self._pending.remove(pending)
+                        peer = self._peers[decision.node_id]
+                        pending.reply = self._reply(decision,
+                                                    status=raylet_pb2.LeaseReply.SPILLBACK,
+                                                    spillback=Address.from_proto(peer.info.raylet))
+                        pending.done.set()
+                    continue
+                pending.infeasible = False
+            if not scheduler.fits(self.available, resources):
+                continue
+            worker = self.pool.idle_worker()
+            if worker is None:
+                if starting == 0:
+                    self.pool.start_worker()
+                    starting += 1
+                starting -= 1
+                continue
+            self._pending.remove(pending)
+            scheduler.acquire(self.available, resources)
+            lease_id = os.urandom(8).hex()
+            worker.state = wp.ACTOR if pending.actor_id else wp.LEASED
+            worker.lease_id = lease_id
+            worker.resources = resources
+            worker.actor_id = pending.actor_id
+            self._leases[lease_id] = worker
+            self._granted += 1
+            reply = self._reply(pending.decision, status=raylet_pb2.LeaseReply.GRANTED)
+            reply.lease_id = lease_id
+            reply.worker.CopyFrom(self.pool.address_of(worker).to_proto())
+            pending.reply = reply
+            pending.done.set()
+
+    def return_worker(self, lease_id: str, failed: bool) -> None:
+        with self._lock:
+            worker = self._leases.pop(lease_id, None)
+            if worker is None:
+                return
+            if worker.state == wp.LEASED:
+                scheduler.release(self.available, worker.resources)
+            elif worker.state == wp.BLOCKED:
+                scheduler.release(self.available, _without_cpu(worker.resources))
+            worker.lease_id = ""
+            worker.resources = {}
+            if worker.state != wp.DEAD:
+                worker.state = wp.IDLE
+            self._dispatch()
+
+    def register_worker(self, worker_id: str, port: int) -> None:
+        with self._lock:
+            worker = self.pool.workers.get(worker_id)
+            if worker is None:
+                raise RaySystemError(f"unknown worker {worker_id}")
+            worker.port = port
+            worker.state = wp.IDLE
+            worker.registered.set()
+            if telemetry.enabled():
+                telemetry.start_span("worker.start", {A.WORKER_ID: worker_id,
+                                                      A.WORKER_PID: worker.pid,
+                                                      A.NODE_ID: self.node_id}).end()
+            log.info("worker.start", worker_id=worker_id, worker_pid=worker.pid, port=port)
+            self._dispatch()
+
+    def notify_blocked(self, worker_id: str, blocked: bool) -> None:
+        with self._lock:
+            worker = self.pool.workers.get(worker_id)
+            if worker is None or worker.state not in (wp.LEASED, wp.BLOCKED):
+                return
+            cpu = {"CPU": worker.resources.get("CPU", 0.0)}
+            if blocked and worker.state == wp.LEASED:
+                worker.state = wp.BLOCKED
+                scheduler.release(self.available, cpu)
+            elif not blocked and worker.state == wp.BLOCKED:
+                worker.state = wp.LEASED
+                scheduler.acquire(self.available, cpu)  # may go negative briefly, as in Ray
+            self._dispatch()
+
+    # --- worker exits
+    def _on_worker_exit(self, worker: wp.WorkerProcess) -> None:
+        slot = read_slot(self.session_dir / "workers" / f"{worker.worker_id}.slot")
+        memory_percent = psutil.virtual_memory().percent
+        attributes: dict[str, Any] = {
+            A.WORKER_ID: worker.worker_id, A.WORKER_PID: worker.pid, A.NODE_ID: self.node_id,
+            A.EXIT_CODE: worker.exit_code, A.EXIT_SIGNAL: worker.exit_signal,
+            A.EXIT_MEANING: worker.exit_meaning, A.NODE_MEMORY_PERCENT: memory_percent}
+        if slot.get("task_id"):
+            attributes[A.TASK_ID] = slot["task_id"]
+            attributes[A.TASK_ATTEMPT] = int(slot.get("attempt", 0))
+            attributes[A.TASK_FUNCTION] = slot.get("function", "")
+        if worker.actor_id:
+            attributes[A.ACTOR_ID] = worker.actor_id.hex()
+        unexpected = not worker.kill_intended and not self._stopped.is_set()
+        if telemetry.enabled():
+            span = telemetry.start_span(
+                "worker.exit", attributes,
+                context=telemetry.context_from_carrier(slot.get("trace_context") or {}))
+            if unexpected and (worker.exit_signal or worker.exit_code):
+                telemetry.record_error(span, RaySystemError(
+                    f"worker pid {worker.pid} died: {worker.exit_signal or worker.exit_code}: "
+                    f"{worker.exit_meaning}"))
+            span.end()
+        level = log.warning if unexpected else log.info
+        level("worker.exit", worker_id=worker.worker_id, worker_pid=worker.pid,
+              exit_code=worker.exit_code, signal=worker.exit_signal, meaning=worker.exit_meaning,
+              running_task=slot.get("task_id", ""), node_memory_percent=memory_percent)
+        with self._lock:
+            if worker.lease_id:
+                self._leases.pop(worker.lease_id, None)
+                held = worker.resources if worker.state != "BLOCKED" else _without_cpu(
+                    worker.resources)
+                scheduler.release(self.available, held)
+            was_actor = worker.actor_id
+            worker.state = wp.DEAD
+            event = self._exits.setdefault(worker.worker_id, threading.Event())
+            event.set()
+            if not self._stopped.is_set():
+                self._dispatch()
+        if was_actor and not self._stopped.is_set():
+            self._bg.submit(self._report_actor_death, worker)
+
+    def _report_actor_death(self, worker: wp.WorkerProcess) -> None:
+        try:
+            self.gcs.report_worker_death(gcs_pb2.WorkerDeath(
+                node_id=self.node_id, worker_id=worker.worker_id, actor_id=worker.actor_id,
+                exit_code=worker.exit_code, signal=worker.exit_signal,
+                meaning=worker.exit_meaning, intended=worker.kill_intended))
+        except RaySystemError as exc:
+            log.error("actor.death_report_failed", error=str(exc))
+
+    def worker_exit_info(self, worker_id: str, timeout_s: float) -> raylet_pb2.WorkerExitInfo:
+        with self._lock:
+            event = self._exits.setdefault(worker_id, threading.Event())
+        if not event.wait(timeout_s):
+            return raylet_pb2.WorkerExitInfo(exited=False)
+        worker = self.pool.workers.get(worker_id)
+        if worker is None:
+            return raylet_pb2.WorkerExitInfo(exited=False)
+        return raylet_pb2.WorkerExitInfo(exited=True, exit_code=worker.exit_code,
+                                         signal=worker.exit_signal, meaning=worker.exit_meaning,
+                                         node_memory_percent=psutil.virtual_memory().percent,
+                                         pid=worker.pid)
+
+    def kill_worker(self, worker_id: str, force: bool) -> None:
+        worker = self.pool.workers.get(worker_id)
+        if worker is None or worker.process.poll() is not None:
+            return
+        worker.kill_intended = True
+        if force:
+            worker.process.kill()
+        else:
+            worker.process.terminate()
+
+    # --- objects
+    def locate(self, request: raylet_pb2.LocateObjectRequest) -> raylet_pb2.LocateObjectReply:
+        object_hex = request.object_id.hex()
+        if not self.store.contains(object_hex) and request.HasField("from_raylet"):
+            self._pull(request.object_id, Address.from_proto(request.from_raylet))
+        if not self.store.contains(object_hex):
+            return raylet_pb2.LocateObjectReply(found=False,
+                                                error=f"not in the store of node {self.node_id[:12]}")
+        location = self.store.ensure_local(object_hex)
+        return raylet_pb2.LocateObjectReply(found=True, path=str(location.path),
+                                            spilled=location.kind == "spilled", size=location.size)
+
+    def _pull(self, object_id: bytes, source: Address) -> None:
+        """Copy an object from another node's store into this one (one transfer per object)."""
+        started = time.monotonic()
+        with telemetry.span("object.transfer", {A.OBJECT_ID: object_id.hex(),
+                                                A.TRANSFER_FROM_NODE: source.node_id,
+                                                A.TRANSFER_TO_NODE: self.node_id}) as span:
+            chunks = RayletClient(source.target).pull_object(object_id, self.node_id)
+            first = next(chunks)
+            total = first.total_size
+
+            def data() -> Any:
+                yield first.data
+                for chunk in chunks:
+                    yield chunk.data
+
+            self.store.receive(object_id.hex(), total, data(), owner="")
+            span.set_attribute(A.TRANSFER_BYTES, total)
+        log.info("object.transfer", object_id=object_id.hex(), bytes=total,
+                 from_node=source.node_id, duration_s=round(time.monotonic() - started, 6))
+
+    def node_stats(self, request: raylet_pb2.GetNodeStatsRequest) -> raylet_pb2.NodeStats:
+        stats = self.store.statistics()
+        with self._lock:
+            reply = raylet_pb2.NodeStats(
+                node_id=self.node_id, ip=self.ip, pid=os.getpid(), resources_total=self.total,
+                resources_available=self.available, store_used=stats.used,
+                store_capacity=stats.capacity, num_objects=stats.num_objects,
+                spilled_bytes=stats.spilled_bytes, spilled_count=stats.spilled_count,
+                restored_bytes=stats.restored_bytes, restored_count=stats.restored_count,
+                pending_leases=sum(1 for p in self._pending if not p.infeasible),
+                infeasible_leases=sum(1 for p in self._pending if p.infeasible),
+                session_dir=str(self.session_dir))
+            for worker in self.pool.workers.values():
+                reply.workers.add(worker_id=worker.worker_id, pid=worker.pid, state=worker.state,
+                                  actor_id=worker.actor_id.hex(), exit_code=worker.exit_code,
+                                  exit_signal=worker.exit_signal, exit_meaning=worker.exit_meaning,
+                                  started_at=worker.started_at, ended_at=worker.ended_at)
+            targets = [self.pool.address_of(w) for w in self.pool.workers.values()
+                       if w.state not in (wp.DEAD, wp.STARTING)] + list(self._drivers.values())
+        if request.include_objects:
+            for info in self.store.objects():
+                reply.objects.add(object_id=bytes.fromhex(info.object_id), size=info.size,
+                                  owner=info.owner, call_site=info.call_site,
+                                  spilled=info.spilled, pinned=info.pinned, primary=info.primary)
+        if request.include_references:
+            for table in self._bg.map(_reference_table, targets):
+                if table is not None:
+                    reply.reference_tables.append(table)
+        return reply
+
+
+def _reference_table(address: Address) -> bytes | None:
+    from tracedray.v1 import core_worker_pb2
+
+    try:
+        stub = core_worker_pb2_grpc.CoreWorkerServiceStub(rpc.channel(address.target))
+        return stub.GetReferenceTable(core_worker_pb2.GetReferenceTableRequest(),  # type: ignore[no-any-return]
+                                      timeout=5).SerializeToString()
+    except grpc.RpcError:
+        return None
+
+
+def _without_cpu(resources: dict[str, float]) -> dict[str, float]:
+    return {k: v for k, v in resources.items() if k != "CPU"}
+
+
+class _Servicer(raylet_pb2_grpc.RayletServiceServicer):
+    def __init__(self, raylet: Raylet) -> None:
+        self._r = raylet
+
+    def RequestWorkerLease(self, request: Any, context: Any) -> Any:
+        return self._r.request_lease(request)
+
+    def ReturnWorker(self, request: Any, context: Any) -> Any:
+        self._r.return_worker(request.lease_id, request.worker_failed)
+        return common_pb2.Empty()
+
+    def RegisterWorker(self, request: Any, context: Any) -> Any:
+        raylet = self._r
+        if request.is_driver:
+            raylet._drivers[request.worker_id] = Address(raylet.node_id, raylet.ip, request.port,
+                                                         request.worker_id, request.pid)
+        else:
+            try:
+                raylet.register_worker(request.worker_id, request.port)
+            except RaySystemError as exc:
+                context.abort(grpc.StatusCode.NOT_FOUND, str(exc))
+        return raylet_pb2.RegisterWorkerReply(node_id=raylet.node_id,
+                                              session_dir=str(raylet.session_dir),
+                                              object_path_prefix=raylet.object_path_prefix,
+                                              ip=raylet.ip)
+
+    def NotifyBlocked(self, request: Any, context: Any) -> Any:
+        self._r.notify_blocked(request.worker_id, request.blocked)
+        return common_pb2.Empty()
+
+    def SealObject(self, request: Any, context: Any) -> Any:
+        store = self._r.store
+        try:
+            store.seal(request.object_id.hex(), request.size, owner=request.owner,
+                       call_site=request.call_site)
+        except ObjectStoreFullError as exc:
+            stats = store.statistics()
+            return raylet_pb2.SealObjectReply(ok=False, error=str(exc), store_used=stats.used,
+                                              store_capacity=stats.capacity)
+        stats = store.statistics()
+        return raylet_pb2.SealObjectReply(ok=True, store_used=stats.used,
+                                          store_capacity=stats.capacity)
+
+    def LocateObject(self, request: Any, context: Any) -> Any:
+        return self._r.locate(request)
+
+    def FreeObjects(self, request: Any, context: Any) -> Any:
+        self._r.store.free(oid.hex() for oid in request.object_ids)
+        return common_pb2.Empty()
+
+    def PullObject(self, request: Any, context: Any) -> Any:
+        store = self._r.store
+        object_hex = request.object_id.hex()
+        location = store.locate(object_hex)
+        if location is None:
+            context.abort(grpc.StatusCode.NOT_FOUND, f"object {object_hex} is not on this node")
+        for chunk in store.read_chunks(object_hex):
+            yield raylet_pb2.ObjectChunk(total_size=location.size, data=bytes(chunk))
+
+    def GetWorkerExit(self, request: Any, context: Any) -> Any:
+        return self._r.worker_exit_info(request.worker_id, request.timeout_s)
+
+    def GetNodeStats(self, request: Any, context: Any) -> Any:
+        return self._r.node_stats(request)
+
+    def KillWorker(self, request: Any, context: Any) -> Any:
+        self._r.kill_worker(request.worker_id, request.force)
+        return common_pb2.Empty()
+
+    def StartActorWorker(self, request: Any, context: Any) -> Any:
+        lease = raylet_pb2.LeaseRequest(resources=request.resources, job_id=request.job_id,
+                                        grant_or_reject=True, is_actor=True)
+        return self._r.request_lease(lease, actor_id=request.actor_id)
+
+    def ShutdownNode(self, request: Any, context: Any) -> Any:
+        threading.Thread(target=_shutdown_and_exit, args=(self._r,), daemon=True).start()
+        return common_pb2.Empty()
+
+    def ReadSessionFiles(self, request: Any, context: Any) -> Any:
+        folder = self._r.session_dir / request.subdir
+        if request.subdir not in ("logs", "traces") or not folder.is_dir():
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"no such folder {request.subdir!r}")
+        for path in sorted(folder.glob("*.jsonl")):
+            yield raylet_pb2.FileChunk(name=path.name, data=path.read_bytes())
+
+
+def _shutdown_and_exit(raylet: Raylet) -> None:
+    time.sleep(0.05)
+    raylet.shutdown()
+    logs.record_process_exit(0)
+    telemetry.shutdown()
+    os._exit(0)

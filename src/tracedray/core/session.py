@@ -1,0 +1,129 @@
+"""The on-disk session directory: one per cluster.
+
+::
+
+    <TRACEDRAY_TEMP_DIR>/session_<UTC time>_<pid>/   (session_latest → newest)
+      address        the GCS address (host:port) of the head
+      session.json   session id, start time, head node id
+      logs/<component>-<pid>.jsonl
+      traces/<component>-<pid>.jsonl
+      spill/
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from tracedray import config
+from tracedray.exceptions import ClusterConnectionError
+
+LATEST_LINK = "session_latest"
+
+
+@dataclass(frozen=True)
+class SessionPaths:
+    root: Path
+
+    @property
+    def session_id(self) -> str:
+        return self.root.name
+
+    @property
+    def address_file(self) -> Path:
+        return self.root / "address"
+
+    @property
+    def logs_dir(self) -> Path:
+        return self.root / "logs"
+
+    @property
+    def traces_dir(self) -> Path:
+        return self.root / "traces"
+
+    @property
+    def spill_dir(self) -> Path:
+        return self.root / "spill"
+
+    @property
+    def info_file(self) -> Path:
+        return self.root / "session.json"
+
+    def ensure(self) -> SessionPaths:
+        for folder in (self.root, self.logs_dir, self.traces_dir, self.spill_dir):
+            folder.mkdir(parents=True, exist_ok=True)
+        return self
+
+    def read_address(self) -> str:
+        try:
+            return self.address_file.read_text().strip()
+        except FileNotFoundError as exc:
+            raise ClusterConnectionError(
+                f"no address file at {self.address_file}: the session has no running head"
+            ) from exc
+
+
+def temp_root() -> Path:
+    return config.TEMP_DIR.get()
+
+
+def create_session(root: Path | None = None) -> SessionPaths:
+    """Create a fresh session folder and point ``session_latest`` at it."""
+    base = root or temp_root()
+    base.mkdir(parents=True, exist_ok=True)
+    stamp = time.strftime("%Y-%m-%d_%H-%M-%S", time.gmtime())
+    path = base / f"session_{stamp}_{os.getpid()}"
+    suffix = 0
+    while path.exists():
+        suffix += 1
+        path = base / f"session_{stamp}_{os.getpid()}_{suffix}"
+    session = SessionPaths(path).ensure()
+    session.info_file.write_text(json.dumps({"session_id": session.session_id,
+                                             "created": time.time()}))
+    link = base / LATEST_LINK
+    tmp_link = base / f".{LATEST_LINK}.{os.getpid()}"
+    try:
+        if tmp_link.is_symlink() or tmp_link.exists():
+            tmp_link.unlink()
+        tmp_link.symlink_to(path.name)
+        os.replace(tmp_link, link)  # atomic: readers never see a missing link
+    except OSError:
+        pass
+    return session
+
+
+def latest_session(root: Path | None = None) -> SessionPaths:
+    base = root or temp_root()
+    link = base / LATEST_LINK
+    if not link.exists():
+        raise ClusterConnectionError(
+            f"no tracedray session found under {base} (looked for {link}); "
+            "start one with `tracedray start --head` or tracedray.init()"
+        )
+    return SessionPaths(link.resolve())
+
+
+def session_for_address(address: str, root: Path | None = None) -> SessionPaths | None:
+    """Find the local session folder whose address file names ``address``, newest first."""
+    base = root or temp_root()
+    if not base.is_dir():
+        return None
+    candidates = sorted(base.glob("session_2*"), key=lambda p: p.stat().st_mtime, reverse=True)
+    for candidate in candidates:
+        try:
+            if (candidate / "address").read_text().strip() == address:
+                return SessionPaths(candidate)
+        except OSError:
+            continue
+    return None
+
+
+def current_session_dir() -> Path | None:
+    """The session folder of the cluster this process is connected to, if any."""
+    from tracedray.core import api
+
+    root = api.current_session_dir()
+    return Path(root) if root is not None else None

@@ -1,0 +1,104 @@
+"""Turning a ``.remote(...)`` call into a task spec plus the refs it returns."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from tracedray import logs, telemetry
+from tracedray.core import ids
+from tracedray.core.call_site import user_call_site
+from tracedray.core.object_ref import ObjectRef
+from tracedray.core.serialization import serialize
+from tracedray.core.worker.pending_task import PendingTask
+from tracedray.telemetry import attributes as A
+from tracedray.v1 import common_pb2
+
+if TYPE_CHECKING:
+    from tracedray.core.worker.core_worker import CoreWorker
+
+log = logs.get_logger(__name__)
+_KIND_LABEL = {common_pb2.NORMAL: "normal", common_pb2.ACTOR_CREATION: "actor_creation",
+               common_pb2.ACTOR_METHOD: "actor_method"}
+
+
+def build_task(worker: CoreWorker, *, kind: int, function_id: str, function_name: str,
+               args: Sequence[Any], kwargs: Mapping[str, Any], num_returns: int,
+               resources: Mapping[str, float], max_retries: int = 0,
+               retry_exceptions: bool = False, actor_id: bytes = b"", method_name: str = "",
+               actor_options: common_pb2.ActorOptions | None = None,
+               call_site: str | None = None) -> tuple[PendingTask, list[ObjectRef], Any]:
+    """Returns the pending task, its return refs, and the finished ``task.submit`` span."""
+    task_id = ids.new_task_id()
+    site = call_site or user_call_site(3)
+    parent = worker.current_task
+    spec = common_pb2.TaskSpec(
+        task_id=task_id, job_id=worker.current_job_id(), kind=kind,  # type: ignore[arg-type]
+        function_id=function_id, function_name=function_name,
+        num_returns=num_returns, resources=resources, max_retries=max_retries,
+        retry_exceptions=retry_exceptions, caller=worker.address.to_proto(), call_site=site,
+        actor_id=actor_id, method_name=method_name, namespace=worker.namespace,
+        parent_task_id=parent.task_id if parent is not None else b"",
+        depth=(parent.depth + 1) if parent is not None else 0)
+    if actor_options is not None:
+        spec.actor_options.CopyFrom(actor_options)
+    attributes: dict[str, Any] = {A.TASK_ID: task_id.hex(), A.TASK_FUNCTION: function_name,
+                                  A.TASK_KIND: _KIND_LABEL[kind], A.TASK_CALL_SITE: site,
+                                  A.JOB_ID: spec.job_id.hex(), A.TASK_MAX_RETRIES: max_retries}
+    if actor_id:
+        attributes[A.ACTOR_ID] = actor_id.hex()
+    span = telemetry.start_span("task.submit", attributes)
+    try:
+        from opentelemetry import trace as otel_trace
+
+        with otel_trace.use_span(span, end_on_exit=False, record_exception=False,
+                                 set_status_on_exception=False):
+            spec.trace_context.update(telemetry.carrier_from_current())
+        task = _attach_args(worker, spec, args, kwargs, max_retries)
+    except BaseException as exc:
+        telemetry.record_error(span, exc)
+        span.end()
+        raise
+    refs = [worker.new_owned_ref(ids.object_id_for(task_id, i + 1), site)
+            for i in range(max(num_returns, 1))]
+    task.return_ids = [r.binary() for r in refs]
+    worker.task_events.record(spec, "PENDING_ARGS_AVAIL")
+    log.debug("task.submit", task_id=task_id.hex(), function=function_name, call_site=site)
+    return task, refs, span
+
+
+def _attach_args(worker: CoreWorker, spec: common_pb2.TaskSpec, args: Sequence[Any],
+                 kwargs: Mapping[str, Any], max_retries: int) -> PendingTask:
+    task = PendingTask(spec=spec, return_ids=[], dep_ids=[], unresolved=[],
+                       retries_left=max_retries)
+    keep_alive: list[ObjectRef] = []
+    values = [*args, *kwargs.values()]
+    spec.kwarg_names.extend(kwargs.keys())
+    for index, value in enumerate(values):
+        arg = spec.args.add()
+        if isinstance(value, ObjectRef):
+            arg.is_ref = True
+            task.unresolved.append((index, value.binary(), value.owner_address))
+            task.dep_ids.append(value.binary())
+            keep_alive.append(value)
+            continue
+        serialized = serialize(value, what=f"argument {index} of {spec.function_name}")
+        for inner in serialized.contained_refs:
+            task.dep_ids.append(inner.binary())
+            keep_alive.append(inner)
+        if serialized.size < worker.objects.inline_threshold:
+            arg.value.CopyFrom(worker.objects.to_value(b"", serialized, call_site=spec.call_site))
+        else:
+            # A large argument goes to the store once, as a hidden object the task keeps alive.
+            object_id = ids.object_id_for(spec.task_id, ids.PUT_INDEX_BASE + index)
+            ref = worker.new_owned_ref(object_id, spec.call_site)
+            stored = worker.objects.to_value(object_id, serialized, call_site=spec.call_site)
+            worker.store_owned_value(stored, "FINISHED")
+            arg.value.CopyFrom(stored)
+            task.dep_ids.append(object_id)
+            keep_alive.append(ref)
+            if stored.store_node_id:
+                task.input_bytes_by_node[stored.store_node_id] = stored.size
+    worker.references.add_submitted(task.dep_ids)
+    del keep_alive  # refs may go now: the submitted count holds the objects
+    return task

@@ -1,0 +1,205 @@
+"""Actor method calls: one ordered stream per (caller, actor), restarts and death.
+
+Calls are sent in submission order once their arguments are resolved (a call
+whose argument is not ready holds back later calls, preserving order). When the
+actor's process dies, the GCS restarts it (``max_restarts``); calls in flight
+are retried on the new instance up to ``max_task_retries``, otherwise they fail
+with ``RayActorError``; once the actor is DEAD every call fails with
+``ActorDiedError`` carrying the cause.
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from tracedray import logs, telemetry
+from tracedray.core.address import Address
+from tracedray.core.worker.connection import WorkerConnection
+from tracedray.core.worker.pending_task import PendingTask
+from tracedray.exceptions import ActorDiedError, RayActorError, RaySystemError
+from tracedray.telemetry import attributes as A
+from tracedray.v1 import common_pb2
+
+if TYPE_CHECKING:
+    from tracedray.core.worker.core_worker import CoreWorker
+
+log = logs.get_logger(__name__)
+
+
+@dataclass
+class ActorChannel:
+    actor_id: bytes
+    max_task_retries: int
+    state: str = "UNKNOWN"  # UNKNOWN | CONNECTING | ALIVE | DEAD
+    address: Address | None = None
+    conn: WorkerConnection | None = None
+    num_restarts: int = 0
+    death_cause: str = ""
+    next_sequence: int = 0
+    ordered: collections.deque[PendingTask] = field(default_factory=collections.deque)
+    ready: set[bytes] = field(default_factory=set)
+    inflight: dict[bytes, PendingTask] = field(default_factory=dict)
+
+
+class ActorSubmitter:
+    def __init__(self, worker: CoreWorker) -> None:
+        self._worker = worker
+        self._lock = threading.RLock()
+        self._channels: dict[bytes, ActorChannel] = {}
+
+    def submit(self, task: PendingTask, max_task_retries: int) -> None:
+        actor_id = task.spec.actor_id
+        with self._lock:
+            channel = self._channels.get(actor_id)
+            if channel is None:
+                channel = ActorChannel(actor_id, max_task_retries)
+                self._channels[actor_id] = channel
+            task.spec.sequence_number = channel.next_sequence
+            channel.next_sequence += 1
+            channel.ordered.append(task)
+            if channel.state == "UNKNOWN":
+                channel.state = "CONNECTING"
+                self._worker.background(self._connect, channel, 0)
+        self._worker.resolver.resolve(task, self._on_resolved, self._on_dependency_failed)
+
+    def _on_resolved(self, task: PendingTask) -> None:
+        with self._lock:
+            channel = self._channels[task.spec.actor_id]
+            channel.ready.add(task.task_id)
+            self._flush(channel)
+
+    def _on_dependency_failed(self, task: PendingTask, error: common_pb2.ObjectValue) -> None:
+        with self._lock:
+            channel = self._channels[task.spec.actor_id]
+            if task in channel.ordered:
+                channel.ordered.remove(task)
+            self._flush(channel)
+        values = []
+        for oid in task.return_ids:
+            value = common_pb2.ObjectValue()
+            value.CopyFrom(error)
+            value.object_id = oid
+            values.append(value)
+        self._worker.finish_task(task, values, "FAILED")
+
+    def _flush(self, channel: ActorChannel) -> None:
+        """Send, in order, every call at the head of the queue whose arguments are ready."""
+        if channel.state == "DEAD":
+            dead = list(channel.ordered)
+            channel.ordered.clear()
+            for task in dead:
+                self._fail(task, ActorDiedError(channel.death_cause, channel.actor_id.hex()))
+            return
+        if channel.state != "ALIVE" or channel.conn is None:
+            return
+        while channel.ordered and channel.ordered[0].task_id in channel.ready:
+            task = channel.ordered.popleft()
+            channel.ready.discard(task.task_id)
+            channel.inflight[task.task_id] = task
+            if telemetry.enabled():
+                task.dispatch_span = telemetry.start_span("task.dispatch", {
+                    A.TASK_ID: task.task_id.hex(), A.TASK_ATTEMPT: task.spec.attempt,
+                    A.ACTOR_ID: channel.actor_id.hex(), A.NODE_ID: channel.address.node_id,
+                    A.NODE_IP: channel.address.ip, A.WORKER_ID: channel.address.worker_id,
+                    A.WORKER_PID: channel.address.pid,
+                }, context=telemetry.context_from_carrier(task.spec.trace_context))
+            channel.conn.send(task.spec)
+
+    def _connect(self, channel: ActorChannel, min_restarts: int) -> None:
+        try:
+            info = self._worker.gcs.get_actor(actor_id=channel.actor_id, wait_until_settled=True,
+                                              timeout_s=3600.0, min_restarts=min_restarts)
+        except RaySystemError as exc:
+            info = None
+            cause = f"the GCS could not be asked about the actor: {exc}"
+        with self._lock:
+            if info is not None and info.state == "ALIVE":
+                channel.address = Address.from_proto(info.address)
+                channel.num_restarts = info.num_restarts
+                channel.conn = WorkerConnection(channel.address, self._on_results, self._on_broken)
+                channel.state = "ALIVE"
+            else:
+                channel.state = "DEAD"
+                channel.death_cause = info.death_cause if info is not None else cause
+            self._flush(channel)
+
+    def _on_results(self, conn: WorkerConnection, results: list[common_pb2.TaskResult]) -> None:
+        done = []
+        with self._lock:
+            for result in results:
+                for channel in self._channels.values():
+                    task = channel.inflight.pop(result.task_id, None)
+                    if task is not None:
+                        done.append((task, result))
+                        break
+        for task, result in done:
+            _end(task, ok=not result.is_application_error)
+            self._worker.finish_task(task, list(result.returns),
+                                     "FAILED" if result.is_application_error else "FINISHED")
+
+    def _on_broken(self, conn: WorkerConnection, error: BaseException | None) -> None:
+        with self._lock:
+            channel = next((c for c in self._channels.values() if c.conn is conn), None)
+            if channel is None:
+                return
+            conn.close()
+            channel.conn = None
+            channel.state = "CONNECTING"
+            orphans = sorted(channel.inflight.values(), key=lambda t: t.spec.sequence_number)
+            channel.inflight.clear()
+            retry, fail = [], []
+            for task in orphans:
+                budget = channel.max_task_retries
+                (retry if budget < 0 or task.spec.attempt < budget else fail).append(task)
+            for task in reversed(retry):
+                task.spec.attempt += 1
+                channel.ordered.appendleft(task)
+                channel.ready.add(task.task_id)
+            restarts = channel.num_restarts + 1
+        log.warning("actor.connection_lost", actor_id=channel.actor_id.hex(),
+                    retrying=len(retry), failing=len(fail))
+        for task in fail:
+            _end(task, ok=False)
+            self._fail(task, RayActorError(
+                f"the actor {channel.actor_id.hex()} died while running this call "
+                "(set max_task_retries to retry calls on the restarted actor)",
+                channel.actor_id.hex()))
+        self._worker.background(self._connect, channel, restarts)
+
+    def _fail(self, task: PendingTask, exc: BaseException) -> None:
+        from tracedray.core.worker.pending_task import error_value
+
+        self._worker.finish_task(task, [error_value(oid, exc) for oid in task.return_ids], "FAILED")
+
+    def mark_dead(self, actor_id: bytes, cause: str) -> None:
+        with self._lock:
+            channel = self._channels.get(actor_id)
+            if channel is not None and channel.state != "DEAD":
+                channel.state = "DEAD"
+                channel.death_cause = cause
+                self._flush(channel)
+
+    def close(self) -> None:
+        with self._lock:
+            for channel in self._channels.values():
+                if channel.conn is not None:
+                    channel.conn.close()
+                    channel.conn = None
+
+    def statistics(self) -> dict[str, int]:
+        with self._lock:
+            return {"actors": len(self._channels),
+                    "inflight": sum(len(c.inflight) for c in self._channels.values()),
+                    "queued": sum(len(c.ordered) for c in self._channels.values())}
+
+
+def _end(task: PendingTask, *, ok: bool) -> None:
+    span = task.dispatch_span
+    if span is not None:
+        task.dispatch_span = None
+        if not ok:
+            telemetry.record_error(span, RayActorError("actor call failed"))
+        span.end()

@@ -1,0 +1,505 @@
+"""The core worker: what every driver and worker process runs.
+
+It owns the objects this process creates (reference table + memory store),
+submits tasks and actor calls, serves its owned objects to borrowers, and in
+worker processes executes pushed tasks. I/O to the GCS and raylets happens via
+the typed clients; background work (freeing objects, task events, output echo)
+runs on one flusher thread.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import grpc
+
+from tracedray import logs
+from tracedray.core import rpc
+from tracedray.core.address import Address
+from tracedray.core.functions import FunctionManager
+from tracedray.core.gcs.client import GcsClient
+from tracedray.core.raylet.client import RayletClient
+from tracedray.core.worker import reference_table as rt
+from tracedray.core.worker.actor_submitter import ActorSubmitter
+from tracedray.core.worker.flight_recorder import FlightRecorder
+from tracedray.core.worker.memory_store import MemoryStore
+from tracedray.core.worker.object_io import ObjectIO
+from tracedray.core.worker.pending_task import DependencyResolver, PendingTask
+from tracedray.core.worker.task_events import TaskEventBuffer
+from tracedray.core.worker.task_executor import TaskExecutor
+from tracedray.core.worker.task_submitter import TaskSubmitter, crash_error
+from tracedray.exceptions import (
+    GetTimeoutError,
+    OwnerDiedError,
+    RaySystemError,
+    WorkerCrashedError,
+)
+from tracedray.v1 import common_pb2, core_worker_pb2, core_worker_pb2_grpc
+
+log = logs.get_logger(__name__)
+FLUSH_INTERVAL_S = 0.1
+
+
+class CoreWorker:
+    def __init__(self, *, mode: str, gcs_address: str, raylet_address: str, node_id: str,
+                 ip: str, worker_id: str, job_id: bytes, session_dir: Path,
+                 object_path_prefix: str, namespace: str = "", listen_host: str = "127.0.0.1"
+                 ) -> None:
+        self.mode = mode  # "driver" | "worker"
+        self.node_id = node_id
+        self.ip = ip
+        self.worker_id = worker_id
+        self.job_id = job_id
+        self.namespace = namespace
+        self.session_dir = session_dir
+        self.object_path_prefix = object_path_prefix
+        self.current_task: common_pb2.TaskSpec | None = None
+        self.gcs = GcsClient(gcs_address)
+        self.raylet = RayletClient(raylet_address)
+        host, _, port = raylet_address.rpartition(":")
+        self.raylet_address = Address(node_id, host, int(port))
+        self.references = rt.ReferenceTable(worker_id)
+        self.memory_store = MemoryStore()
+        self.objects = ObjectIO(self)
+        self.functions = FunctionManager(self.gcs)
+        self.task_events = TaskEventBuffer(self.gcs)
+        self.resolver = DependencyResolver(self)
+        self._pool = ThreadPoolExecutor(max_workers=64, thread_name_prefix="tracedray-bg")
+        self._raylets: dict[str, RayletClient] = {}
+        self._output: list[core_worker_pb2.OutputLine] = []
+        self._output_lock = threading.Lock()
+        self._driver_address: str | None = None
+        self._blocked_depth = 0
+        self._blocked_lock = threading.Lock()
+        self._stopped = threading.Event()
+        self.flight_recorder = FlightRecorder(session_dir / "workers" / f"{worker_id}.slot")
+        self._server = rpc.make_server()
+        core_worker_pb2_grpc.add_CoreWorkerServiceServicer_to_server(_Servicer(self), self._server)
+        port_bound = rpc.bind(self._server, listen_host, 0)
+        self._server.start()
+        self.address = Address(node_id, ip, port_bound, worker_id, os.getpid())
+        self.submitter = TaskSubmitter(self)
+        self.actor_submitter = ActorSubmitter(self)
+        self.executor: TaskExecutor | None = TaskExecutor(self) if mode == "worker" else None
+        self._flusher = threading.Thread(target=self._flush_loop, daemon=True,
+                                         name="tracedray-flusher")
+        self._flusher.start()
+
+    # --- small services used by the submitters and executor
+    def background(self, fn: Callable[..., Any], *args: Any) -> None:
+        if not self._stopped.is_set():
+            self._pool.submit(_logged, fn, *args)
+
+    def object_path(self, object_id: bytes) -> Path:
+        return Path(self.object_path_prefix + object_id.hex())
+
+    def raylet_for_node(self, node_id: str) -> RayletClient:
+        if node_id == self.node_id or not node_id:
+            return self.raylet
+        client = self._raylets.get(node_id)
+        if client is None:
+            for node in self.gcs.get_nodes():
+                if node.info.node_id == node_id and node.info.state == "ALIVE":
+                    client = RayletClient(Address.from_proto(node.info.raylet).target)
+                    self._raylets[node_id] = client
+                    break
+        return client or self.raylet
+
+    def describe_worker_exit(self, raylet: RayletClient, worker: Address) -> WorkerCrashedError:
+        try:
+            info = raylet.get_worker_exit(worker.worker_id, timeout_s=5.0)
+        except RaySystemError:
+            from tracedray.v1 import raylet_pb2
+
+            info = raylet_pb2.WorkerExitInfo(exited=False)
+        return crash_error(info, worker)
+
+    def current_job_id(self) -> bytes:
+        spec = self.current_task
+        return spec.job_id if spec is not None else self.job_id
+
+    # --- ownership
+    def store_owned_value(self, value: common_pb2.ObjectValue, status: str) -> None:
+        """Record a value this process created (put, or a large argument)."""
+        self.memory_store.put(value.object_id, value)
+        self.references.set_object_info(
+            value.object_id, size=value.size, store_node_id=value.store_node_id,
+            store_raylet=Address.from_proto(value.store_raylet) if value.store_node_id else None,
+            task_status=status,
+            contained=[(c.object_id, Address.from_proto(c.owner) if c.HasField("owner") else None)
+                       for c in value.contained_refs])
+
+    def new_owned_ref(self, object_id: bytes, call_site: str) -> Any:
+        from tracedray.core.object_ref import ObjectRef
+
+        return ObjectRef(object_id, self.address, call_site, _worker=self, _owned=True)
+
+    def finish_task(self, task: PendingTask, values: list[common_pb2.ObjectValue],
+                    state: str) -> None:
+        for value in values:
+            self.store_owned_value(value, state)
+        self.task_events.record(task.spec, state)
+        self._run_release_actions(self.references.remove_submitted(task.dep_ids))
+
+    def add_captured(self, inner: common_pb2.ObjectRefInfo, outer_id: bytes) -> None:
+        """``inner`` was serialized into object ``outer_id``: keep it alive while outer lives."""
+        borrower = "object:" + outer_id.hex()
+        owner = Address.from_proto(inner.owner) if inner.HasField("owner") else None
+        if owner is None or owner.worker_id == self.worker_id:
+            self.references.update_borrower(inner.object_id, borrower, +1)
+        else:
+            self._send_reference_updates(owner, [(inner.object_id, borrower, +1)])
+
+    def flush_reference_updates(self) -> None:
+        """Tell owners about refs borrowed here now (before replying to a task's caller)."""
+        self._send_borrow_events(self.references.take_borrow_events())
+
+    def _send_borrow_events(self, events: list[tuple[bytes, Address | None, int]]) -> None:
+        by_owner: dict[Address, list[tuple[bytes, str, int]]] = defaultdict(list)
+        for object_id, owner, delta in events:
+            if owner is not None:
+                by_owner[owner].append((object_id, self.worker_id, delta))
+        for owner, updates in by_owner.items():
+            self._send_reference_updates(owner, updates)
+
+    def _send_reference_updates(self, owner: Address,
+                                updates: list[tuple[bytes, str, int]]) -> None:
+        request = core_worker_pb2.UpdateReferencesRequest(updates=[
+            core_worker_pb2.ReferenceUpdate(object_id=o, borrower=b, delta=d) for o, b, d in updates])
+        try:
+            _stub(owner).UpdateReferences(request, timeout=10)
+        except grpc.RpcError as exc:
+            log.debug("references.owner_unreachable", owner=owner.target, error=str(exc.code()))
+
+    def _run_release_actions(self, actions: list[rt.ReleaseAction]) -> None:
+        if not actions:
+            return
+        frees: dict[Address | None, list[bytes]] = defaultdict(list)
+        releases: dict[Address, list[tuple[bytes, str, int]]] = defaultdict(list)
+        deleted = []
+        for action in actions:
+            deleted.append(action.object_id)
+            if not action.owned:
+                continue
+            if action.store_node_id:
+                frees[action.store_raylet].append(action.object_id)
+            borrower = "object:" + action.object_id.hex()
+            for inner_id, inner_owner in action.contained:
+                if inner_owner is None or inner_owner.worker_id == self.worker_id:
+                    self._run_release_actions(self.references.update_borrower(inner_id, borrower,
+                                                                              -1))
+                else:
+                    releases[inner_owner].append((inner_id, borrower, -1))
+        self.memory_store.delete(deleted)
+        for raylet_address, object_ids in frees.items():
+            client = self.raylet if raylet_address is None else RayletClient(raylet_address.target)
+            self.background(_free, client, object_ids)
+        for owner, updates in releases.items():
+            self.background(self._send_reference_updates, owner, updates)
+
+    # --- fetching values
+    def fetch_from_owner(self, object_id: bytes, owner: Address,
+                         timeout_s: float | None) -> common_pb2.ObjectValue:
+        request = core_worker_pb2.GetObjectRequest(object_id=object_id,
+                                                   timeout_s=-1 if timeout_s is None else timeout_s,
+                                                   requester=self.address.to_proto())
+        try:
+            reply = _stub(owner).GetObject(request, timeout=None if timeout_s is None
+                                           else timeout_s + 10)
+        except grpc.RpcError as exc:
+            from tracedray.core.worker.pending_task import error_value
+
+            return error_value(object_id, OwnerDiedError(
+                object_id.hex(), f"its owner (pid {owner.pid} on {owner.ip}) is unreachable: "
+                f"{exc.code().name}; an object dies with the process that created it"))
+        if reply.status == core_worker_pb2.GetObjectReply.PENDING:
+            raise GetTimeoutError(f"object {object_id.hex()} was not ready in {timeout_s}s")
+        if reply.status == core_worker_pb2.GetObjectReply.UNKNOWN:
+            from tracedray.core.worker.pending_task import error_value
+            from tracedray.exceptions import ObjectLostError
+
+            return error_value(object_id, ObjectLostError(
+                object_id.hex(), "its owner no longer has it (freed, or owner restarted)"))
+        return reply.value
+
+    def wait_values(self, object_ids: list[bytes], num_ready: int,
+                    timeout_s: float | None) -> set[bytes]:
+        """Wait for values of owned or borrowed refs to be available here."""
+        missing = [oid for oid in object_ids if not self.memory_store.contains(oid)]
+        for object_id in missing:
+            entry = self.references.get(object_id)
+            if entry is not None and not entry.owned and entry.owner is not None:
+                self.background(self._fetch_into_store, object_id, entry.owner)
+        ready = {oid for oid in object_ids if self.memory_store.contains(oid)}
+        if len(ready) >= num_ready:
+            return ready
+        with self.blocked():
+            return self.memory_store.wait(object_ids, num_ready, timeout_s)
+
+    def _fetch_into_store(self, object_id: bytes, owner: Address) -> None:
+        value = self.fetch_from_owner(object_id, owner, timeout_s=None)
+        if self.references.get(object_id) is not None:
+            self.memory_store.put(object_id, value)
+
+    def blocked(self) -> _Blocked:
+        return _Blocked(self)
+
+    def _set_blocked(self, entering: bool) -> None:
+        if self.mode != "worker":
+            return
+        with self._blocked_lock:
+            self._blocked_depth += 1 if entering else -1
+            changed = self._blocked_depth == (1 if entering else 0)
+        if changed:
+            if entering and self.executor is not None:
+                self.executor.on_blocked()
+            try:
+                self.raylet.notify_blocked(self.worker_id, entering)
+            except RaySystemError as exc:
+                log.warning("raylet.notify_blocked_failed", error=str(exc))
+
+    # --- cancel / exit
+    def cancel_on_worker(self, worker: Address, task_id: bytes, force: bool) -> None:
+        try:
+            _stub(worker).CancelTask(core_worker_pb2.CancelTaskRequest(task_id=task_id, force=force),
+                                     timeout=10)
+        except grpc.RpcError as exc:
+            log.debug("cancel.unreachable", worker=worker.target, error=str(exc.code()))
+
+    def became_actor(self, spec: common_pb2.TaskSpec) -> None:
+        logs.set_process_context(actor_id=spec.actor_id.hex())
+
+    def exit_soon(self, reason: str, code: int = 0) -> None:
+        def _exit() -> None:
+            time.sleep(0.05)  # let the reply go out
+            log.info("worker.exit_requested", reason=reason)
+            logs.record_process_exit(code)
+            try:
+                from tracedray import telemetry
+
+                telemetry.force_flush(1.0)
+            finally:
+                os._exit(code)
+
+        threading.Thread(target=_exit, daemon=True).start()
+
+    # --- output echo to the driver
+    def forward_output(self, stream: str, line: str, fields: Any) -> None:
+        spec = self.current_task
+        name = spec.function_name if spec is not None else "worker"
+        with self._output_lock:
+            if len(self._output) < 10_000:
+                self._output.append(core_worker_pb2.OutputLine(
+                    task_name=name, pid=os.getpid(), stream=stream, line=line, ip=self.ip))
+
+    def _flush_output(self) -> None:
+        with self._output_lock:
+            lines, self._output = self._output, []
+        if not lines:
+            return
+        target = self._job_driver()
+        if target is None:
+            return
+        try:
+            core_worker_pb2_grpc.CoreWorkerServiceStub(rpc.channel(target)).PrintOutput(
+                core_worker_pb2.OutputBatch(lines=lines), timeout=5)
+        except grpc.RpcError:
+            pass  # the driver is gone; the lines are in the log files anyway
+
+    def _job_driver(self) -> str | None:
+        spec = self.current_task
+        if self._driver_address is None:
+            job_id = spec.job_id if spec is not None else self.job_id
+            try:
+                for job in self.gcs.get_jobs():
+                    if job.job_id == job_id:
+                        self._driver_address = Address.from_proto(job.driver).target
+            except RaySystemError:
+                return None
+        return self._driver_address
+
+    # --- lifecycle
+    def _flush_loop(self) -> None:
+        while not self._stopped.wait(FLUSH_INTERVAL_S):
+            self.flush_background_work()
+
+    def flush_background_work(self) -> None:
+        try:
+            self._run_release_actions(self.references.take_deferred_actions())
+            self._send_borrow_events(self.references.take_borrow_events())
+            self.task_events.flush()
+            self._flush_output()
+        except Exception as exc:  # noqa: BLE001 - the flusher must survive anything
+            log.error("flusher.error", error=repr(exc))
+
+    def shutdown(self) -> None:
+        if self._stopped.is_set():
+            return
+        self.flush_background_work()
+        self._stopped.set()
+        self.submitter.fail_all(RaySystemError("tracedray is shutting down"))
+        self.actor_submitter.close()
+        self._server.stop(grace=0.5)
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+    def statistics(self) -> dict[str, Any]:
+        return {"references": self.references.statistics(),
+                "memory_store": self.memory_store.statistics(),
+                "submitter": self.submitter.statistics(),
+                "actors": self.actor_submitter.statistics(),
+                "executor": self.executor.statistics() if self.executor else None}
+
+    def __repr__(self) -> str:
+        return f"<CoreWorker {self.mode} {self.address.target} {self.references!r}>"
+
+    def reference_table(self) -> core_worker_pb2.ReferenceTable:
+        component = self.mode
+        actor_id = b""
+        if self.executor is not None and self.executor.actor_id:
+            component, actor_id = "actor", self.executor.actor_id
+        table = core_worker_pb2.ReferenceTable(address=self.address.to_proto(),
+                                               component=component, ip=self.ip,
+                                               actor_id=actor_id.hex())
+        for object_id, entry in self.references.snapshot():
+            table.rows.add(object_id=object_id, reference_type=rt.reference_type(entry),
+                           size=entry.size, call_site=entry.call_site,
+                           task_status=entry.task_status if entry.owned else "",
+                           node_id=entry.store_node_id or self.node_id,
+                           owner_worker_id=entry.owner.worker_id if entry.owner else "",
+                           local_refs=entry.local, pending_tasks=entry.submitted,
+                           borrowers=len(entry.borrowers))
+        return table
+
+
+class _Blocked:
+    def __init__(self, worker: CoreWorker) -> None:
+        self._worker = worker
+
+    def __enter__(self) -> None:
+        self._worker._set_blocked(True)
+
+    def __exit__(self, *exc: object) -> None:
+        self._worker._set_blocked(False)
+
+
+def _stub(address: Address) -> core_worker_pb2_grpc.CoreWorkerServiceStub:
+    return core_worker_pb2_grpc.CoreWorkerServiceStub(rpc.channel(address.target))
+
+
+def _free(client: RayletClient, object_ids: list[bytes]) -> None:
+    try:
+        client.free_objects(object_ids)
+    except RaySystemError as exc:
+        log.debug("objects.free_failed", raylet=client.address, error=str(exc))
+
+
+def _logged(fn: Callable[..., Any], *args: Any) -> None:
+    try:
+        fn(*args)
+    except Exception as exc:  # noqa: BLE001 - background work reports, never dies silently
+        log.error("background.error", function=getattr(fn, "__qualname__", repr(fn)),
+                  error=repr(exc))
+
+
+class _Servicer(core_worker_pb2_grpc.CoreWorkerServiceServicer):
+    def __init__(self, worker: CoreWorker) -> None:
+        self._w = worker
+
+    def PushTasks(self, request_iterator: Any, context: grpc.ServicerContext) -> Any:
+        import queue
+
+        executor = self._w.executor
+        outbox: queue.SimpleQueue[common_pb2.TaskResult | None] = queue.SimpleQueue()
+        if executor is None:
+            context.abort(grpc.StatusCode.FAILED_PRECONDITION, "a driver does not run tasks")
+
+        def read() -> None:
+            try:
+                for batch in request_iterator:
+                    for spec in batch.tasks:
+                        executor.push(spec, outbox.put)
+            except grpc.RpcError:
+                pass
+            finally:
+                outbox.put(None)
+
+        threading.Thread(target=read, daemon=True, name="tracedray-push-reader").start()
+        while True:
+            item = outbox.get()
+            if item is None:
+                return
+            batch = core_worker_pb2.ResultBatch(results=[item])
+            while True:
+                try:
+                    more = outbox.get_nowait()
+                except queue.Empty:
+                    break
+                if more is None:
+                    yield batch
+                    return
+                batch.results.append(more)
+            yield batch
+
+    def GetObject(self, request: Any, context: grpc.ServicerContext) -> Any:
+        worker = self._w
+        object_id = request.object_id
+        reply = core_worker_pb2.GetObjectReply
+        if not worker.memory_store.contains(object_id) and not worker.references.owns(object_id):
+            return reply(status=reply.UNKNOWN)
+        timeout = None if request.timeout_s < 0 else request.timeout_s
+        ready = worker.memory_store.wait([object_id], 1, timeout)
+        value = worker.memory_store.get_if_ready(object_id)
+        if not ready or value is None:
+            return reply(status=reply.PENDING if worker.references.owns(object_id)
+                         else reply.UNKNOWN)
+        return reply(status=reply.READY, value=value)
+
+    def UpdateReferences(self, request: Any, context: grpc.ServicerContext) -> Any:
+        for update in request.updates:
+            self._w._run_release_actions(self._w.references.update_borrower(
+                update.object_id, update.borrower, update.delta))
+        return common_pb2.Empty()
+
+    def CancelTask(self, request: Any, context: grpc.ServicerContext) -> Any:
+        executor = self._w.executor
+        found = executor.cancel(request.task_id, request.force) if executor else False
+        return core_worker_pb2.CancelTaskReply(found=found)
+
+    def GetReferenceTable(self, request: Any, context: grpc.ServicerContext) -> Any:
+        return self._w.reference_table()
+
+    def Exit(self, request: Any, context: grpc.ServicerContext) -> Any:
+        self._w.exit_soon(request.reason or "exit requested")
+        return common_pb2.Empty()
+
+    def PrintOutput(self, request: Any, context: grpc.ServicerContext) -> Any:
+        from tracedray import config
+
+        if config.LOG_TO_DRIVER.get():
+            for line in request.lines:
+                prefix = f"({line.task_name} pid={line.pid}, ip={line.ip})"
+                stream = sys.stderr if line.stream == "stderr" else sys.stdout
+                stream.write(f"{prefix} {line.line}\n")
+            sys.stdout.flush()
+        return common_pb2.Empty()
+
+
+def local_ip() -> str:
+    """The address other nodes can reach this one at (loopback on a single machine)."""
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+            probe.connect(("10.255.255.255", 1))
+            return str(probe.getsockname()[0])
+    except OSError:
+        return "127.0.0.1"
+
+

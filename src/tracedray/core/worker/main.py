@@ -1,0 +1,41 @@
+"""Entry point of a worker process, started by its raylet."""
+
+from __future__ import annotations
+
+import argparse
+import threading
+from pathlib import Path
+
+from tracedray.core.process import exit_with_parent, setup_process
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="tracedray worker")
+    parser.add_argument("--gcs", required=True)
+    parser.add_argument("--raylet", required=True)
+    parser.add_argument("--node-id", required=True)
+    parser.add_argument("--worker-id", required=True)
+    parser.add_argument("--session-dir", type=Path, required=True)
+    parser.add_argument("--ip", default="127.0.0.1")
+    parser.add_argument("--object-path-prefix", required=True)
+    parser.add_argument("--parent-pid", type=int, default=0)
+    args = parser.parse_args()
+    setup_process("worker", session_dir=args.session_dir, node_id=args.node_id)
+    from tracedray import logs
+    from tracedray.core import runtime
+    from tracedray.core.worker.core_worker import CoreWorker
+
+    logs.set_process_context(worker_id=args.worker_id)
+    worker = CoreWorker(mode="worker", gcs_address=args.gcs, raylet_address=args.raylet,
+                        node_id=args.node_id, ip=args.ip, worker_id=args.worker_id,
+                        job_id=b"", session_dir=args.session_dir,
+                        object_path_prefix=args.object_path_prefix, listen_host=args.ip)
+    runtime.set_current(worker)
+    logs.install_output_capture(worker.forward_output)
+    exit_with_parent(args.parent_pid)
+    worker.raylet.register_worker(args.worker_id, worker.address.port, worker.address.pid)
+    threading.Event().wait()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,107 @@
+"""Moving values between this process and the node's shared-memory store.
+
+Small values (< TRACEDRAY_INLINE_THRESHOLD_BYTES) travel inline in messages; larger
+ones are written once into a shared-memory file and sealed by the local raylet.
+Reads map the file read-only, so numpy arrays come back zero-copy.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from tracedray import config
+from tracedray.core.serialization import Serialized, deserialize
+from tracedray.exceptions import ObjectLostError, ObjectStoreFullError
+from tracedray.v1 import common_pb2, raylet_pb2
+
+if TYPE_CHECKING:
+    from tracedray.core.worker.core_worker import CoreWorker
+
+
+class ObjectIO:
+    def __init__(self, worker: CoreWorker) -> None:
+        self._worker = worker
+        self.inline_threshold = config.INLINE_THRESHOLD.get()
+
+    def to_value(self, object_id: bytes, serialized: Serialized, *, call_site: str,
+                 is_error: bool = False) -> common_pb2.ObjectValue:
+        """Package a serialized value: inline, or sealed into the local store."""
+        size = serialized.size
+        value = common_pb2.ObjectValue(object_id=object_id, size=size)
+        if is_error or size < self.inline_threshold:
+            value.inline_value.inband = serialized.inband
+            value.inline_value.buffers.extend(bytes(b) for b in serialized.buffers)
+            value.inline_value.is_error = is_error
+        else:
+            value.size = self._write_to_store(object_id, serialized, call_site)
+            value.store_node_id = self._worker.node_id
+            value.store_raylet.CopyFrom(self._worker.raylet_address.to_proto())
+        for ref in serialized.contained_refs:
+            owner = ref.owner_address
+            info = value.contained_refs.add(object_id=ref.binary(), call_site=ref.call_site)
+            if owner is not None:
+                info.owner.CopyFrom(owner.to_proto())
+        return value
+
+    def _write_to_store(self, object_id: bytes, serialized: Serialized, call_site: str) -> int:
+        """Write and seal; returns the stored size (layout header and alignment included)."""
+        from tracedray.core.object_store import client as store_client
+
+        worker = self._worker
+        path = worker.object_path(object_id)
+        size = store_client.write_object(path, serialized.inband, serialized.buffers)
+        reply = worker.raylet.seal_object(raylet_pb2.SealObjectRequest(
+            object_id=object_id, size=size, owner=worker.worker_id, call_site=call_site))
+        if not reply.ok:
+            raise ObjectStoreFullError(reply.error)
+        return size
+
+    def load(self, value: common_pb2.ObjectValue) -> Any:
+        """Deserialize a value; raises the stored error if the value is one."""
+        if value.HasField("inline_value"):
+            inline = value.inline_value
+            obj = deserialize(inline.inband, list(inline.buffers))
+            if inline.is_error:
+                raise_stored_error(obj)
+            return obj
+        from tracedray.core.object_store import layout
+
+        view = self._map(value)
+        inband, buffers = layout.unpack(view)
+        return deserialize(inband, buffers)
+
+    def _map(self, value: common_pb2.ObjectValue) -> memoryview:
+        from tracedray.core.object_store import client as store_client
+
+        worker = self._worker
+        if value.store_node_id == worker.node_id:
+            try:
+                return store_client.map_object(worker.object_path(value.object_id))
+            except FileNotFoundError:
+                pass  # spilled (or being restored): ask the raylet
+        request = raylet_pb2.LocateObjectRequest(object_id=value.object_id)
+        if value.store_node_id != worker.node_id:
+            request.from_raylet.CopyFrom(value.store_raylet)
+        reply = worker.raylet.locate_object(request)
+        if not reply.found:
+            raise ObjectLostError(value.object_id.hex(), reply.error or
+                                  f"no copy on node {value.store_node_id[:12]} any more")
+        if reply.spilled:
+            return store_client.read_spilled(_path(reply.path))
+        return store_client.map_object(_path(reply.path))
+
+
+def _path(text: str) -> Any:
+    from pathlib import Path
+
+    return Path(text)
+
+
+def raise_stored_error(obj: Any) -> None:
+    from tracedray.exceptions import RayTaskError
+
+    if isinstance(obj, RayTaskError):
+        raise obj.as_instanceof_cause()
+    if isinstance(obj, BaseException):
+        raise obj
+    raise TypeError(f"stored error is not an exception: {obj!r}")

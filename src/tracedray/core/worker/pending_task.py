@@ -1,0 +1,101 @@
+"""A submitted task as its caller tracks it, and resolution of its arguments."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from tracedray.core.address import Address
+from tracedray.core.serialization import serialize_error
+from tracedray.v1 import common_pb2
+
+if TYPE_CHECKING:
+    from tracedray.core.worker.core_worker import CoreWorker
+
+
+@dataclass
+class PendingTask:
+    spec: common_pb2.TaskSpec
+    return_ids: list[bytes]
+    # Refs this task keeps alive until it finishes (top-level and nested arguments).
+    dep_ids: list[bytes]
+    # (arg index, object id, owner) of top-level ref arguments still to resolve.
+    unresolved: list[tuple[int, bytes, Address | None]]
+    retries_left: int
+    scheduling_key: str = ""
+    dispatch_span: Any = None
+    cancelled: bool = False
+    force_cancelled: bool = False
+    lease: Any = None
+    # (node id -> input bytes) for locality-aware placement
+    input_bytes_by_node: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def task_id(self) -> bytes:
+        return self.spec.task_id
+
+
+def error_value(object_id: bytes, exc: BaseException) -> common_pb2.ObjectValue:
+    serialized = serialize_error(exc)
+    value = common_pb2.ObjectValue(object_id=object_id, size=serialized.size)
+    value.inline_value.inband = serialized.inband
+    value.inline_value.buffers.extend(bytes(b) for b in serialized.buffers)
+    value.inline_value.is_error = True
+    return value
+
+
+class DependencyResolver:
+    """Waits for a task's top-level ref arguments and fills their values into the spec.
+
+    Owned refs resolve through the memory store's callbacks (no thread); borrowed
+    refs are fetched from their owner on a pool thread. An upstream error resolves
+    the task to that error (``on_failed``), as Ray propagates failures along a DAG.
+    """
+
+    def __init__(self, worker: CoreWorker) -> None:
+        self._worker = worker
+        self._lock = threading.Lock()
+
+    def resolve(self, task: PendingTask, on_ready: Callable[[PendingTask], None],
+                on_failed: Callable[[PendingTask, common_pb2.ObjectValue], None]) -> None:
+        if not task.unresolved:
+            on_ready(task)
+            return
+        remaining = [len(task.unresolved)]
+        failed = [False]
+
+        def arrived(index: int, value: common_pb2.ObjectValue) -> None:
+            with self._lock:
+                if failed[0]:
+                    return
+                if value.HasField("inline_value") and value.inline_value.is_error:
+                    failed[0] = True
+                    error = value
+                else:
+                    task.spec.args[index].value.CopyFrom(value)
+                    if value.store_node_id:
+                        nodes = task.input_bytes_by_node
+                        nodes[value.store_node_id] = nodes.get(value.store_node_id, 0) + value.size
+                    remaining[0] -= 1
+                    if remaining[0]:
+                        return
+                    error = None
+            if error is not None:
+                on_failed(task, error)
+            else:
+                on_ready(task)
+
+        worker = self._worker
+        for index, object_id, owner in task.unresolved:
+            if owner is None or owner.worker_id == worker.worker_id:
+                worker.memory_store.on_ready(
+                    object_id, lambda _oid, value, i=index: arrived(i, value))
+            else:
+                worker.background(self._fetch_borrowed, object_id, owner,
+                                  lambda value, i=index: arrived(i, value))
+
+    def _fetch_borrowed(self, object_id: bytes, owner: Address,
+                        deliver: Callable[[common_pb2.ObjectValue], None]) -> None:
+        deliver(self._worker.fetch_from_owner(object_id, owner, timeout_s=None))

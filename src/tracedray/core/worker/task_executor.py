@@ -1,0 +1,246 @@
+"""Running pushed tasks inside a worker process (normal tasks and actor methods).
+
+Normal workers run one task at a time in arrival order. An actor runs its calls
+one at a time in submission order per caller, or on a thread pool when
+``max_concurrency > 1``. A task that blocks in ``get`` hands the tasks queued
+behind it back to their caller (they might be what it is waiting for).
+"""
+
+from __future__ import annotations
+
+import collections
+import ctypes
+import os
+import threading
+import time
+import traceback
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from opentelemetry import trace as otel_trace
+
+from tracedray import logs, telemetry
+from tracedray.core.serialization import serialize
+from tracedray.core.worker.pending_task import error_value
+from tracedray.exceptions import RayError, RayTaskError, TaskCancelledError
+from tracedray.telemetry import attributes as A
+from tracedray.v1 import common_pb2
+
+if TYPE_CHECKING:
+    from tracedray.core.worker.core_worker import CoreWorker
+
+log = logs.get_logger(__name__)
+Respond = Callable[[common_pb2.TaskResult], None]
+_KIND_NAMES = {common_pb2.NORMAL: "normal", common_pb2.ACTOR_CREATION: "actor_creation",
+               common_pb2.ACTOR_METHOD: "actor_method"}
+
+
+@dataclass(frozen=True)
+class ExecutorStatistics:
+    queued: int
+    running: int
+    executed_total: int
+    failed_total: int
+    requeued_total: int
+
+
+class TaskExecutor:
+    def __init__(self, worker: CoreWorker) -> None:
+        self._worker = worker
+        self._queue: collections.deque[tuple[common_pb2.TaskSpec, Respond]] = collections.deque()
+        self._cond = threading.Condition()
+        self._pool: ThreadPoolExecutor | None = None
+        self.actor_instance: Any = None
+        self.actor_id: bytes = b""
+        self._running: dict[bytes, int] = {}  # task id -> thread ident
+        self._executed = self._failed = self._requeued = 0
+        self._thread = threading.Thread(target=self._loop, daemon=True, name="tracedray-executor")
+        self._thread.start()
+
+    # --- intake
+    def push(self, spec: common_pb2.TaskSpec, respond: Respond) -> None:
+        if self._pool is not None and spec.kind == common_pb2.ACTOR_METHOD:
+            self._pool.submit(self._run_and_respond, spec, respond)
+            return
+        with self._cond:
+            self._queue.append((spec, respond))
+            self._cond.notify()
+
+    def _loop(self) -> None:
+        while True:
+            with self._cond:
+                while not self._queue:
+                    self._cond.wait()
+                spec, respond = self._queue.popleft()
+            self._run_and_respond(spec, respond)
+
+    def on_blocked(self) -> None:
+        """The running task waits in get(): give unstarted normal tasks back to their callers."""
+        with self._cond:
+            keep: collections.deque[tuple[common_pb2.TaskSpec, Respond]] = collections.deque()
+            handed_back = []
+            for spec, respond in self._queue:
+                (handed_back if spec.kind == common_pb2.NORMAL else keep).append((spec, respond))
+            self._queue = keep
+        for spec, respond in handed_back:
+            self._requeued += 1
+            respond(common_pb2.TaskResult(task_id=spec.task_id, attempt=spec.attempt,
+                                          requeued=True))
+
+    # --- execution
+    def _run_and_respond(self, spec: common_pb2.TaskSpec, respond: Respond) -> None:
+        try:
+            result = self.run(spec)
+        except BaseException as exc:  # noqa: BLE001 - a bug here must still answer the caller
+            log.error("task.executor_bug", task_id=spec.task_id.hex(), error=repr(exc))
+            result = common_pb2.TaskResult(task_id=spec.task_id, attempt=spec.attempt,
+                                           is_application_error=True)
+            result.returns.extend(error_value(object_id, exc)
+                                  for object_id in _return_ids(spec))
+        self._worker.flush_reference_updates()  # borrowers registered before the caller hears
+        respond(result)
+
+    def run(self, spec: common_pb2.TaskSpec) -> common_pb2.TaskResult:
+        worker = self._worker
+        task_hex = spec.task_id.hex()
+        name = spec.function_name
+        result = common_pb2.TaskResult(task_id=spec.task_id, attempt=spec.attempt,
+                                       worker_id=worker.worker_id, worker_pid=os.getpid(),
+                                       node_id=worker.node_id)
+        actor_hex = (spec.actor_id or self.actor_id).hex() if (spec.actor_id or self.actor_id) else ""
+        attributes = {A.TASK_ID: task_hex, A.TASK_FUNCTION: name, A.TASK_ATTEMPT: spec.attempt,
+                      A.TASK_KIND: _KIND_NAMES.get(spec.kind, "normal"), A.NODE_ID: worker.node_id,
+                      A.WORKER_ID: worker.worker_id}
+        if actor_hex:
+            attributes[A.ACTOR_ID] = actor_hex
+        span = telemetry.start_span("task.execute", attributes,
+                                    context=telemetry.context_from_carrier(spec.trace_context))
+        worker.flight_recorder.record({"task_id": task_hex, "attempt": spec.attempt,
+                                       "function": name, "trace_context": dict(spec.trace_context),
+                                       "started_at": time.time()})
+        self._running[spec.task_id] = threading.get_ident()
+        worker.task_events.record(spec, "RUNNING", node_id=worker.node_id,
+                                  worker_id=worker.worker_id, worker_pid=os.getpid())
+        try:
+            with otel_trace.use_span(span, end_on_exit=False, record_exception=False,
+                                    set_status_on_exception=False), logs.task_context(
+                    job_id=spec.job_id.hex(), task_id=task_hex, actor_id=actor_hex,
+                    worker_id=worker.worker_id, task_name=name, attempt=spec.attempt):
+                worker.current_task = spec
+                log.info("task.execute", function=name, attempt=spec.attempt)
+                values = self._execute(spec)
+            result.returns.extend(
+                worker.objects.to_value(oid, serialize(value, what=f"return value of {name}"),
+                                        call_site=spec.call_site)
+                for oid, value in zip(_return_ids(spec), values, strict=True))
+            self._register_captured(result)
+            self._executed += 1
+            worker.task_events.record(spec, "FINISHED", node_id=worker.node_id,
+                                      worker_id=worker.worker_id, worker_pid=os.getpid())
+        except BaseException as exc:  # noqa: BLE001 - user code may raise anything
+            self._failed += 1
+            cancelled = isinstance(exc, TaskCancelledError)
+            error = exc if cancelled else self._task_error(spec, exc)
+            telemetry.record_error(span, exc, getattr(error, "traceback_str", None))
+            with logs.task_context(job_id=spec.job_id.hex(), task_id=task_hex, actor_id=actor_hex,
+                                   worker_id=worker.worker_id, task_name=name,
+                                   attempt=spec.attempt):
+                log.warning("task.failed", function=name, error_type=type(exc).__qualname__,
+                            error=str(exc)[:2000])
+            result.is_application_error = True
+            result.cancelled = cancelled
+            result.retryable_error = spec.retry_exceptions and not cancelled
+            result.ClearField("returns")
+            result.returns.extend(error_value(oid, error) for oid in _return_ids(spec))
+            worker.task_events.record(spec, "FAILED", node_id=worker.node_id,
+                                      worker_id=worker.worker_id, worker_pid=os.getpid(),
+                                      error_type=type(exc).__qualname__,
+                                      error_message=str(exc)[:2000])
+        finally:
+            worker.current_task = None
+            self._running.pop(spec.task_id, None)
+            worker.flight_recorder.clear()
+            span.end()
+        return result
+
+    def _execute(self, spec: common_pb2.TaskSpec) -> list[Any]:
+        worker = self._worker
+        target = worker.functions.load(spec.function_id) if spec.function_id else None
+        values = [worker.objects.load(arg.value) for arg in spec.args]
+        n_kwargs = len(spec.kwarg_names)
+        args = values[: len(values) - n_kwargs]
+        kwargs = dict(zip(spec.kwarg_names, values[len(values) - n_kwargs:], strict=True))
+        if spec.kind == common_pb2.ACTOR_CREATION:
+            self.actor_id = spec.actor_id
+            concurrency = spec.actor_options.max_concurrency
+            if concurrency > 1:
+                self._pool = ThreadPoolExecutor(concurrency, thread_name_prefix="tracedray-actor")
+            self.actor_instance = target(*args, **kwargs)
+            worker.became_actor(spec)
+            return [None] * max(spec.num_returns, 1)
+        if spec.kind == common_pb2.ACTOR_METHOD:
+            if self.actor_instance is None:
+                raise RayError("this worker hosts no actor (creation failed?)")
+            if spec.method_name == "__tracedray_terminate__":
+                worker.exit_soon("exit_actor")
+                return [None]
+            output = getattr(self.actor_instance, spec.method_name)(*args, **kwargs)
+        else:
+            output = target(*args, **kwargs)
+        if spec.num_returns <= 1:
+            return [output if spec.num_returns == 1 else None]
+        outputs = list(output)
+        if len(outputs) != spec.num_returns:
+            raise ValueError(f"{spec.function_name} declared num_returns={spec.num_returns} "
+                             f"but returned {len(outputs)} values")
+        return outputs
+
+    def _task_error(self, spec: common_pb2.TaskSpec, exc: BaseException) -> RayTaskError:
+        worker = self._worker
+        if isinstance(exc, RayTaskError):
+            return exc  # a nested task's error passes through unchanged
+        frames = traceback.format_exception(type(exc), exc, exc.__traceback__)
+        # Drop the executor's own frames: the user's code is what matters.
+        user_frames = [f for f in frames if "tracedray/core/" not in f]
+        tb = "".join(user_frames)
+        return RayTaskError(spec.function_name, tb, exc, os.getpid(), worker.ip, worker.node_id,
+                            spec.task_id.hex())
+
+    def _register_captured(self, result: common_pb2.TaskResult) -> None:
+        for value in result.returns:
+            for inner in value.contained_refs:
+                self._worker.add_captured(inner, value.object_id)
+
+    def cancel(self, task_id: bytes, force: bool) -> bool:
+        with self._cond:
+            for item in list(self._queue):
+                if item[0].task_id == task_id:
+                    self._queue.remove(item)
+                    spec, respond = item
+                    result = common_pb2.TaskResult(task_id=task_id, attempt=spec.attempt,
+                                                   is_application_error=True, cancelled=True)
+                    result.returns.extend(error_value(oid, TaskCancelledError(task_id.hex()))
+                                          for oid in _return_ids(spec))
+                    respond(result)
+                    return True
+        thread_ident = self._running.get(task_id)
+        if thread_ident is None:
+            return False
+        if force:
+            self._worker.exit_soon("force-cancelled", code=1)
+            return True
+        ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread_ident),
+                                                   ctypes.py_object(TaskCancelledError))
+        return True
+
+    def statistics(self) -> ExecutorStatistics:
+        return ExecutorStatistics(len(self._queue), len(self._running), self._executed,
+                                  self._failed, self._requeued)
+
+
+def _return_ids(spec: common_pb2.TaskSpec) -> list[bytes]:
+    from tracedray.core.ids import object_id_for
+
+    return [object_id_for(spec.task_id, i + 1) for i in range(max(spec.num_returns, 1))]

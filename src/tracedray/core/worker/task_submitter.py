@@ -1,0 +1,401 @@
+"""Normal (non-actor) task submission: leases, pipelined pushes, retries.
+
+Like Ray's direct task submission: the caller asks a raylet for a worker lease
+per scheduling key (resource shape + preferred node), pushes tasks straight to
+the leased worker over a stream, keeps the lease while it has work (and for a
+short linger so a loop of round trips reuses it), and returns it when idle.
+A worker that dies fails its in-flight tasks over to a retry (``max_retries``)
+or to ``WorkerCrashedError`` with the exit code, signal and what they mean.
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from tracedray import config, logs, telemetry
+from tracedray.core.address import Address
+from tracedray.core.raylet.client import RayletClient
+from tracedray.core.worker.connection import WorkerConnection
+from tracedray.core.worker.pending_task import PendingTask, error_value
+from tracedray.exceptions import RaySystemError, TaskCancelledError, WorkerCrashedError
+from tracedray.telemetry import attributes as A
+from tracedray.v1 import common_pb2, raylet_pb2
+
+if TYPE_CHECKING:
+    from tracedray.core.worker.core_worker import CoreWorker
+
+log = logs.get_logger(__name__)
+
+# Tasks in flight per leased worker. More than one hides the stream round trip;
+# a worker that blocks in get() hands back the ones it has not started.
+PIPELINE_DEPTH = 4
+MAX_PENDING_LEASE_REQUESTS = 16
+# Locality matters once inputs are big enough that moving them costs more than a lease.
+LOCALITY_MIN_BYTES = 1 << 20
+
+
+@dataclass
+class Lease:
+    lease_id: str
+    key: str
+    raylet: RayletClient
+    worker: Address
+    conn: WorkerConnection
+    decision: dict[str, object]
+    inflight: dict[bytes, PendingTask] = field(default_factory=dict)
+    idle_since: float = field(default_factory=time.monotonic)
+    dispatched: int = 0
+
+
+@dataclass(frozen=True)
+class SubmitterStatistics:
+    queued: int
+    inflight: int
+    leases: int
+    pending_lease_requests: int
+    submitted_total: int
+    finished_total: int
+    retried_total: int
+
+
+def scheduling_key(resources: dict[str, float], preferred_node: str) -> str:
+    shape = ",".join(f"{k}={v:g}" for k, v in sorted(resources.items()))
+    return f"{shape}@{preferred_node}"
+
+
+def preferred_node(input_bytes_by_node: dict[str, int]) -> str:
+    """The node holding the most input bytes, if that is worth moving the task for."""
+    if not input_bytes_by_node:
+        return ""
+    node, size = max(input_bytes_by_node.items(), key=lambda item: item[1])
+    return node if size >= LOCALITY_MIN_BYTES else ""
+
+
+class TaskSubmitter:
+    def __init__(self, worker: CoreWorker) -> None:
+        self._worker = worker
+        self._lock = threading.RLock()
+        self._queues: dict[str, collections.deque[PendingTask]] = {}
+        self._leases: dict[str, list[Lease]] = {}
+        self._lease_requests: dict[str, int] = {}
+        self._tasks: dict[bytes, PendingTask] = {}
+        self._linger_s = config.LEASE_LINGER_S.get()
+        self._locality_enabled = True
+        self._closed = False
+        self._submitted = self._finished = self._retried = 0
+        self._linger_thread = threading.Thread(target=self._return_idle_leases, daemon=True,
+                                               name="tracedray-lease-linger")
+        self._linger_thread.start()
+
+    # --- submission
+    def submit(self, task: PendingTask) -> None:
+        with self._lock:
+            self._tasks[task.task_id] = task
+            self._submitted += 1
+        self._worker.resolver.resolve(task, self._enqueue, self._fail_with_value)
+
+    def set_locality_enabled(self, enabled: bool) -> None:
+        self._locality_enabled = enabled
+
+    def _enqueue(self, task: PendingTask) -> None:
+        preferred = preferred_node(task.input_bytes_by_node) if self._locality_enabled else ""
+        key = scheduling_key(dict(task.spec.resources), preferred)
+        task.scheduling_key = key
+        with self._lock:
+            if task.cancelled:
+                return
+            self._queues.setdefault(key, collections.deque()).append(task)
+            self._pump(key)
+
+    def _pump(self, key: str) -> None:
+        queue = self._queues.get(key)
+        if not queue:
+            return
+        for lease in sorted(self._leases.get(key, ()), key=lambda le: len(le.inflight)):
+            while queue and len(lease.inflight) < PIPELINE_DEPTH and not lease.conn.broken:
+                self._dispatch(queue.popleft(), lease)
+        wanted = min(len(queue), MAX_PENDING_LEASE_REQUESTS)
+        while self._lease_requests.get(key, 0) < wanted:
+            self._lease_requests[key] = self._lease_requests.get(key, 0) + 1
+            self._worker.background(self._request_lease, key, queue[0])
+
+    def _dispatch(self, task: PendingTask, lease: Lease) -> None:
+        spec = task.spec
+        task.lease = lease
+        lease.inflight[spec.task_id] = task
+        lease.dispatched += 1
+        reason = lease.decision.get(A.SCHEDULING_REASON, "")
+        if lease.dispatched > 1:
+            reason = f"reused lease {lease.lease_id[:8]} on node {lease.worker.node_id[:12]}"
+        parent = telemetry.context_from_carrier(spec.trace_context)
+        common = {A.TASK_ID: spec.task_id.hex(), A.TASK_ATTEMPT: spec.attempt}
+        if telemetry.enabled():
+            schedule = telemetry.start_span("task.schedule", {**common, **lease.decision,
+                                                              A.SCHEDULING_REASON: str(reason)},
+                                            context=parent)
+            schedule.end()
+            task.dispatch_span = telemetry.start_span("task.dispatch", {
+                **common, A.NODE_ID: lease.worker.node_id, A.NODE_IP: lease.worker.ip,
+                A.WORKER_ID: lease.worker.worker_id, A.WORKER_PID: lease.worker.pid},
+                context=parent)
+        self._worker.task_events.record(spec, "SUBMITTED_TO_WORKER", node_id=lease.worker.node_id,
+                                        worker_id=lease.worker.worker_id,
+                                        worker_pid=lease.worker.pid)
+        lease.conn.send(spec)
+
+    # --- leases
+    def _request_lease(self, key: str, example: PendingTask) -> None:
+        worker = self._worker
+        spec = example.spec
+        preferred = key.rpartition("@")[2]
+        raylet = worker.raylet_for_node(preferred) if preferred else worker.raylet
+        request = raylet_pb2.LeaseRequest(
+            scheduling_key=key, resources=dict(spec.resources), requester=worker.address.to_proto(),
+            job_id=worker.job_id, task_id=spec.task_id,
+            input_bytes_by_node=example.input_bytes_by_node)
+        try:
+            reply = raylet.request_lease(request)
+            hops = 0
+            while reply.status == raylet_pb2.LeaseReply.SPILLBACK and hops < 8:
+                hops += 1
+                raylet = RayletClient(Address.from_proto(reply.spillback_raylet).target)
+                request.grant_or_reject = True
+                reply = raylet.request_lease(request)
+        except RaySystemError as exc:
+            log.warning("lease.request_failed", error=str(exc), raylet=raylet.address)
+            with self._lock:
+                self._lease_requests[key] -= 1
+            if not self._closed:
+                time.sleep(0.5)
+                with self._lock:
+                    self._pump(key)
+            return
+        with self._lock:
+            self._lease_requests[key] -= 1
+            if reply.status != raylet_pb2.LeaseReply.GRANTED or self._closed:
+                if reply.status == raylet_pb2.LeaseReply.GRANTED:
+                    self._release_lease_remote(raylet, reply.lease_id, False)
+                return
+            decision: dict[str, object] = {
+                A.SCHEDULING_CANDIDATES: list(reply.candidates),
+                A.SCHEDULING_LOCAL_BYTES: list(reply.local_bytes),
+                A.SCHEDULING_QUEUE_LENGTHS: list(reply.queue_lengths),
+                A.SCHEDULING_REASON: reply.reason,
+                A.SCHEDULING_CHOSEN_NODE: reply.chosen_node,
+            }
+            address = Address.from_proto(reply.worker)
+            conn = WorkerConnection(address, self._on_results, self._on_broken)
+            lease = Lease(reply.lease_id, key, raylet, address, conn, decision)
+            self._leases.setdefault(key, []).append(lease)
+            self._pump(key)
+
+    def _release_lease_remote(self, raylet: RayletClient, lease_id: str, failed: bool) -> None:
+        self._worker.background(self._return_worker, raylet, lease_id, failed)
+
+    @staticmethod
+    def _return_worker(raylet: RayletClient, lease_id: str, failed: bool) -> None:
+        try:
+            raylet.return_worker(lease_id, worker_failed=failed)
+        except RaySystemError as exc:
+            log.debug("lease.return_failed", lease_id=lease_id, error=str(exc))
+
+    def _drop_lease(self, lease: Lease, failed: bool) -> None:
+        leases = self._leases.get(lease.key, [])
+        if lease in leases:
+            leases.remove(lease)
+            lease.conn.close()
+            self._release_lease_remote(lease.raylet, lease.lease_id, failed)
+
+    def _return_idle_leases(self) -> None:
+        while not self._closed:
+            time.sleep(self._linger_s / 2)
+            now = time.monotonic()
+            with self._lock:
+                for key, leases in list(self._leases.items()):
+                    if self._queues.get(key):
+                        continue
+                    for lease in list(leases):
+                        if not lease.inflight and now - lease.idle_since >= self._linger_s:
+                            self._drop_lease(lease, failed=False)
+
+    # --- results
+    def _on_results(self, conn: WorkerConnection, results: list[common_pb2.TaskResult]) -> None:
+        finished: list[tuple[PendingTask, common_pb2.TaskResult]] = []
+        with self._lock:
+            for result in results:
+                task = self._find_inflight(result.task_id)
+                if task is None:
+                    continue
+                lease = task.lease
+                del lease.inflight[result.task_id]
+                if not lease.inflight:
+                    lease.idle_since = time.monotonic()
+                if result.requeued:
+                    _end_span(task, ok=True, note="requeued")
+                    self._queues.setdefault(lease.key, collections.deque()).appendleft(task)
+                    continue
+                if (result.is_application_error and result.retryable_error
+                        and task.retries_left != 0 and not task.cancelled):
+                    _end_span(task, ok=False, note="application error; retrying")
+                    self._retry(task)
+                    continue
+                finished.append((task, result))
+            for key in {t.scheduling_key for t, _ in finished} | {
+                    le.key for le in self._all_leases() if le.conn is conn}:
+                self._pump(key)
+        for task, result in finished:
+            _end_span(task, ok=not result.is_application_error)
+            self._complete(task, list(result.returns),
+                           "FAILED" if result.is_application_error else "FINISHED")
+
+    def _find_inflight(self, task_id: bytes) -> PendingTask | None:
+        task = self._tasks.get(task_id)
+        if task is None or task.lease is None or task_id not in task.lease.inflight:
+            return None
+        return task
+
+    def _all_leases(self) -> list[Lease]:
+        return [lease for leases in self._leases.values() for lease in leases]
+
+    def _on_broken(self, conn: WorkerConnection, error: BaseException | None) -> None:
+        with self._lock:
+            lease = next((le for le in self._all_leases() if le.conn is conn), None)
+            if lease is None:
+                return
+            orphans = list(lease.inflight.values())
+            lease.inflight.clear()
+            self._drop_lease(lease, failed=True)
+        if orphans:
+            self._worker.background(self._handle_worker_death, lease, orphans)
+        else:
+            with self._lock:
+                self._pump(lease.key)
+
+    def _handle_worker_death(self, lease: Lease, orphans: list[PendingTask]) -> None:
+        crash = self._worker.describe_worker_exit(lease.raylet, lease.worker)
+        with self._lock:
+            for task in orphans:
+                _end_span(task, ok=False, note=str(crash))
+                if task.cancelled:
+                    self._complete_error(task, TaskCancelledError(task.task_id.hex()), "CANCELLED")
+                elif task.retries_left != 0:
+                    log.warning("task.retry", task_id=task.task_id.hex(),
+                                attempt=task.spec.attempt + 1, cause=str(crash))
+                    self._worker.task_events.record(task.spec, "FAILED", error_type="WorkerCrashedError",
+                                                    error_message=str(crash),
+                                                    node_id=lease.worker.node_id,
+                                                    worker_id=lease.worker.worker_id,
+                                                    worker_pid=lease.worker.pid)
+                    self._retry(task)
+                else:
+                    self._complete_error(task, crash, "FAILED")
+            self._pump(lease.key)
+
+    def _retry(self, task: PendingTask) -> None:
+        if task.retries_left > 0:
+            task.retries_left -= 1
+        task.spec.attempt += 1
+        task.lease = None
+        self._retried += 1
+        self._queues.setdefault(task.scheduling_key, collections.deque()).append(task)
+        self._pump(task.scheduling_key)
+
+    # --- completion
+    def _fail_with_value(self, task: PendingTask, error: common_pb2.ObjectValue) -> None:
+        values = []
+        for oid in task.return_ids:
+            value = common_pb2.ObjectValue()
+            value.CopyFrom(error)
+            value.object_id = oid
+            values.append(value)
+        self._complete(task, values, "FAILED")
+
+    def _complete_error(self, task: PendingTask, exc: BaseException, state: str) -> None:
+        self._complete(task, [error_value(oid, exc) for oid in task.return_ids], state)
+
+    def _complete(self, task: PendingTask, values: list[common_pb2.ObjectValue], state: str) -> None:
+        with self._lock:
+            if self._tasks.pop(task.task_id, None) is None:
+                return
+            self._finished += 1
+        self._worker.finish_task(task, values, state)
+
+    # --- cancel / shutdown / introspection
+    def cancel(self, task_id: bytes, force: bool) -> bool:
+        with self._lock:
+            task = self._tasks.get(task_id)
+            if task is None:
+                return False
+            task.cancelled = True
+            task.force_cancelled = force
+            queue = self._queues.get(task.scheduling_key)
+            if task.lease is None:
+                if queue and task in queue:
+                    queue.remove(task)
+                self._complete_error(task, TaskCancelledError(task_id.hex()), "CANCELLED")
+                return True
+            worker_address = task.lease.worker
+        self._worker.cancel_on_worker(worker_address, task_id, force)
+        return True
+
+    def fail_all(self, exc: BaseException) -> None:
+        with self._lock:
+            self._closed = True
+            tasks = list(self._tasks.values())
+            for leases in self._leases.values():
+                for lease in leases:
+                    lease.conn.close()
+                    self._release_lease_remote(lease.raylet, lease.lease_id, False)
+            self._leases.clear()
+            self._queues.clear()
+        for task in tasks:
+            self._complete_error(task, exc, "FAILED")
+
+    def pending_task(self, task_id: bytes) -> PendingTask | None:
+        with self._lock:
+            return self._tasks.get(task_id)
+
+    def statistics(self) -> SubmitterStatistics:
+        with self._lock:
+            return SubmitterStatistics(
+                queued=sum(len(q) for q in self._queues.values()),
+                inflight=sum(len(le.inflight) for le in self._all_leases()),
+                leases=len(self._all_leases()),
+                pending_lease_requests=sum(self._lease_requests.values()),
+                submitted_total=self._submitted, finished_total=self._finished,
+                retried_total=self._retried)
+
+    def __repr__(self) -> str:
+        s = self.statistics()
+        return f"<TaskSubmitter queued={s.queued} inflight={s.inflight} leases={s.leases}>"
+
+
+def _end_span(task: PendingTask, *, ok: bool, note: str = "") -> None:
+    span = task.dispatch_span
+    if span is None:
+        return
+    task.dispatch_span = None
+    if not ok:
+        telemetry.record_error(span, WorkerCrashedError(note) if note else RuntimeError("failed"))
+    elif note:
+        span.set_attribute("tracedray.dispatch.note", note)
+    span.end()
+
+
+def crash_error(info: raylet_pb2.WorkerExitInfo, worker: Address) -> WorkerCrashedError:
+    if info.exited:
+        how = f"signal {info.signal} (exit {info.exit_code})" if info.signal else \
+            f"exit code {info.exit_code}"
+        message = (f"the worker process (pid {info.pid or worker.pid}) on node "
+                   f"{worker.node_id[:12]} ({worker.ip}) died: {how}: {info.meaning}")
+        if info.node_memory_percent:
+            message += f"; node memory was {info.node_memory_percent:.0f}% used"
+    else:
+        message = (f"the connection to worker pid {worker.pid} on {worker.ip} was lost "
+                   "and the raylet could not say why (node unreachable?)")
+    return WorkerCrashedError(message, exit_code=info.exit_code if info.exited else None,
+                              signal_name=info.signal or None, meaning=info.meaning)

@@ -1,0 +1,184 @@
+"""configure() and get_logger(): wiring the processor chain to the sink.
+
+We do not call ``structlog.configure``: that is global, and user code may use
+structlog for its own logs. Our loggers are built directly on our processor list
+and sink, so configure() can change where lines go for loggers created earlier.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import functools
+import logging
+import os
+import sys
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Any, cast
+
+import structlog
+from structlog.typing import FilteringBoundLogger
+
+from tracedray import config
+from tracedray.exceptions import ConfigError
+from tracedray.logs import _processors
+from tracedray.logs._process_info import (
+    current_user,
+    effective_configuration,
+    installed_packages,
+    process_start_time,
+    versions,
+)
+from tracedray.logs._sink import LineSink, LogStatistics
+from tracedray.telemetry._host import host_ip, host_name
+
+_BASE = structlog.make_filtering_bound_logger(logging.DEBUG)
+
+
+def _never_raises(method: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(method)
+    def guarded(self: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(self, *args, **kwargs)
+        except Exception:  # a bad format string or value must not break the caller
+            return None
+
+    return guarded
+
+
+# A FilteringBoundLogger whose calls can never raise into the caller. The level
+# methods interpolate "%s" arguments before the processor chain runs, so each
+# public method is guarded, not only the chain.
+_SafeBoundLogger = type("_SafeBoundLogger", (_BASE,), {
+    name: _never_raises(getattr(_BASE, name))
+    for name in ("debug", "info", "warning", "warn", "error", "exception", "critical",
+                 "fatal", "msg", "log")
+})
+
+
+@dataclass
+class _Configured:
+    key: tuple[object, ...]
+    pid: int
+    component: str
+    start_time: float
+    exit_recorded: bool = False
+
+
+sink = LineSink()
+_lock = threading.RLock()
+_configured: _Configured | None = None
+_atexit_registered = False
+_unhandled_exception = False
+_previous_excepthook = sys.excepthook
+
+
+def get_logger(name: str | None = None) -> FilteringBoundLogger:
+    """A logger that works before configure(); until then only WARNING+ reach stderr."""
+    initial = {"logger": name} if name else {}
+    return cast(FilteringBoundLogger,
+                _SafeBoundLogger(sink, _processors.PROCESSORS, initial))
+
+
+def _level_number(name: str, variable: str) -> int:
+    level = _processors.LEVELS.get(name.strip().lower())
+    if level is None:
+        raise ConfigError(f"{variable}={name!r} is not a log level; "
+                          f"use one of {', '.join(_processors.LEVELS)}")
+    return level
+
+
+def _excepthook(exc_type: type[BaseException], exc: BaseException,
+                tb: TracebackType | None) -> None:
+    global _unhandled_exception
+    _unhandled_exception = True
+    _previous_excepthook(exc_type, exc, tb)
+
+
+def configure(component: str, *, session_dir: Path | None, node_id: str = "",
+              session_id: str = "", config: Mapping[str, object] | None = None,
+              console_level: str | None = None) -> None:
+    """Send this process's lines to ``<session_dir>/logs/<component>-<pid>.jsonl``.
+
+    Idempotent for the same arguments in the same process; in a forked child (new
+    pid) it opens the child's own file and writes the child's ``process.start``.
+    """
+    global _configured, _atexit_registered
+    key = (component, str(session_dir), node_id, session_id, console_level)
+    pid = os.getpid()
+    with _lock:
+        if _configured is not None and _configured.pid == pid and _configured.key == key:
+            return
+        min_level = _level_number(_config_log_level(), "TRACEDRAY_LOG_LEVEL")
+        console = None if console_level is None else _level_number(console_level,
+                                                                   "console_level")
+        _processors.state = _processors.ProcessorState(
+            min_level=min_level,
+            static_fields={"component": component, "host": host_name(), "ip": host_ip(),
+                           "node_id": node_id, "versions": versions(),
+                           **({"session_id": session_id} if session_id else {})},
+        )
+        path = None if session_dir is None else session_dir / "logs" / f"{component}-{pid}.jsonl"
+        new_file = _configured is None or _configured.pid != pid or \
+            _configured.key[1] != key[1] or _configured.component != component
+        sink.open(path, console)
+        started = _configured.start_time if _configured is not None and \
+            _configured.pid == pid else process_start_time()
+        _configured = _Configured(key, pid, component, started)
+        if not _atexit_registered:
+            atexit.register(_record_exit_at_interpreter_exit)
+            sys.excepthook = _excepthook
+            _atexit_registered = True
+    if new_file:
+        _write_process_start(config)
+
+
+def _config_log_level() -> str:
+    return config.LOG_LEVEL.get()
+
+
+def _write_process_start(effective: Mapping[str, object] | None) -> None:
+    with contextlib.suppress(Exception):
+        get_logger("tracedray").info(
+            "process.start",
+            argv=list(sys.argv),
+            cwd=os.getcwd(),
+            user=current_user(),
+            executable=sys.executable,
+            packages=installed_packages(),
+            config=dict(effective) if effective is not None else effective_configuration(),
+            host=host_name(),
+            ip=host_ip(),
+        )
+
+
+def record_process_exit(exit_code: int) -> None:
+    """Write ``process.exit`` now (once per process) — for paths that end in ``os._exit``."""
+    with _lock:
+        current = _configured
+        if current is None or current.pid != os.getpid() or current.exit_recorded:
+            return
+        current.exit_recorded = True
+    get_logger("tracedray").info("process.exit", exit_code=exit_code,
+                                 run_time_s=round(time.time() - current.start_time, 6))
+
+
+def _record_exit_at_interpreter_exit() -> None:
+    # Spans first: their shutdown may still log (a failed export), and process.exit
+    # must be the last line whichever of the two configure() calls came first.
+    with contextlib.suppress(Exception):
+        from tracedray import telemetry
+
+        telemetry.shutdown()
+    # atexit cannot see sys.exit()'s code; an unhandled exception means 1. Paths that
+    # know the real code (the runtime's own shutdown) call record_process_exit first.
+    record_process_exit(1 if _unhandled_exception else 0)
+
+
+def statistics() -> LogStatistics:
+    return sink.statistics()

@@ -1,0 +1,44 @@
+"""tracedray telemetry: every runtime event as an OpenTelemetry span.
+
+Spans of a process go to (1) ``<session_dir>/traces/<component>-<pid>.jsonl`` as
+OTLP JSON lines, written as each span ends, and (2) any OTLP endpoint named by
+the standard ``OTEL_EXPORTER_OTLP_*`` variables. ``OTEL_SDK_DISABLED=true`` turns
+every helper here into a cheap no-op. Nothing in this package raises into user
+code once :func:`configure` has returned. The span contract is in docs/telemetry.md.
+"""
+
+from __future__ import annotations
+
+from tracedray.telemetry._api import (
+    carrier_from_current,
+    context_from_carrier,
+    current_trace_ids,
+    record_error,
+    span,
+    start_span,
+)
+from tracedray.telemetry._state import (
+    TelemetryStatistics,
+    configure,
+    enabled,
+    force_flush,
+    shutdown,
+    statistics,
+    tracer,
+)
+
+__all__ = [
+    "TelemetryStatistics",
+    "carrier_from_current",
+    "configure",
+    "context_from_carrier",
+    "current_trace_ids",
+    "enabled",
+    "force_flush",
+    "record_error",
+    "shutdown",
+    "span",
+    "start_span",
+    "statistics",
+    "tracer",
+]

@@ -1,0 +1,148 @@
+"""Span helpers the runtime calls on its hot paths.
+
+They talk to the OTel API only and never raise errors of their own: a broken
+tracer or a bad attribute must not change what user code sees. When telemetry
+is off they cost one function call and return the API's invalid span.
+"""
+
+from __future__ import annotations
+
+import traceback
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+
+from opentelemetry import context as context_api
+from opentelemetry import trace
+from opentelemetry.context import Context
+from opentelemetry.trace import INVALID_SPAN, Span, SpanKind
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+from opentelemetry.trace.status import Status, StatusCode
+from opentelemetry.util.types import AttributeValue
+
+from tracedray.telemetry import _state
+from tracedray.telemetry import attributes as attrs
+
+# W3C explicitly, not the global propagator: our task specs always carry W3C
+# headers, whatever OTEL_PROPAGATORS the user's own code configured.
+_W3C = TraceContextTextMapPropagator()
+
+
+def qualified_name(exc_type: type[BaseException]) -> str:
+    module = exc_type.__module__
+    if module in ("builtins", "__main__"):
+        return exc_type.__qualname__
+    return f"{module}.{exc_type.__qualname__}"
+
+
+def _is_error(exc: BaseException) -> bool:
+    # A generator being closed or a clean sys.exit() inside a span is control flow.
+    if isinstance(exc, GeneratorExit):
+        return False
+    return not (isinstance(exc, SystemExit) and exc.code in (0, None))
+
+
+@contextmanager
+def span(name: str, attributes: Mapping[str, AttributeValue] | None = None, *,
+         context: Context | None = None,
+         kind: SpanKind = SpanKind.INTERNAL) -> Iterator[Span]:
+    """Start a span, make it current for the block, end it; record an escaping error."""
+    if not _state.enabled():
+        yield INVALID_SPAN
+        return
+    try:
+        current = _state.tracer().start_span(
+            name, context=context, kind=kind, attributes=attributes,
+            record_exception=False, set_status_on_exception=False)
+        token = context_api.attach(trace.set_span_in_context(current))
+    except Exception:
+        yield INVALID_SPAN
+        return
+    try:
+        yield current
+    except BaseException as exc:
+        if _is_error(exc):
+            record_error(current, exc)
+        raise
+    finally:
+        try:
+            context_api.detach(token)
+            current.end()
+        except Exception:
+            pass
+
+
+def start_span(name: str, attributes: Mapping[str, AttributeValue] | None = None, *,
+               context: Context | None = None, start_time: int | None = None,
+               kind: SpanKind = SpanKind.INTERNAL) -> Span:
+    """Start a span that is not made current; the caller ends it (``span.end()``)."""
+    if not _state.enabled():
+        return INVALID_SPAN
+    try:
+        return _state.tracer().start_span(
+            name, context=context, kind=kind, attributes=attributes, start_time=start_time,
+            record_exception=False, set_status_on_exception=False)
+    except Exception:
+        return INVALID_SPAN
+
+
+def record_error(span: Span, exc: BaseException, traceback_str: str | None = None) -> None:
+    """Status ERROR, ``error.type`` and an ``exception`` event carrying the traceback.
+
+    ``traceback_str`` replaces the local traceback: a task's error is raised in a
+    worker, and the span that records it may live in another process.
+    """
+    try:
+        if not span.is_recording():
+            return
+        type_name = qualified_name(type(exc))
+        message = str(exc)
+        span.set_status(Status(StatusCode.ERROR,
+                               f"{type(exc).__name__}: {message}" if message
+                               else type(exc).__name__))
+        span.set_attribute(attrs.ERROR_TYPE, type_name)
+        stack = traceback_str if traceback_str is not None else "".join(
+            traceback.format_exception(type(exc), exc, exc.__traceback__))
+        span.add_event(attrs.EXCEPTION_EVENT, {
+            attrs.EXCEPTION_TYPE: type_name,
+            attrs.EXCEPTION_MESSAGE: message,
+            attrs.EXCEPTION_STACKTRACE: stack,
+        })
+    except Exception:
+        pass
+
+
+def carrier_from_current() -> dict[str, str]:
+    """W3C ``traceparent`` (and ``tracestate``) of the current span; ``{}`` if there is none."""
+    try:
+        if not trace.get_current_span().get_span_context().is_valid:
+            return {}
+        carrier: dict[str, str] = {}
+        _W3C.inject(carrier)
+        return carrier
+    except Exception:
+        return {}
+
+
+def context_from_carrier(carrier: Mapping[str, str]) -> Context | None:
+    """A context whose parent is the remote span in ``carrier``; None if it holds none."""
+    try:
+        if not carrier or "traceparent" not in carrier:
+            return None
+        extracted = _W3C.extract(dict(carrier))
+        if not trace.get_current_span(extracted).get_span_context().is_valid:
+            return None
+        return extracted
+    except Exception:
+        return None
+
+
+def current_trace_ids() -> tuple[str, str] | None:
+    """(trace_id hex32, span_id hex16) of the current span, for log lines.
+
+    Any valid current span counts, including a sampled-out one: its ids still
+    join a log line to the trace of the call that produced it.
+    """
+    span_context = trace.get_current_span().get_span_context()
+    if not span_context.is_valid:
+        return None
+    return format(span_context.trace_id, "032x"), format(span_context.span_id, "016x")

@@ -1,0 +1,33 @@
+"""Facts about this host shared by span resources and log lines (computed once per process)."""
+
+from __future__ import annotations
+
+import functools
+import socket
+
+
+@functools.lru_cache(maxsize=1)
+def host_name() -> str:
+    return socket.gethostname()
+
+
+@functools.lru_cache(maxsize=1)
+def host_ip() -> str:
+    """The address other nodes would use to reach this host.
+
+    Connecting a UDP socket sends no packet; it only asks the kernel which source
+    address the default route would use, which is the address a multi-node cluster
+    sees. Hosts without a route (sandboxes, laptops offline) fall back to the
+    resolver, then loopback.
+    """
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+            probe.connect(("10.255.255.255", 1))
+            address: str = probe.getsockname()[0]
+            return address
+    except OSError:
+        pass
+    try:
+        return socket.gethostbyname(host_name())
+    except OSError:
+        return "127.0.0.1"

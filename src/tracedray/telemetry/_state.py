@@ -1,0 +1,238 @@
+"""The process's telemetry pipeline: one private TracerProvider and its destinations.
+
+We never install a global tracer provider: user code that sets its own keeps it,
+and our spans still nest with the user's because both share OTel's context.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+
+from tracedray import config
+from tracedray._version import __version__
+from tracedray.telemetry._file_processor import SpanFileWriter
+from tracedray.telemetry._otlp_export import OtlpPipeline, otlp_settings
+from tracedray.telemetry._resource import ResourceValue, build_resource
+from tracedray.telemetry.otlp_json import trace_file_name
+
+INSTRUMENTATION_NAME = "tracedray"
+SHUTDOWN_TIMEOUT_S = 3.0
+
+
+@dataclass(frozen=True)
+class TelemetryStatistics:
+    enabled: bool
+    component: str
+    trace_file: str  # "" when spans are not written to a file
+    spans_written: int  # lines appended to the trace file
+    bytes_written: int
+    spans_dropped: int  # spans lost because the trace file could not be written
+    otlp_endpoint: str  # "" when OTLP export is off
+    spans_exported: int
+    spans_export_failed: int
+    export_failures: int  # failed export batches (each also counted in spans_export_failed)
+
+
+@dataclass
+class _Pipeline:
+    key: tuple[object, ...]
+    pid: int
+    component: str
+    provider: TracerProvider | None
+    tracer: trace.Tracer
+    file_writer: SpanFileWriter | None
+    otlp: OtlpPipeline | None
+
+
+_NOOP_TRACER = trace.NoOpTracer()
+_lock = threading.RLock()
+_pipeline: _Pipeline | None = None
+_last_statistics: TelemetryStatistics | None = None
+_atexit_registered = False
+
+
+def sdk_disabled(environ: Mapping[str, str]) -> bool:
+    return environ.get("OTEL_SDK_DISABLED", "").strip().lower() == "true"
+
+
+def _warn(event: str, fields: Mapping[str, object]) -> None:
+    # Imported lazily: tracedray.logs imports telemetry for trace ids.
+    try:
+        from tracedray.logs import get_logger
+
+        get_logger("tracedray.telemetry").warning(event, **fields)
+    except Exception:
+        pass
+
+
+class _SdkLogBridge(logging.Handler):
+    """Routes the OTel SDK's own stdlib warnings (exporter retries) into our JSON logs.
+
+    Without it every failed batch to a dead endpoint would print a stack of lines on
+    the user's console; our exporter wrapper already emits one rate-limited warning.
+    """
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self._busy = threading.local()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if getattr(self._busy, "active", False):
+            return
+        self._busy.active = True
+        try:
+            from tracedray.logs import get_logger
+
+            get_logger(record.name).log(record.levelno, "otel.sdk",
+                                        message=record.getMessage(), logger=record.name)
+        except Exception:
+            pass
+        finally:
+            self._busy.active = False
+
+
+def _install_sdk_log_bridge() -> None:
+    sdk_logger = logging.getLogger("opentelemetry")
+    if not any(isinstance(handler, _SdkLogBridge) for handler in sdk_logger.handlers):
+        sdk_logger.addHandler(_SdkLogBridge())
+        sdk_logger.propagate = False
+
+
+def configure(component: str, *, session_dir: Path | None, node_id: str = "",
+              session_id: str = "",
+              extra_resource: Mapping[str, ResourceValue] | None = None) -> None:
+    """Set up this process's spans; see the package docstring for destinations.
+
+    Idempotent: the same arguments in the same process do nothing. Different
+    arguments replace the pipeline (the old one is flushed and closed). In a forked
+    child the inherited pipeline is dropped without flushing (its batch queue and
+    gRPC channel belong to the parent) and a fresh one is built.
+    """
+    global _pipeline, _atexit_registered
+    key = (component, str(session_dir), node_id, session_id,
+           tuple(sorted((extra_resource or {}).items())))
+    pid = os.getpid()
+    environ = os.environ
+    write_files = config.TRACE_FILES.get()  # strict: a bad value is a ConfigError here
+    with _lock:
+        current = _pipeline
+        if current is not None and current.pid == pid and current.key == key:
+            return
+        if current is not None:
+            if current.pid == pid:
+                _close(current)
+            elif current.file_writer is not None:
+                current.file_writer.shutdown()  # closes the child's copy of the descriptor
+        _pipeline = _build(key, component, session_dir if write_files else None, node_id,
+                           session_id, extra_resource, environ)
+        if not _atexit_registered:
+            atexit.register(shutdown)
+            _atexit_registered = True
+
+
+def _build(key: tuple[object, ...], component: str, session_dir: Path | None, node_id: str,
+           session_id: str, extra_resource: Mapping[str, ResourceValue] | None,
+           environ: Mapping[str, str]) -> _Pipeline:
+    pid = os.getpid()
+    if sdk_disabled(environ):
+        return _Pipeline(key, pid, component, None, _NOOP_TRACER, None, None)
+    resource = build_resource(component, node_id=node_id, session_id=session_id,
+                              extra=extra_resource, environ=environ)
+    # Sampler from OTEL_TRACES_SAMPLER/_ARG (the SDK reads them when sampler is None).
+    provider = TracerProvider(resource=resource, shutdown_on_exit=False)
+    file_writer = None
+    if session_dir is not None:
+        file_writer = SpanFileWriter(session_dir / "traces" / trace_file_name(component, pid))
+        provider.add_span_processor(file_writer)
+    otlp = None
+    settings = otlp_settings(environ)
+    if settings is not None:
+        _install_sdk_log_bridge()
+        if settings.note:
+            _warn("telemetry.otlp_protocol", {"note": settings.note})
+        try:
+            otlp = OtlpPipeline(settings, _warn)
+            provider.add_span_processor(otlp.processor)
+        except Exception as exc:  # a broken exporter install must not stop the runtime
+            _warn("telemetry.otlp_unavailable", {"endpoint": settings.endpoint,
+                                                 "error": f"{type(exc).__name__}: {exc}"})
+    tracer = provider.get_tracer(INSTRUMENTATION_NAME, __version__)
+    return _Pipeline(key, pid, component, provider, tracer, file_writer, otlp)
+
+
+def tracer() -> trace.Tracer:
+    """Our tracer; the API's no-op tracer before configure() or when disabled."""
+    pipeline = _pipeline
+    return _NOOP_TRACER if pipeline is None else pipeline.tracer
+
+
+def enabled() -> bool:
+    pipeline = _pipeline
+    return pipeline is not None and pipeline.provider is not None
+
+
+def force_flush(timeout_s: float = 5.0) -> None:
+    """Push queued spans to the OTLP endpoint (trace files need no flush)."""
+    pipeline = _pipeline
+    if pipeline is not None and pipeline.otlp is not None and pipeline.pid == os.getpid():
+        pipeline.otlp.force_flush(timeout_s)
+
+
+def _snapshot(pipeline: _Pipeline) -> TelemetryStatistics:
+    written = bytes_written = dropped = 0
+    trace_file = ""
+    if pipeline.file_writer is not None:
+        file_stats = pipeline.file_writer.statistics()
+        trace_file = file_stats.path
+        written, bytes_written, dropped = (file_stats.spans_written, file_stats.bytes_written,
+                                           file_stats.write_errors)
+    endpoint = ""
+    exported = export_failed = failures = 0
+    if pipeline.otlp is not None:
+        export_stats = pipeline.otlp.exporter.statistics()
+        endpoint = export_stats.endpoint
+        exported, export_failed, failures = (export_stats.spans_exported,
+                                             export_stats.spans_failed,
+                                             export_stats.failed_batches)
+    return TelemetryStatistics(pipeline.provider is not None, pipeline.component, trace_file,
+                               written, bytes_written, dropped, endpoint, exported,
+                               export_failed, failures)
+
+
+def _close(pipeline: _Pipeline) -> None:
+    global _last_statistics
+    if pipeline.otlp is not None:
+        pipeline.otlp.shutdown(SHUTDOWN_TIMEOUT_S)
+    if pipeline.file_writer is not None:
+        pipeline.file_writer.shutdown()
+    _last_statistics = _snapshot(pipeline)
+
+
+def shutdown() -> None:
+    """Flush and close this process's pipeline; later spans are no-ops until configure()."""
+    global _pipeline
+    with _lock:
+        pipeline = _pipeline
+        if pipeline is None:
+            return
+        _pipeline = None
+        if pipeline.pid == os.getpid():
+            _close(pipeline)
+
+
+def statistics() -> TelemetryStatistics:
+    pipeline = _pipeline
+    if pipeline is not None:
+        return _snapshot(pipeline)
+    if _last_statistics is not None:
+        return _last_statistics
+    return TelemetryStatistics(False, "", "", 0, 0, 0, "", 0, 0, 0)

@@ -1,0 +1,73 @@
+"""Span attribute keys: the contract dashboards, tests and the CLI are built on.
+
+Every custom key lives under ``tracedray.``; docs/telemetry.md documents each.
+Core code imports these constants instead of spelling strings.
+"""
+
+from __future__ import annotations
+
+# --- tasks
+TASK_ID = "tracedray.task.id"  # same hex as ObjectRef.task_id().hex()
+TASK_FUNCTION = "tracedray.task.function"  # module.qualname, or Class.method
+TASK_ATTEMPT = "tracedray.task.attempt"  # 0 for the first attempt
+TASK_KIND = "tracedray.task.kind"  # normal | actor_creation | actor_method
+TASK_CALL_SITE = "tracedray.task.call_site"  # "file.py:12 in main" of the .remote() call
+TASK_STATE = "tracedray.task.state"  # final state when the span ends
+TASK_MAX_RETRIES = "tracedray.task.max_retries"
+JOB_ID = "tracedray.job.id"
+
+# --- actors
+ACTOR_ID = "tracedray.actor.id"
+ACTOR_CLASS = "tracedray.actor.class"
+ACTOR_NAME = "tracedray.actor.name"
+
+# --- objects
+OBJECT_ID = "tracedray.object.id"  # same hex as ObjectRef.hex()
+OBJECT_SIZE = "tracedray.object.size"  # bytes
+OBJECT_LOCATION = "tracedray.object.location"  # inline | shm | spilled
+OBJECT_CALL_SITE = "tracedray.object.call_site"
+OBJECT_COUNT = "tracedray.object.count"  # get/wait over several refs
+STORE_USED = "tracedray.store.used"  # bytes in the node's store after the event
+STORE_CAPACITY = "tracedray.store.capacity"
+SPILL_PATH = "tracedray.spill.path"
+TRANSFER_FROM_NODE = "tracedray.transfer.from_node"
+TRANSFER_TO_NODE = "tracedray.transfer.to_node"
+TRANSFER_BYTES = "tracedray.transfer.bytes"
+
+# --- placement
+NODE_ID = "tracedray.node.id"
+NODE_IP = "tracedray.node.ip"
+WORKER_ID = "tracedray.worker.id"
+WORKER_PID = "tracedray.worker.pid"
+SCHEDULING_CANDIDATES = "tracedray.scheduling.candidates"  # list of node ids considered
+SCHEDULING_LOCAL_BYTES = "tracedray.scheduling.local_bytes"  # list, parallel to candidates
+SCHEDULING_QUEUE_LENGTHS = "tracedray.scheduling.queue_lengths"  # list, parallel to candidates
+SCHEDULING_REASON = "tracedray.scheduling.reason"
+SCHEDULING_CHOSEN_NODE = "tracedray.scheduling.chosen_node"
+RESOURCES = "tracedray.resources"  # JSON of the resource request
+
+# --- process exits (recorded by the raylet that saw them)
+EXIT_CODE = "tracedray.exit.code"
+EXIT_SIGNAL = "tracedray.exit.signal"  # e.g. "SIGKILL"
+EXIT_MEANING = "tracedray.exit.meaning"  # e.g. "killed by the OS, often the OOM killer"
+NODE_MEMORY_PERCENT = "tracedray.node.memory_percent"
+
+# --- GCS
+GCS_TABLE = "tracedray.gcs.table"
+GCS_FLUSH_ENTRIES = "tracedray.gcs.flush.entries"
+GCS_FLUSH_BYTES = "tracedray.gcs.flush.bytes"
+GCS_MEMORY_BEFORE = "tracedray.gcs.memory_before"
+GCS_MEMORY_AFTER = "tracedray.gcs.memory_after"
+GCS_STORAGE = "tracedray.gcs.storage"
+
+# --- resource attributes (besides the OTel semantic-convention ones)
+RESOURCE_NODE_ID = "tracedray.node.id"
+RESOURCE_SESSION_ID = "tracedray.session.id"
+RESOURCE_COMPONENT = "tracedray.component"  # driver | worker | raylet | gcs | cli
+
+# --- errors (OTel semantic conventions: stable error.type and exception.* keys)
+ERROR_TYPE = "error.type"  # qualified class name of the exception
+EXCEPTION_EVENT = "exception"  # name of the span event that carries the traceback
+EXCEPTION_TYPE = "exception.type"
+EXCEPTION_MESSAGE = "exception.message"
+EXCEPTION_STACKTRACE = "exception.stacktrace"

@@ -1,0 +1,389 @@
+"""OTLP JSON lines: the one module that knows the on-disk span layout.
+
+Each line is one ``TracesData`` object, ``{"resourceSpans": [...]}``, exactly what the
+OpenTelemetry Collector's ``file`` exporter writes and its ``otlpjsonfile`` receiver
+reads (https://opentelemetry.io/docs/specs/otlp/#json-protobuf-encoding):
+
+- ``traceId`` / ``spanId`` / ``parentSpanId`` are lowercase hex (32 / 16 characters);
+- 64-bit integers (``startTimeUnixNano``, ``intValue``) are decimal strings;
+- ``kind`` and ``status.code`` are the OTLP enum integers (``SPAN_KIND_INTERNAL`` = 1);
+- keys are lowerCamelCase.
+
+The encoder is hand-written (dicts + ``json.dumps``) because the SDK's protobuf
+route (``encode_spans`` + ``json_format``) costs ~50 µs per span and emits base64
+ids; the resource and scope part of a line is encoded once and cached.
+
+Reading is tolerant: a line cut short by a crash, or otherwise not valid JSON, is
+skipped and described in the ``warnings`` list the caller passes in, so one bad
+line never hides the rest of a trace.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import math
+import os
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import Event, ReadableSpan
+from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+from opentelemetry.trace import Link, SpanContext, SpanKind, TraceFlags, TraceState
+from opentelemetry.trace.status import Status, StatusCode
+
+_dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
+
+# --------------------------------------------------------------------------- encoding
+
+
+def encode_value(value: object) -> dict[str, Any]:
+    """One OTel attribute value as an OTLP ``AnyValue``."""
+    # bool before int: bool is a subclass of int in Python.
+    if isinstance(value, bool):
+        return {"boolValue": value}
+    if isinstance(value, int):
+        return {"intValue": str(value)}
+    if isinstance(value, float):
+        if math.isfinite(value):
+            return {"doubleValue": value}
+        # JSON has no NaN/Infinity; the protobuf JSON mapping spells them as strings.
+        return {"doubleValue": "NaN" if math.isnan(value) else ("Infinity" if value > 0
+                                                                else "-Infinity")}
+    if isinstance(value, str):
+        return {"stringValue": value}
+    if isinstance(value, bytes):
+        return {"bytesValue": base64.b64encode(value).decode("ascii")}
+    if isinstance(value, Sequence):
+        return {"arrayValue": {"values": [encode_value(item) for item in value]}}
+    return {"stringValue": str(value)}
+
+
+def encode_attributes(attributes: Mapping[str, object] | None) -> list[dict[str, Any]]:
+    if not attributes:
+        return []
+    return [{"key": key, "value": encode_value(value)} for key, value in attributes.items()]
+
+
+# The hot path below builds JSON text directly instead of dicts for json.dumps:
+# half the cost per span. Scalars take the fast branches; anything else (arrays,
+# bytes, NaN) goes through encode_value, so both paths share one definition.
+_string: Callable[[str], str] = json.encoder.encode_basestring
+_key_prefixes: dict[str, str] = {}
+
+
+def _value_json(value: object) -> str:
+    kind = type(value)
+    if kind is str:
+        return '{"stringValue":' + _string(value) + "}"  # type: ignore[arg-type]
+    if kind is bool:
+        return '{"boolValue":true}' if value else '{"boolValue":false}'
+    if kind is int:
+        return '{"intValue":"' + str(value) + '"}'
+    if kind is float and math.isfinite(value):  # type: ignore[arg-type]
+        return '{"doubleValue":' + repr(value) + "}"
+    return _dumps(encode_value(value))
+
+
+def _attributes_json(attributes: Mapping[str, object]) -> str:
+    parts = []
+    for key, value in attributes.items():
+        prefix = _key_prefixes.get(key)
+        if prefix is None:
+            prefix = '{"key":' + _string(key) + ',"value":'
+            if len(_key_prefixes) < 4096:  # keys are low-cardinality; bound it anyway
+                _key_prefixes[key] = prefix
+        parts.append(prefix + _value_json(value) + "}")
+    return "[" + ",".join(parts) + "]"
+
+
+def _span_json(span: ReadableSpan) -> str:
+    context = span.context
+    assert context is not None  # the SDK gives every recorded span a context
+    out = [f'{{"traceId":"{context.trace_id:032x}","spanId":"{context.span_id:016x}"']
+    if context.trace_state:
+        out.append(',"traceState":' + _string(context.trace_state.to_header()))
+    parent = span.parent
+    if parent is not None:
+        out.append(f',"parentSpanId":"{parent.span_id:016x}"')
+    # OTel Python's SpanKind.INTERNAL is 0, OTLP's SPAN_KIND_INTERNAL is 1.
+    out.append(f',"name":{_string(span.name)},"kind":{span.kind.value + 1},'
+               f'"startTimeUnixNano":"{span.start_time or 0}",'
+               f'"endTimeUnixNano":"{span.end_time or 0}"')
+    attributes = span.attributes
+    if attributes:
+        out.append(',"attributes":' + _attributes_json(attributes))
+    if span.dropped_attributes:
+        out.append(f',"droppedAttributesCount":{span.dropped_attributes}')
+    if span.events:
+        out.append(',"events":[' + ",".join(
+            f'{{"timeUnixNano":"{event.timestamp}","name":{_string(event.name)},'
+            f'"attributes":{_attributes_json(event.attributes or {})}}}'
+            for event in span.events) + "]")
+    if span.links:
+        out.append(',"links":[' + ",".join(
+            f'{{"traceId":"{link.context.trace_id:032x}","spanId":"{link.context.span_id:016x}",'
+            f'"attributes":{_attributes_json(link.attributes or {})}}}'
+            for link in span.links) + "]")
+    status = span.status
+    code = status.status_code.value
+    if code == 0:
+        out.append(',"status":{}}')
+    elif status.description:
+        out.append(f',"status":{{"code":{code},"message":{_string(status.description)}}}}}')
+    else:
+        out.append(f',"status":{{"code":{code}}}}}')
+    return "".join(out)
+
+
+def _resource_json(resource: Resource) -> str:
+    return '{"attributes":' + _attributes_json(resource.attributes) + "}"
+
+
+def _scope_json(scope: InstrumentationScope | None) -> str:
+    if scope is None:
+        return "{}"
+    out: dict[str, Any] = {"name": scope.name}
+    if scope.version:
+        out["version"] = scope.version
+    return _dumps(out)
+
+
+def _line_prefix(resource: Resource, scope: InstrumentationScope | None) -> str:
+    return ('{"resourceSpans":[{"resource":' + _resource_json(resource)
+            + ',"scopeSpans":[{"scope":' + _scope_json(scope) + ',"spans":[')
+
+
+_LINE_SUFFIX = "]}]}]}"
+
+
+class SpanLineEncoder:
+    """Encodes one span per line, caching the resource+scope prefix of the line.
+
+    The cache key is the identity of the Resource and scope objects; the objects are
+    kept alive in the cache so their ids cannot be reused by other objects.
+    """
+
+    def __init__(self) -> None:
+        self._prefixes: dict[tuple[int, int], tuple[str, object, object]] = {}
+
+    def encode(self, span: ReadableSpan) -> str:
+        resource = span.resource
+        scope = span.instrumentation_scope
+        key = (id(resource), id(scope))
+        cached = self._prefixes.get(key)
+        if cached is None:
+            if len(self._prefixes) > 64:  # resources change only on fork; bound it anyway
+                self._prefixes.clear()
+            cached = (_line_prefix(resource, scope), resource, scope)
+            self._prefixes[key] = cached
+        return cached[0] + _span_json(span) + _LINE_SUFFIX
+
+
+def encode_spans_line(spans: Sequence[ReadableSpan]) -> str:
+    """Encode spans as one ``TracesData`` JSON line (no trailing newline).
+
+    Spans are grouped by resource, then by instrumentation scope, as OTLP requires.
+    """
+    by_resource: dict[int, tuple[Resource, dict[int, tuple[Any, list[str]]]]] = {}
+    for span in spans:
+        resource = span.resource
+        scope = span.instrumentation_scope
+        _, scopes = by_resource.setdefault(id(resource), (resource, {}))
+        _, bucket = scopes.setdefault(id(scope), (scope, []))
+        bucket.append(_span_json(span))
+    resource_spans = [
+        '{"resource":' + _resource_json(resource) + ',"scopeSpans":[' + ",".join(
+            '{"scope":' + _scope_json(scope) + ',"spans":[' + ",".join(span_texts) + "]}"
+            for scope, span_texts in scopes.values()) + "]}"
+        for resource, scopes in by_resource.values()
+    ]
+    return '{"resourceSpans":[' + ",".join(resource_spans) + "]}"
+
+
+# --------------------------------------------------------------------------- reading
+
+
+def scan_trace_file(path: Path, *, start: int = 0,
+                    warnings: list[str] | None = None) -> tuple[list[dict[str, Any]], int]:
+    """Parse every complete line of ``path`` from byte offset ``start``.
+
+    Returns the parsed line objects and the offset just after the last complete
+    (newline-terminated) line, which a caller can pass back as ``start`` to read
+    only what was appended since. A final line without its newline (a writer killed
+    mid-write, or one still writing) is not consumed: it is reported in ``warnings``
+    and left for the next scan. A complete line that is not a JSON object is
+    skipped, reported, and consumed.
+    """
+    try:
+        with open(path, "rb") as handle:
+            if start:
+                handle.seek(start)
+            data = handle.read()
+    except OSError as exc:
+        if warnings is not None:
+            warnings.append(f"{path}: cannot read: {exc}")
+        return [], start
+    objects: list[dict[str, Any]] = []
+    end = data.rfind(b"\n") + 1
+    complete, tail = data[:end], data[end:]
+    line_start = start
+    for number, raw in enumerate(complete.split(b"\n")[:-1]):
+        offset = line_start
+        line_start += len(raw) + 1
+        if not raw.strip():
+            continue
+        try:
+            parsed = json.loads(raw)
+        except ValueError as exc:
+            if warnings is not None:
+                warnings.append(f"{path}: skipped corrupt line at byte {offset}: {exc}")
+            continue
+        if not isinstance(parsed, dict) or not isinstance(parsed.get("resourceSpans"), list):
+            if warnings is not None:
+                warnings.append(f"{path}: skipped line {number + 1} at byte {offset}: "
+                                "not a TracesData object")
+            continue
+        objects.append(parsed)
+    if tail.strip() and warnings is not None:
+        warnings.append(f"{path}: skipped truncated last line at byte {start + end} "
+                        f"({len(tail)} bytes without a newline)")
+    return objects, start + end
+
+
+def iter_trace_file(path: Path, warnings: list[str] | None = None) -> Iterator[dict[str, Any]]:
+    """Yield each line's parsed ``TracesData`` object; bad lines go to ``warnings``."""
+    objects, _ = scan_trace_file(path, warnings=warnings)
+    yield from objects
+
+
+def trace_files(traces_dir: Path) -> list[Path]:
+    try:
+        return sorted(p for p in traces_dir.iterdir() if p.suffix == ".jsonl" and p.is_file())
+    except OSError:
+        return []
+
+
+def read_trace_dir(traces_dir: Path, offsets: Mapping[str, int] | None = None,
+                   ) -> tuple[list[dict[str, Any]], list[str]]:
+    """Every ``resourceSpans`` entry of every ``*.jsonl`` file in ``traces_dir``.
+
+    ``offsets`` maps file names to byte offsets to start from (see
+    :func:`scan_trace_file`); files not named start at 0.
+    """
+    warnings: list[str] = []
+    resource_spans: list[dict[str, Any]] = []
+    for path in trace_files(traces_dir):
+        start = (offsets or {}).get(path.name, 0)
+        objects, _ = scan_trace_file(path, start=start, warnings=warnings)
+        for obj in objects:
+            resource_spans.extend(obj["resourceSpans"])
+    return resource_spans, warnings
+
+
+def end_offsets(traces_dir: Path) -> dict[str, int]:
+    """Per file, the offset after its last complete line: a high-water mark for later reads."""
+    result: dict[str, int] = {}
+    for path in trace_files(traces_dir):
+        try:
+            with open(path, "rb") as handle:
+                data = handle.read()
+        except OSError:
+            continue
+        result[path.name] = data.rfind(b"\n") + 1
+    return result
+
+
+def decode_value(value: Mapping[str, Any]) -> Any:
+    if "stringValue" in value:
+        return value["stringValue"]
+    if "boolValue" in value:
+        return bool(value["boolValue"])
+    if "intValue" in value:
+        return int(value["intValue"])
+    if "doubleValue" in value:
+        return float(value["doubleValue"])  # float("NaN") / float("Infinity") work too
+    if "arrayValue" in value:
+        items = [decode_value(item) for item in value["arrayValue"].get("values", [])]
+        return tuple(items)
+    if "bytesValue" in value:
+        return base64.b64decode(value["bytesValue"])
+    if "kvlistValue" in value:
+        # OTel Python attributes cannot hold maps; keep the information as JSON text.
+        return json.dumps({kv["key"]: decode_value(kv.get("value", {}))
+                           for kv in value["kvlistValue"].get("values", [])})
+    return None
+
+
+def decode_attributes(items: Iterable[Mapping[str, Any]] | None) -> dict[str, Any]:
+    return {item["key"]: decode_value(item.get("value", {})) for item in items or ()}
+
+
+def _span_context(trace_id: str, span_id: str, trace_state: str = "") -> SpanContext:
+    return SpanContext(
+        trace_id=int(trace_id, 16),
+        span_id=int(span_id, 16),
+        is_remote=False,
+        trace_flags=TraceFlags(TraceFlags.SAMPLED),
+        trace_state=TraceState.from_header([trace_state]) if trace_state else None,
+    )
+
+
+def _readable_span(raw: Mapping[str, Any], resource: Resource,
+                   scope: InstrumentationScope | None) -> ReadableSpan:
+    trace_id = raw["traceId"]
+    parent_id = raw.get("parentSpanId") or ""
+    status_raw = raw.get("status") or {}
+    code = StatusCode(int(status_raw.get("code", 0)))
+    return ReadableSpan(
+        name=raw.get("name", ""),
+        context=_span_context(trace_id, raw["spanId"], raw.get("traceState", "")),
+        parent=_span_context(trace_id, parent_id) if parent_id else None,
+        resource=resource,
+        attributes=decode_attributes(raw.get("attributes")),
+        events=[Event(event.get("name", ""), decode_attributes(event.get("attributes")),
+                      int(event.get("timeUnixNano", 0)))
+                for event in raw.get("events") or ()],
+        links=[Link(_span_context(link["traceId"], link["spanId"]),
+                    decode_attributes(link.get("attributes")))
+               for link in raw.get("links") or ()],
+        kind=SpanKind(max(int(raw.get("kind", 1)) - 1, 0)),
+        status=Status(code, status_raw.get("message") if code is StatusCode.ERROR else None),
+        start_time=int(raw.get("startTimeUnixNano", 0)),
+        end_time=int(raw.get("endTimeUnixNano", 0)),
+        instrumentation_scope=scope,
+    )
+
+
+def to_readable_spans(resource_spans: Iterable[Mapping[str, Any]]) -> list[ReadableSpan]:
+    """Turn ``resourceSpans`` entries back into SDK ``ReadableSpan`` objects.
+
+    Equal resources share one ``Resource`` object. Entries whose ids are missing or
+    not hex raise ``ValueError``/``KeyError``: they did not come from our encoder.
+    """
+    resources: dict[str, Resource] = {}
+    scopes: dict[tuple[str, str], InstrumentationScope] = {}
+    spans: list[ReadableSpan] = []
+    for entry in resource_spans:
+        resource_attrs = (entry.get("resource") or {}).get("attributes") or []
+        key = _dumps(resource_attrs)
+        resource = resources.get(key)
+        if resource is None:
+            resource = Resource(decode_attributes(resource_attrs))
+            resources[key] = resource
+        for scope_spans in entry.get("scopeSpans") or ():
+            scope_raw = scope_spans.get("scope") or {}
+            scope_key = (scope_raw.get("name", ""), scope_raw.get("version", ""))
+            scope = scopes.get(scope_key)
+            if scope is None:
+                scope = InstrumentationScope(scope_key[0], scope_key[1] or None)
+                scopes[scope_key] = scope
+            for raw in scope_spans.get("spans") or ():
+                spans.append(_readable_span(raw, resource, scope))
+    return spans
+
+
+def trace_file_name(component: str, pid: int | None = None) -> str:
+    return f"{component}-{os.getpid() if pid is None else pid}.jsonl"

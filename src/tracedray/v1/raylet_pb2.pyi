@@ -1,0 +1,358 @@
+from tracedray.v1 import common_pb2 as _common_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class LeaseRequest(_message.Message):
+    __slots__ = ("scheduling_key", "resources", "requester", "job_id", "grant_or_reject", "input_bytes_by_node", "task_id", "timeout_s", "is_actor")
+    class ResourcesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: float
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
+    class InputBytesByNodeEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    SCHEDULING_KEY_FIELD_NUMBER: _ClassVar[int]
+    RESOURCES_FIELD_NUMBER: _ClassVar[int]
+    REQUESTER_FIELD_NUMBER: _ClassVar[int]
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    GRANT_OR_REJECT_FIELD_NUMBER: _ClassVar[int]
+    INPUT_BYTES_BY_NODE_FIELD_NUMBER: _ClassVar[int]
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUT_S_FIELD_NUMBER: _ClassVar[int]
+    IS_ACTOR_FIELD_NUMBER: _ClassVar[int]
+    scheduling_key: str
+    resources: _containers.ScalarMap[str, float]
+    requester: _common_pb2.Address
+    job_id: bytes
+    grant_or_reject: bool
+    input_bytes_by_node: _containers.ScalarMap[str, int]
+    task_id: bytes
+    timeout_s: float
+    is_actor: bool
+    def __init__(self, scheduling_key: _Optional[str] = ..., resources: _Optional[_Mapping[str, float]] = ..., requester: _Optional[_Union[_common_pb2.Address, _Mapping]] = ..., job_id: _Optional[bytes] = ..., grant_or_reject: _Optional[bool] = ..., input_bytes_by_node: _Optional[_Mapping[str, int]] = ..., task_id: _Optional[bytes] = ..., timeout_s: _Optional[float] = ..., is_actor: _Optional[bool] = ...) -> None: ...
+
+class LeaseReply(_message.Message):
+    __slots__ = ("status", "lease_id", "worker", "spillback_raylet", "reason", "candidates", "local_bytes", "queue_lengths", "chosen_node")
+    class Status(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+        __slots__ = ()
+        GRANTED: _ClassVar[LeaseReply.Status]
+        SPILLBACK: _ClassVar[LeaseReply.Status]
+        INFEASIBLE: _ClassVar[LeaseReply.Status]
+        TIMEOUT: _ClassVar[LeaseReply.Status]
+    GRANTED: LeaseReply.Status
+    SPILLBACK: LeaseReply.Status
+    INFEASIBLE: LeaseReply.Status
+    TIMEOUT: LeaseReply.Status
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    LEASE_ID_FIELD_NUMBER: _ClassVar[int]
+    WORKER_FIELD_NUMBER: _ClassVar[int]
+    SPILLBACK_RAYLET_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    CANDIDATES_FIELD_NUMBER: _ClassVar[int]
+    LOCAL_BYTES_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_LENGTHS_FIELD_NUMBER: _ClassVar[int]
+    CHOSEN_NODE_FIELD_NUMBER: _ClassVar[int]
+    status: LeaseReply.Status
+    lease_id: str
+    worker: _common_pb2.Address
+    spillback_raylet: _common_pb2.Address
+    reason: str
+    candidates: _containers.RepeatedScalarFieldContainer[str]
+    local_bytes: _containers.RepeatedScalarFieldContainer[int]
+    queue_lengths: _containers.RepeatedScalarFieldContainer[int]
+    chosen_node: str
+    def __init__(self, status: _Optional[_Union[LeaseReply.Status, str]] = ..., lease_id: _Optional[str] = ..., worker: _Optional[_Union[_common_pb2.Address, _Mapping]] = ..., spillback_raylet: _Optional[_Union[_common_pb2.Address, _Mapping]] = ..., reason: _Optional[str] = ..., candidates: _Optional[_Iterable[str]] = ..., local_bytes: _Optional[_Iterable[int]] = ..., queue_lengths: _Optional[_Iterable[int]] = ..., chosen_node: _Optional[str] = ...) -> None: ...
+
+class ReturnWorkerRequest(_message.Message):
+    __slots__ = ("lease_id", "worker_failed", "disconnect")
+    LEASE_ID_FIELD_NUMBER: _ClassVar[int]
+    WORKER_FAILED_FIELD_NUMBER: _ClassVar[int]
+    DISCONNECT_FIELD_NUMBER: _ClassVar[int]
+    lease_id: str
+    worker_failed: bool
+    disconnect: bool
+    def __init__(self, lease_id: _Optional[str] = ..., worker_failed: _Optional[bool] = ..., disconnect: _Optional[bool] = ...) -> None: ...
+
+class RegisterWorkerRequest(_message.Message):
+    __slots__ = ("worker_id", "port", "pid", "is_driver")
+    WORKER_ID_FIELD_NUMBER: _ClassVar[int]
+    PORT_FIELD_NUMBER: _ClassVar[int]
+    PID_FIELD_NUMBER: _ClassVar[int]
+    IS_DRIVER_FIELD_NUMBER: _ClassVar[int]
+    worker_id: str
+    port: int
+    pid: int
+    is_driver: bool
+    def __init__(self, worker_id: _Optional[str] = ..., port: _Optional[int] = ..., pid: _Optional[int] = ..., is_driver: _Optional[bool] = ...) -> None: ...
+
+class RegisterWorkerReply(_message.Message):
+    __slots__ = ("node_id", "session_dir", "object_path_prefix", "ip")
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    SESSION_DIR_FIELD_NUMBER: _ClassVar[int]
+    OBJECT_PATH_PREFIX_FIELD_NUMBER: _ClassVar[int]
+    IP_FIELD_NUMBER: _ClassVar[int]
+    node_id: str
+    session_dir: str
+    object_path_prefix: str
+    ip: str
+    def __init__(self, node_id: _Optional[str] = ..., session_dir: _Optional[str] = ..., object_path_prefix: _Optional[str] = ..., ip: _Optional[str] = ...) -> None: ...
+
+class NotifyBlockedRequest(_message.Message):
+    __slots__ = ("worker_id", "blocked")
+    WORKER_ID_FIELD_NUMBER: _ClassVar[int]
+    BLOCKED_FIELD_NUMBER: _ClassVar[int]
+    worker_id: str
+    blocked: bool
+    def __init__(self, worker_id: _Optional[str] = ..., blocked: _Optional[bool] = ...) -> None: ...
+
+class SealObjectRequest(_message.Message):
+    __slots__ = ("object_id", "size", "owner", "call_site")
+    OBJECT_ID_FIELD_NUMBER: _ClassVar[int]
+    SIZE_FIELD_NUMBER: _ClassVar[int]
+    OWNER_FIELD_NUMBER: _ClassVar[int]
+    CALL_SITE_FIELD_NUMBER: _ClassVar[int]
+    object_id: bytes
+    size: int
+    owner: str
+    call_site: str
+    def __init__(self, object_id: _Optional[bytes] = ..., size: _Optional[int] = ..., owner: _Optional[str] = ..., call_site: _Optional[str] = ...) -> None: ...
+
+class SealObjectReply(_message.Message):
+    __slots__ = ("ok", "error", "store_used", "store_capacity")
+    OK_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    STORE_USED_FIELD_NUMBER: _ClassVar[int]
+    STORE_CAPACITY_FIELD_NUMBER: _ClassVar[int]
+    ok: bool
+    error: str
+    store_used: int
+    store_capacity: int
+    def __init__(self, ok: _Optional[bool] = ..., error: _Optional[str] = ..., store_used: _Optional[int] = ..., store_capacity: _Optional[int] = ...) -> None: ...
+
+class LocateObjectRequest(_message.Message):
+    __slots__ = ("object_id", "from_raylet")
+    OBJECT_ID_FIELD_NUMBER: _ClassVar[int]
+    FROM_RAYLET_FIELD_NUMBER: _ClassVar[int]
+    object_id: bytes
+    from_raylet: _common_pb2.Address
+    def __init__(self, object_id: _Optional[bytes] = ..., from_raylet: _Optional[_Union[_common_pb2.Address, _Mapping]] = ...) -> None: ...
+
+class LocateObjectReply(_message.Message):
+    __slots__ = ("found", "path", "spilled", "size", "error")
+    FOUND_FIELD_NUMBER: _ClassVar[int]
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    SPILLED_FIELD_NUMBER: _ClassVar[int]
+    SIZE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    found: bool
+    path: str
+    spilled: bool
+    size: int
+    error: str
+    def __init__(self, found: _Optional[bool] = ..., path: _Optional[str] = ..., spilled: _Optional[bool] = ..., size: _Optional[int] = ..., error: _Optional[str] = ...) -> None: ...
+
+class FreeObjectsRequest(_message.Message):
+    __slots__ = ("object_ids",)
+    OBJECT_IDS_FIELD_NUMBER: _ClassVar[int]
+    object_ids: _containers.RepeatedScalarFieldContainer[bytes]
+    def __init__(self, object_ids: _Optional[_Iterable[bytes]] = ...) -> None: ...
+
+class PullObjectRequest(_message.Message):
+    __slots__ = ("object_id", "to_node_id")
+    OBJECT_ID_FIELD_NUMBER: _ClassVar[int]
+    TO_NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    object_id: bytes
+    to_node_id: str
+    def __init__(self, object_id: _Optional[bytes] = ..., to_node_id: _Optional[str] = ...) -> None: ...
+
+class ObjectChunk(_message.Message):
+    __slots__ = ("total_size", "data")
+    TOTAL_SIZE_FIELD_NUMBER: _ClassVar[int]
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    total_size: int
+    data: bytes
+    def __init__(self, total_size: _Optional[int] = ..., data: _Optional[bytes] = ...) -> None: ...
+
+class GetWorkerExitRequest(_message.Message):
+    __slots__ = ("worker_id", "timeout_s")
+    WORKER_ID_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUT_S_FIELD_NUMBER: _ClassVar[int]
+    worker_id: str
+    timeout_s: float
+    def __init__(self, worker_id: _Optional[str] = ..., timeout_s: _Optional[float] = ...) -> None: ...
+
+class WorkerExitInfo(_message.Message):
+    __slots__ = ("exited", "exit_code", "signal", "meaning", "node_memory_percent", "pid")
+    EXITED_FIELD_NUMBER: _ClassVar[int]
+    EXIT_CODE_FIELD_NUMBER: _ClassVar[int]
+    SIGNAL_FIELD_NUMBER: _ClassVar[int]
+    MEANING_FIELD_NUMBER: _ClassVar[int]
+    NODE_MEMORY_PERCENT_FIELD_NUMBER: _ClassVar[int]
+    PID_FIELD_NUMBER: _ClassVar[int]
+    exited: bool
+    exit_code: int
+    signal: str
+    meaning: str
+    node_memory_percent: float
+    pid: int
+    def __init__(self, exited: _Optional[bool] = ..., exit_code: _Optional[int] = ..., signal: _Optional[str] = ..., meaning: _Optional[str] = ..., node_memory_percent: _Optional[float] = ..., pid: _Optional[int] = ...) -> None: ...
+
+class GetNodeStatsRequest(_message.Message):
+    __slots__ = ("include_objects", "include_references")
+    INCLUDE_OBJECTS_FIELD_NUMBER: _ClassVar[int]
+    INCLUDE_REFERENCES_FIELD_NUMBER: _ClassVar[int]
+    include_objects: bool
+    include_references: bool
+    def __init__(self, include_objects: _Optional[bool] = ..., include_references: _Optional[bool] = ...) -> None: ...
+
+class WorkerRow(_message.Message):
+    __slots__ = ("worker_id", "pid", "state", "actor_id", "exit_code", "exit_signal", "exit_meaning", "started_at", "ended_at")
+    WORKER_ID_FIELD_NUMBER: _ClassVar[int]
+    PID_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    ACTOR_ID_FIELD_NUMBER: _ClassVar[int]
+    EXIT_CODE_FIELD_NUMBER: _ClassVar[int]
+    EXIT_SIGNAL_FIELD_NUMBER: _ClassVar[int]
+    EXIT_MEANING_FIELD_NUMBER: _ClassVar[int]
+    STARTED_AT_FIELD_NUMBER: _ClassVar[int]
+    ENDED_AT_FIELD_NUMBER: _ClassVar[int]
+    worker_id: str
+    pid: int
+    state: str
+    actor_id: str
+    exit_code: int
+    exit_signal: str
+    exit_meaning: str
+    started_at: float
+    ended_at: float
+    def __init__(self, worker_id: _Optional[str] = ..., pid: _Optional[int] = ..., state: _Optional[str] = ..., actor_id: _Optional[str] = ..., exit_code: _Optional[int] = ..., exit_signal: _Optional[str] = ..., exit_meaning: _Optional[str] = ..., started_at: _Optional[float] = ..., ended_at: _Optional[float] = ...) -> None: ...
+
+class StoredObjectRow(_message.Message):
+    __slots__ = ("object_id", "size", "owner", "call_site", "spilled", "pinned", "primary")
+    OBJECT_ID_FIELD_NUMBER: _ClassVar[int]
+    SIZE_FIELD_NUMBER: _ClassVar[int]
+    OWNER_FIELD_NUMBER: _ClassVar[int]
+    CALL_SITE_FIELD_NUMBER: _ClassVar[int]
+    SPILLED_FIELD_NUMBER: _ClassVar[int]
+    PINNED_FIELD_NUMBER: _ClassVar[int]
+    PRIMARY_FIELD_NUMBER: _ClassVar[int]
+    object_id: bytes
+    size: int
+    owner: str
+    call_site: str
+    spilled: bool
+    pinned: bool
+    primary: bool
+    def __init__(self, object_id: _Optional[bytes] = ..., size: _Optional[int] = ..., owner: _Optional[str] = ..., call_site: _Optional[str] = ..., spilled: _Optional[bool] = ..., pinned: _Optional[bool] = ..., primary: _Optional[bool] = ...) -> None: ...
+
+class NodeStats(_message.Message):
+    __slots__ = ("node_id", "ip", "pid", "resources_total", "resources_available", "store_used", "store_capacity", "num_objects", "spilled_bytes", "spilled_count", "restored_bytes", "restored_count", "workers", "pending_leases", "infeasible_leases", "objects", "reference_tables", "session_dir")
+    class ResourcesTotalEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: float
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
+    class ResourcesAvailableEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: float
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    IP_FIELD_NUMBER: _ClassVar[int]
+    PID_FIELD_NUMBER: _ClassVar[int]
+    RESOURCES_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    RESOURCES_AVAILABLE_FIELD_NUMBER: _ClassVar[int]
+    STORE_USED_FIELD_NUMBER: _ClassVar[int]
+    STORE_CAPACITY_FIELD_NUMBER: _ClassVar[int]
+    NUM_OBJECTS_FIELD_NUMBER: _ClassVar[int]
+    SPILLED_BYTES_FIELD_NUMBER: _ClassVar[int]
+    SPILLED_COUNT_FIELD_NUMBER: _ClassVar[int]
+    RESTORED_BYTES_FIELD_NUMBER: _ClassVar[int]
+    RESTORED_COUNT_FIELD_NUMBER: _ClassVar[int]
+    WORKERS_FIELD_NUMBER: _ClassVar[int]
+    PENDING_LEASES_FIELD_NUMBER: _ClassVar[int]
+    INFEASIBLE_LEASES_FIELD_NUMBER: _ClassVar[int]
+    OBJECTS_FIELD_NUMBER: _ClassVar[int]
+    REFERENCE_TABLES_FIELD_NUMBER: _ClassVar[int]
+    SESSION_DIR_FIELD_NUMBER: _ClassVar[int]
+    node_id: str
+    ip: str
+    pid: int
+    resources_total: _containers.ScalarMap[str, float]
+    resources_available: _containers.ScalarMap[str, float]
+    store_used: int
+    store_capacity: int
+    num_objects: int
+    spilled_bytes: int
+    spilled_count: int
+    restored_bytes: int
+    restored_count: int
+    workers: _containers.RepeatedCompositeFieldContainer[WorkerRow]
+    pending_leases: int
+    infeasible_leases: int
+    objects: _containers.RepeatedCompositeFieldContainer[StoredObjectRow]
+    reference_tables: _containers.RepeatedScalarFieldContainer[bytes]
+    session_dir: str
+    def __init__(self, node_id: _Optional[str] = ..., ip: _Optional[str] = ..., pid: _Optional[int] = ..., resources_total: _Optional[_Mapping[str, float]] = ..., resources_available: _Optional[_Mapping[str, float]] = ..., store_used: _Optional[int] = ..., store_capacity: _Optional[int] = ..., num_objects: _Optional[int] = ..., spilled_bytes: _Optional[int] = ..., spilled_count: _Optional[int] = ..., restored_bytes: _Optional[int] = ..., restored_count: _Optional[int] = ..., workers: _Optional[_Iterable[_Union[WorkerRow, _Mapping]]] = ..., pending_leases: _Optional[int] = ..., infeasible_leases: _Optional[int] = ..., objects: _Optional[_Iterable[_Union[StoredObjectRow, _Mapping]]] = ..., reference_tables: _Optional[_Iterable[bytes]] = ..., session_dir: _Optional[str] = ...) -> None: ...
+
+class KillWorkerRequest(_message.Message):
+    __slots__ = ("worker_id", "force")
+    WORKER_ID_FIELD_NUMBER: _ClassVar[int]
+    FORCE_FIELD_NUMBER: _ClassVar[int]
+    worker_id: str
+    force: bool
+    def __init__(self, worker_id: _Optional[str] = ..., force: _Optional[bool] = ...) -> None: ...
+
+class StartActorWorkerRequest(_message.Message):
+    __slots__ = ("actor_id", "resources", "job_id")
+    class ResourcesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: float
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
+    ACTOR_ID_FIELD_NUMBER: _ClassVar[int]
+    RESOURCES_FIELD_NUMBER: _ClassVar[int]
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    actor_id: bytes
+    resources: _containers.ScalarMap[str, float]
+    job_id: bytes
+    def __init__(self, actor_id: _Optional[bytes] = ..., resources: _Optional[_Mapping[str, float]] = ..., job_id: _Optional[bytes] = ...) -> None: ...
+
+class ShutdownNodeRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ReadSessionFilesRequest(_message.Message):
+    __slots__ = ("subdir", "offset")
+    SUBDIR_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    subdir: str
+    offset: int
+    def __init__(self, subdir: _Optional[str] = ..., offset: _Optional[int] = ...) -> None: ...
+
+class FileChunk(_message.Message):
+    __slots__ = ("name", "data")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    data: bytes
+    def __init__(self, name: _Optional[str] = ..., data: _Optional[bytes] = ...) -> None: ...

@@ -1,0 +1,148 @@
+from __future__ import annotations
+
+import base64
+import json
+from pathlib import Path
+from typing import Any
+
+from google.protobuf import json_format
+from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+from opentelemetry.proto.trace.v1.trace_pb2 import TracesData
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import Link, SpanKind
+from opentelemetry.trace.status import Status, StatusCode
+
+from tracedray.telemetry import otlp_json
+
+
+def _sample_spans() -> list[ReadableSpan]:
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider(resource=Resource({"service.name": "t", "process.pid": 7}),
+                              shutdown_on_exit=False)
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracer = provider.get_tracer("tracedray", "0.1.0")
+    submit_attributes = {"s": "x", "i": 3, "f": 0.5, "b": False, "l": ["a", "b"], "n": [1, 2],
+                         "nan": float("nan")}
+    with tracer.start_as_current_span("task.submit", kind=SpanKind.PRODUCER,
+                                      attributes=submit_attributes) as parent:
+        link = Link(parent.get_span_context(), {"why": "follows"})
+        with tracer.start_as_current_span("task.execute", links=[link]) as child:
+            child.add_event("exception", {"exception.type": "ValueError"})
+            child.set_status(Status(StatusCode.ERROR, "ValueError: boom"))
+    return list(exporter.get_finished_spans())
+
+
+def _hex_ids_to_base64(value: Any) -> Any:
+    """OTLP JSON's hex ids, as protobuf's canonical JSON (base64) expects them."""
+    if isinstance(value, dict):
+        return {key: (base64.b64encode(bytes.fromhex(item)).decode()
+                      if key in ("traceId", "spanId", "parentSpanId") else
+                      _hex_ids_to_base64(item))
+                for key, item in value.items()}
+    if isinstance(value, list):
+        return [_hex_ids_to_base64(item) for item in value]
+    return value
+
+
+def _as_proto(line: str) -> TracesData:
+    return json_format.ParseDict(_hex_ids_to_base64(json.loads(line)), TracesData())
+
+
+def test_line_matches_the_sdk_protobuf_encoding() -> None:
+    spans = _sample_spans()
+    ours = _as_proto(otlp_json.encode_spans_line(spans))
+    reference = TracesData(resource_spans=encode_spans(spans).resource_spans)
+    for resource_spans in reference.resource_spans:
+        for scope_spans in resource_spans.scope_spans:
+            for span in scope_spans.spans:
+                span.ClearField("flags")  # W3C flags: optional, not written by our encoder
+                for link in span.links:
+                    link.ClearField("flags")
+    # NaN != NaN in protobuf comparison too; compare everything else exactly.
+    for data in (ours, reference):
+        for attribute in data.resource_spans[0].scope_spans[0].spans[1].attributes:
+            if attribute.key == "nan":
+                attribute.value.double_value = 0.0
+    assert ours == reference
+
+
+def test_ids_are_lowercase_hex_and_integers_are_strings() -> None:
+    spans = _sample_spans()
+    raw = json.loads(otlp_json.encode_spans_line(spans))
+    encoded = raw["resourceSpans"][0]["scopeSpans"][0]["spans"]
+    execute = next(span for span in encoded if span["name"] == "task.execute")
+    assert len(execute["traceId"]) == 32 and int(execute["traceId"], 16)
+    assert len(execute["spanId"]) == 16 and execute["spanId"] == execute["spanId"].lower()
+    assert execute["parentSpanId"] == format(spans[1].context.span_id, "016x")
+    assert isinstance(execute["startTimeUnixNano"], str)
+    assert execute["status"] == {"code": 2, "message": "ValueError: boom"}
+    assert execute["kind"] == 1
+
+
+def test_round_trip_through_readable_spans() -> None:
+    spans = _sample_spans()
+    line = otlp_json.encode_spans_line(spans)
+    back = otlp_json.to_readable_spans(json.loads(line)["resourceSpans"])
+    assert [span.name for span in back] == [span.name for span in spans]
+    for original, decoded in zip(spans, back, strict=True):
+        assert decoded.context.trace_id == original.context.trace_id
+        assert decoded.context.span_id == original.context.span_id
+        assert (decoded.parent.span_id if decoded.parent else None) == (
+            original.parent.span_id if original.parent else None)
+        assert decoded.kind == original.kind
+        assert decoded.start_time == original.start_time
+        assert decoded.end_time == original.end_time
+        assert decoded.status.status_code == original.status.status_code
+        assert decoded.resource.attributes == original.resource.attributes
+        assert [e.name for e in decoded.events] == [e.name for e in original.events]
+    submit = back[1]
+    assert submit.attributes["l"] == ("a", "b") and submit.attributes["n"] == (1, 2)
+    assert submit.attributes["i"] == 3 and submit.attributes["b"] is False
+    assert back[0].links[0].context.span_id == spans[1].context.span_id
+
+
+def _write_lines(path: Path, spans: list[ReadableSpan]) -> None:
+    encoder = otlp_json.SpanLineEncoder()
+    path.write_text("".join(encoder.encode(span) + "\n" for span in spans))
+
+
+def test_truncated_last_line_is_skipped_with_a_warning(tmp_path: Path) -> None:
+    spans = _sample_spans()
+    path = tmp_path / "worker-1.jsonl"
+    _write_lines(path, spans)
+    whole = otlp_json.SpanLineEncoder().encode(spans[0])
+    with open(path, "a") as handle:
+        handle.write(whole[: len(whole) // 2])  # a writer killed mid-line
+    warnings: list[str] = []
+    objects = list(otlp_json.iter_trace_file(path, warnings))
+    assert len(objects) == 2
+    assert len(warnings) == 1 and "truncated" in warnings[0]
+
+
+def test_corrupt_middle_line_is_skipped_and_later_lines_kept(tmp_path: Path) -> None:
+    spans = _sample_spans()
+    encoder = otlp_json.SpanLineEncoder()
+    path = tmp_path / "raylet-2.jsonl"
+    path.write_text(encoder.encode(spans[0]) + "\n{not json\n[1]\n" + encoder.encode(spans[1])
+                    + "\n")
+    resource_spans, warnings = otlp_json.read_trace_dir(tmp_path)
+    assert [s.name for s in otlp_json.to_readable_spans(resource_spans)] == [
+        "task.execute", "task.submit"]
+    assert len(warnings) == 2
+
+
+def test_offsets_read_only_what_was_appended(tmp_path: Path) -> None:
+    spans = _sample_spans()
+    encoder = otlp_json.SpanLineEncoder()
+    path = tmp_path / "driver-3.jsonl"
+    path.write_text(encoder.encode(spans[0]) + "\n")
+    offsets = otlp_json.end_offsets(tmp_path)
+    assert offsets == {"driver-3.jsonl": path.stat().st_size}
+    with open(path, "a") as handle:
+        handle.write(encoder.encode(spans[1]) + "\n")
+    resource_spans, warnings = otlp_json.read_trace_dir(tmp_path, offsets)
+    assert [s.name for s in otlp_json.to_readable_spans(resource_spans)] == ["task.submit"]
+    assert warnings == []
