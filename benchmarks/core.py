@@ -1,0 +1,278 @@
+"""Core runtime benchmark: tracedray next to Ray, same workload, same machine.
+
+Figures (median of ``--runs`` repetitions, each repetition a fresh measurement
+on a warm 2-CPU cluster):
+
+* empty tasks/s: 5,000 ``f.remote()`` submitted, then all gotten;
+* task round trip: ``get(f.remote())`` in a loop;
+* tree aggregation: 256 leaf tasks, then pairwise ``add.remote(a, b)`` with the
+  futures as arguments until one value is left (511 tasks, the Ray tutorial shape);
+* actor calls/s (2,000 calls submitted, then gotten) and actor round trip;
+* put and get of 1 MB and 100 MB numpy arrays, in GB/s, and whether the 100 MB
+  get is zero-copy (the array does not own its data, its buffer lives in a
+  file-backed mapping, and the process's anonymous memory did not grow).
+
+Each runtime runs in its own interpreter (``--child``) so they share no process
+state; the parent prints both columns and the ratio. Ray is measured when it
+is importable. ``--telemetry off`` runs tracedray with ``OTEL_SDK_DISABLED=true``
+to show what the tracing costs.
+
+Run: ``.venv/bin/python benchmarks/core.py [--runs 5] [--only tracedray] [--json out.json]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+MB = 1_000_000
+EMPTY_TASKS = 5_000
+ACTOR_CALLS = 2_000
+ROUND_TRIPS = 200
+TREE_LEAVES = 256
+
+
+@dataclass(frozen=True)
+class Metric:
+    key: str
+    label: str
+    unit: str
+    higher_is_better: bool
+
+
+METRICS = (
+    Metric("tasks_per_s", "empty tasks/s (5,000 submitted, then gotten)", "/s", True),
+    Metric("task_rtt_ms", "task round trip", "ms", False),
+    Metric("tree_ms", "tree aggregation, 256 values (511 tasks)", "ms", False),
+    Metric("actor_calls_per_s", "actor calls/s (2,000 submitted, then gotten)", "/s", True),
+    Metric("actor_rtt_ms", "actor round trip", "ms", False),
+    Metric("put_1mb_gbps", "put 1 MB numpy", "GB/s", True),
+    Metric("get_1mb_gbps", "get 1 MB numpy", "GB/s", True),
+    Metric("put_100mb_gbps", "put 100 MB numpy", "GB/s", True),
+    Metric("get_100mb_gbps", "get 100 MB numpy", "GB/s", True),
+)
+
+
+# --------------------------------------------------------------------------- child side
+def _median_of(runs: int, measure: Callable[[], float]) -> float:
+    return statistics.median(measure() for _ in range(runs))
+
+
+def _anonymous_rss_bytes() -> int:
+    """RssAnon of this process: grows by the array size if a get copies it."""
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("RssAnon:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def _mapping_of(address: int) -> str:
+    """The /proc/self/maps path backing ``address`` ("" for anonymous memory)."""
+    with open("/proc/self/maps") as maps:
+        for line in maps:
+            fields = line.split(maxsplit=5)
+            start, end = (int(part, 16) for part in fields[0].split("-"))
+            if start <= address < end:
+                return fields[5].strip() if len(fields) > 5 else ""
+    return "?"
+
+
+def _run_child(runtime: str, runs: int) -> dict[str, Any]:
+    import numpy as np
+
+    ray: Any = __import__(runtime)
+    if runtime == "ray":
+        ray.init(num_cpus=2, include_dashboard=False, logging_level="WARNING",
+                 log_to_driver=False)
+    else:
+        ray.init(num_cpus=2)
+
+    @ray.remote
+    def empty() -> None:
+        return None
+
+    @ray.remote
+    def leaf(i: int) -> int:
+        return i
+
+    @ray.remote
+    def add(a: int, b: int) -> int:
+        return a + b
+
+    @ray.remote
+    class Actor:
+        def ping(self) -> None:
+            return None
+
+    def tasks_per_s() -> float:
+        start = time.perf_counter()
+        ray.get([empty.remote() for _ in range(EMPTY_TASKS)])
+        return EMPTY_TASKS / (time.perf_counter() - start)
+
+    def task_rtt_ms() -> float:
+        start = time.perf_counter()
+        for _ in range(ROUND_TRIPS):
+            ray.get(empty.remote())
+        return (time.perf_counter() - start) / ROUND_TRIPS * 1e3
+
+    def tree_ms() -> float:
+        start = time.perf_counter()
+        level = [leaf.remote(i) for i in range(TREE_LEAVES)]
+        while len(level) > 1:
+            level = [add.remote(level[i], level[i + 1]) for i in range(0, len(level), 2)]
+        total = ray.get(level[0])
+        elapsed = time.perf_counter() - start
+        assert total == TREE_LEAVES * (TREE_LEAVES - 1) // 2, total
+        return elapsed * 1e3
+
+    actor = Actor.remote()
+    ray.get(actor.ping.remote())
+
+    def actor_calls_per_s() -> float:
+        start = time.perf_counter()
+        ray.get([actor.ping.remote() for _ in range(ACTOR_CALLS)])
+        return ACTOR_CALLS / (time.perf_counter() - start)
+
+    def actor_rtt_ms() -> float:
+        start = time.perf_counter()
+        for _ in range(ROUND_TRIPS):
+            ray.get(actor.ping.remote())
+        return (time.perf_counter() - start) / ROUND_TRIPS * 1e3
+
+    def put_get(size: int, repeat: int) -> tuple[float, float]:
+        """GB/s of put and of get, each the median over ``repeat`` fresh objects."""
+        array = np.random.default_rng(0).integers(0, 255, size, dtype=np.uint8)
+        puts, gets = [], []
+        for _ in range(repeat):
+            start = time.perf_counter()
+            ref = ray.put(array)
+            puts.append(time.perf_counter() - start)
+            start = time.perf_counter()
+            value = ray.get(ref)
+            gets.append(time.perf_counter() - start)
+            assert value.shape == array.shape
+            del value, ref
+        return size / statistics.median(puts) / 1e9, size / statistics.median(gets) / 1e9
+
+    def zero_copy_100mb() -> dict[str, Any]:
+        array = np.ones(100 * MB, dtype=np.uint8)
+        ref = ray.put(array)
+        before = _anonymous_rss_bytes()
+        value = ray.get(ref)
+        grown = _anonymous_rss_bytes() - before
+        mapping = _mapping_of(value.ctypes.data)
+        verdict = {"owndata": bool(value.flags.owndata), "writeable": bool(value.flags.writeable),
+                   "mapping": mapping, "anon_rss_growth_mb": grown / MB,
+                   "zero_copy": (not value.flags.owndata and mapping not in ("", "[heap]", "?")
+                                 and grown < 10 * MB)}
+        del value, ref
+        return verdict
+
+    # Warm up: workers started, functions exported, leases and channels open.
+    ray.get([empty.remote() for _ in range(200)])
+    ray.get([add.remote(leaf.remote(1), leaf.remote(2)) for _ in range(20)])
+    results: dict[str, Any] = {"version": getattr(ray, "__version__", "?")}
+    try:
+        results["tasks_per_s"] = _median_of(runs, tasks_per_s)
+        results["task_rtt_ms"] = _median_of(runs, task_rtt_ms)
+        results["tree_ms"] = _median_of(runs, tree_ms)
+        results["actor_calls_per_s"] = _median_of(runs, actor_calls_per_s)
+        results["actor_rtt_ms"] = _median_of(runs, actor_rtt_ms)
+        results["put_1mb_gbps"], results["get_1mb_gbps"] = put_get(1 * MB, 10 * runs)
+        results["put_100mb_gbps"], results["get_100mb_gbps"] = put_get(100 * MB, runs)
+        results["zero_copy_100mb"] = zero_copy_100mb()
+    finally:
+        ray.shutdown()
+    return results
+
+
+# --------------------------------------------------------------------------- parent side
+def _measure(runtime: str, runs: int, telemetry: bool) -> dict[str, Any]:
+    env = dict(os.environ)
+    temp_dir = tempfile.mkdtemp(prefix=f"bench-{runtime}-")
+    if runtime == "tracedray":
+        env["TRACEDRAY_TEMP_DIR"] = temp_dir
+        if not telemetry:
+            env["OTEL_SDK_DISABLED"] = "true"
+    try:
+        out = subprocess.run([sys.executable, __file__, "--child", runtime, "--runs", str(runs)],
+                             env=env, capture_output=True, text=True, timeout=1800)
+    finally:
+        shutil.rmtree(temp_dir, ignore_errors=True)
+    if out.returncode != 0:
+        sys.stderr.write(out.stderr)
+        raise SystemExit(f"{runtime} benchmark failed with exit code {out.returncode}")
+    last_line = out.stdout.strip().splitlines()[-1]
+    parsed: dict[str, Any] = json.loads(last_line)
+    return parsed
+
+
+def advantage(metric: Metric, ours: float, theirs: float) -> float:
+    """How many times better tracedray is (> 1 means tracedray wins)."""
+    if metric.higher_is_better:
+        return ours / theirs
+    return theirs / ours
+
+
+def render(results: dict[str, dict[str, Any]]) -> str:
+    ours = results["tracedray"]
+    theirs = results.get("ray")
+    header = f"{'metric':46} {'tracedray':>12}"
+    if theirs:
+        header += f" {'ray':>12} {'td vs ray':>10}"
+    lines = [f"tracedray {ours['version']}" + (f", ray {theirs['version']}" if theirs else
+                                                ", ray not installed"), header]
+    for metric in METRICS:
+        row = f"{metric.label:46} {ours[metric.key]:>9.2f} {metric.unit:<3}"
+        if theirs:
+            ratio = advantage(metric, ours[metric.key], theirs[metric.key])
+            row += f"{theirs[metric.key]:>9.2f} {metric.unit:<3}{ratio:>9.2f}x"
+        lines.append(row)
+    for name, figures in results.items():
+        copy = figures["zero_copy_100mb"]
+        lines.append(f"{name} get 100 MB zero-copy: {copy['zero_copy']} (owndata={copy['owndata']}, "
+                     f"writeable={copy['writeable']}, mapping={copy['mapping'] or 'anonymous'}, "
+                     f"anon RSS +{copy['anon_rss_growth_mb']:.1f} MB)")
+    lines.append("td vs ray: > 1 means tracedray is better (faster or higher throughput)")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--only", choices=("tracedray", "ray"))
+    parser.add_argument("--telemetry", choices=("on", "off"), default="on",
+                        help="tracedray tracing (off = OTEL_SDK_DISABLED=true)")
+    parser.add_argument("--json", help="also write the raw figures to this file")
+    parser.add_argument("--child", choices=("tracedray", "ray"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        print(json.dumps(_run_child(args.child, args.runs)))
+        return
+    runtimes = [args.only] if args.only else ["tracedray"]
+    if not args.only and importlib.util.find_spec("ray") is not None:
+        runtimes.append("ray")
+    results = {name: _measure(name, args.runs, args.telemetry == "on") for name in runtimes}
+    if "tracedray" not in results:
+        print(json.dumps(results, indent=2))
+    else:
+        print(render(results))
+    if args.json:
+        with open(args.json, "w") as out:
+            json.dump(results, out, indent=2)
+
+
+if __name__ == "__main__":
+    main()
