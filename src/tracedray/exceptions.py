@@ -139,6 +139,11 @@ class RayTaskError(RayError):
 
     def __init__(self, function_name: str, traceback_str: str, cause: BaseException | None,
                  pid: int = 0, ip: str = "", node_id: str = "", task_id: str = "") -> None:
+        self._fill(function_name, traceback_str, cause, pid, ip, node_id, task_id)
+        super().__init__(self._message())
+
+    def _fill(self, function_name: str, traceback_str: str, cause: BaseException | None,
+              pid: int, ip: str, node_id: str, task_id: str) -> None:
         self.function_name = function_name
         self.traceback_str = traceback_str
         self.cause = cause
@@ -146,7 +151,6 @@ class RayTaskError(RayError):
         self.ip = ip
         self.node_id = node_id
         self.task_id = task_id
-        super().__init__(self._message())
 
     def _message(self) -> str:
         where = f"pid={self.pid}, ip={self.ip}"
@@ -170,11 +174,12 @@ class RayTaskError(RayError):
         try:
             dual = _dual_class(cause_cls)
             instance: RayTaskError = dual.__new__(dual)
-            # Fill both halves without running the cause's __init__ (its signature is unknown).
+            # Fill both halves without running any __init__: the cause's signature is
+            # unknown, and RayTaskError.__init__ would reach the cause's through super().
+            instance._fill(self.function_name, self.traceback_str, self.cause, self.pid,
+                           self.ip, self.node_id, self.task_id)
             instance.__dict__.update(getattr(self.cause, "__dict__", {}))
             instance.args = getattr(self.cause, "args", ())
-            RayTaskError.__init__(instance, self.function_name, self.traceback_str, self.cause,
-                                  self.pid, self.ip, self.node_id, self.task_id)
             return instance
         except TypeError:
             # Layout conflicts (e.g. builtin types with incompatible C layouts) keep the plain error.

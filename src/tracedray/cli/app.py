@@ -22,18 +22,15 @@ app = typer.Typer(
 COMMAND_MODULES = (
     "tracedray.cli.commands.cluster",  # start, stop, status
     "tracedray.cli.commands.trace",  # trace, timeline
+    "tracedray.cli.commands.memory",  # memory
+    "tracedray.cli.commands.logs",  # logs
+    "tracedray.cli.commands.state",  # list, get, summary
 )
 
 
 def _register_all() -> None:
     for module_name in COMMAND_MODULES:
-        try:
-            module = importlib.import_module(module_name)
-        except ModuleNotFoundError as exc:
-            if exc.name == module_name:
-                continue  # command group not built yet in this checkout
-            raise
-        module.register(app)
+        importlib.import_module(module_name).register(app)
 
 
 _register_all()

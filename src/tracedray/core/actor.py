@@ -35,7 +35,7 @@ class ActorClass:
         worker = global_worker()
         options = self._options
         if hasattr(worker, "local_actor"):
-            return worker.local_actor(self._cls, args, kwargs)  # type: ignore[no-any-return]
+            return worker.local_actor(self._cls, args, kwargs, options)
         name = options.get("name") or ""
         namespace = options.get("namespace")
         namespace = worker.namespace if namespace is None else namespace

@@ -259,14 +259,10 @@ def get(object_refs: ObjectRef | Sequence[ObjectRef], *, timeout: float | None =
             missing = [i.hex() for i in ids_ if i not in ready]
             raise GetTimeoutError(f"get() timed out after {timeout}s waiting for "
                                   f"{len(missing)} of {len(refs)} object(s), e.g. {missing[0]}")
-        values = []
-        total = 0
-        for object_id in ids_:
-            value = worker.memory_store.get_if_ready(object_id)
-            total += value.size
-            values.append(worker.objects.load(value))
-        if span.is_recording():
-            span.set_attribute(A.OBJECT_SIZE, total)
+        stored = [worker.memory_store.get_if_ready(object_id) for object_id in ids_]
+        if span.is_recording():  # before loading: a stored error raises from load()
+            span.set_attribute(A.OBJECT_SIZE, sum(value.size for value in stored))
+        values = [worker.objects.load(value) for value in stored]
     return values[0] if single else values
 
 

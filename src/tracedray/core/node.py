@@ -12,10 +12,13 @@ from pathlib import Path
 
 import psutil
 
-from tracedray import logs
+from tracedray import config, logs
 from tracedray.core import ids
+from tracedray.core.gcs.launch import GcsLaunchSpec
+from tracedray.core.gcs.storage.policy import FlushPolicy
+from tracedray.core.gcs.storage.url import parse_storage_url
 from tracedray.core.session import SessionPaths
-from tracedray.exceptions import ClusterConnectionError, ConfigError, RaySystemError
+from tracedray.exceptions import ClusterConnectionError, ConfigError, RayError, RaySystemError
 
 log = logs.get_logger(__name__)
 STARTUP_TIMEOUT_S = 60.0
@@ -68,7 +71,7 @@ def _wait_ready(path: Path, process: subprocess.Popen[bytes], what: str,
         if path.exists():
             data: dict[str, object] = json.loads(path.read_text())
             if "error" in data:
-                raise RaySystemError(f"the {what} failed to start: {data['error']}")
+                raise _start_error(what, data)
             return data
         if process.poll() is not None:
             stderr = (session.logs_dir / f"{what}.stderr")
@@ -79,23 +82,59 @@ def _wait_ready(path: Path, process: subprocess.Popen[bytes], what: str,
     raise RaySystemError(f"the {what} did not become ready in {STARTUP_TIMEOUT_S:.0f}s")
 
 
+def _start_error(what: str, data: dict[str, object]) -> RayError:
+    """The error a process reported in its ready file, as the tracedray type it raised.
+
+    Only configuration and connection errors keep their type (a bad or unreachable
+    ``--gcs-storage`` URL must reach ``init()``/``tracedray start`` as such); anything
+    else is a system error of the component.
+    """
+    message = str(data["error"])
+    kind = data.get("error_type")
+    if kind == ConfigError.__name__:
+        return ConfigError(message)
+    if kind == ClusterConnectionError.__name__:
+        return ClusterConnectionError(message)
+    return RaySystemError(f"the {what} failed to start: {message}")
+
+
+def launch_gcs(spec: GcsLaunchSpec, *, parent_pid: int,
+               detach: bool) -> tuple[subprocess.Popen[bytes], int]:
+    """Start a GCS process and wait until it answers; returns it and its bound port.
+
+    Used for the first start and by the supervisor for restarts (same spec, same port).
+    """
+    session = SessionPaths(spec.session_dir)
+    spec.ready_file.unlink(missing_ok=True)
+    process = _spawn("tracedray.core.gcs.main", spec.argv(parent_pid=parent_pid), "gcs", session,
+                     detach)
+    try:
+        data = _wait_ready(spec.ready_file, process, "gcs", session)
+    except BaseException:
+        if process.poll() is None:
+            process.kill()
+        process.wait()
+        raise
+    return process, int(str(data["port"]))
+
+
 def start_gcs(session: SessionPaths, *, port: int, host: str, storage: str, parent_pid: int,
-              detach: bool, flushing: bool = True) -> tuple[subprocess.Popen[bytes], str]:
-    ready = session.root / "gcs.ready"
-    ready.unlink(missing_ok=True)
-    args = ["--session-dir", str(session.root), "--port", str(port), "--host", host,
-            "--storage", storage, "--parent-pid", str(parent_pid), "--ready-file", str(ready)]
-    if not flushing:
-        args.append("--no-flush")
-    process = _spawn("tracedray.core.gcs.main", args, "gcs", session, detach)
-    data = _wait_ready(ready, process, "gcs", session)
-    return process, f"{host}:{data['port']}"
+              detach: bool, flushing: bool = True,
+              flush_policy: FlushPolicy | None = None) -> tuple[subprocess.Popen[bytes], str]:
+    # Fail on a malformed storage URL here, before any process starts.
+    parse_storage_url(storage)
+    spec = GcsLaunchSpec(session.root, host, port, storage, flushing,
+                         flush_policy or FlushPolicy.from_config())
+    process, bound = launch_gcs(spec, parent_pid=parent_pid, detach=detach)
+    return process, f"{host}:{bound}"
 
 
 def start_raylet(session: SessionPaths, *, gcs_address: str, ip: str, resources: dict[str, float],
                  object_store_memory: int, spilling: bool, head: bool, parent_pid: int,
-                 detach: bool, prestart: int, port: int = 0,
-                 node_id: str | None = None) -> tuple[subprocess.Popen[bytes], str, str]:
+                 detach: bool, prestart: int, port: int = 0, node_id: str | None = None,
+                 supervise_gcs: tuple[GcsLaunchSpec, int] | None = None,
+                 ) -> tuple[subprocess.Popen[bytes], str, str]:
+    """``supervise_gcs=(spec, gcs_pid)``: this raylet restarts that GCS when it dies."""
     node_id = node_id or ids.new_node_id()
     ready = session.root / f"raylet-{node_id}.ready"
     args = ["--session-dir", str(session.root), "--gcs", gcs_address, "--node-id", node_id,
@@ -106,13 +145,18 @@ def start_raylet(session: SessionPaths, *, gcs_address: str, ip: str, resources:
         args.append("--no-spilling")
     if head:
         args.append("--head")
+    if supervise_gcs is not None:
+        spec, gcs_pid = supervise_gcs
+        args += ["--supervise-gcs", spec.to_json(), "--gcs-pid", str(gcs_pid)]
     process = _spawn("tracedray.core.raylet.main", args, f"raylet-{node_id[:8]}", session, detach)
     data = _wait_ready(ready, process, f"raylet-{node_id[:8]}", session)
     return process, str(data["address"]), node_id
 
 
-def resolve_resources(num_cpus: float | None, resources: dict[str, float] | None) -> dict[str, float]:
-    total: dict[str, float] = {"CPU": float(num_cpus if num_cpus is not None else os.cpu_count() or 1)}
+def resolve_resources(num_cpus: float | None,
+                      resources: dict[str, float] | None) -> dict[str, float]:
+    cpus = num_cpus if num_cpus is not None else os.cpu_count() or 1
+    total: dict[str, float] = {"CPU": float(cpus)}
     for name, amount in (resources or {}).items():
         if name in ("CPU", "GPU") and name in total and num_cpus is not None:
             raise ConfigError(f"give CPU with num_cpus=, not in resources ({name})")
@@ -129,16 +173,31 @@ def start_head(session: SessionPaths, *, port: int = 0, host: str = "127.0.0.1",
                num_cpus: float | None = None, resources: dict[str, float] | None = None,
                object_store_memory: int | None = None, spilling: bool = True,
                storage: str = "memory", parent_pid: int = 0, detach: bool = False,
-               flushing: bool = True) -> NodeProcesses:
+               flushing: bool | None = None, flush_policy: FlushPolicy | None = None,
+               supervise_gcs: bool = True) -> NodeProcesses:
+    """Start the GCS, then the head raylet, which supervises the GCS (restarts it on the
+    same port if it dies) unless ``supervise_gcs=False``.
+
+    ``storage``: ``"memory"`` or a Redis URL; a malformed one raises ``ConfigError``,
+    an unreachable Redis ``ClusterConnectionError``, both naming the URL.
+    ``flushing``, ``flush_policy``: default to the ``TRACEDRAY_GCS_FLUSH_*`` variables.
+    """
+    if flushing is None:
+        flushing = config.GCS_FLUSH_ENABLED.get()
     total = resolve_resources(num_cpus, resources)
     store = object_store_memory or default_object_store_memory()
+    policy = flush_policy or FlushPolicy.from_config()
     gcs_process, gcs_address = start_gcs(session, port=port, host=host, storage=storage,
-                                         parent_pid=parent_pid, detach=detach, flushing=flushing)
+                                         parent_pid=parent_pid, detach=detach, flushing=flushing,
+                                         flush_policy=policy)
+    bound = int(gcs_address.rsplit(":", 1)[1])
+    spec = GcsLaunchSpec(session.root, host, bound, storage, flushing, policy)
     try:
         raylet_process, raylet_address, node_id = start_raylet(
             session, gcs_address=gcs_address, ip=host, resources=total,
             object_store_memory=store, spilling=spilling, head=True, parent_pid=parent_pid,
-            detach=detach, prestart=int(min(total["CPU"], 4)))
+            detach=detach, prestart=int(min(total["CPU"], 4)),
+            supervise_gcs=(spec, gcs_process.pid) if supervise_gcs else None)
     except BaseException:
         gcs_process.kill()
         gcs_process.wait()

@@ -62,12 +62,14 @@ def add_timestamp_and_level(_: Any, method_name: str,
 
 
 def add_process_fields(_: Any, __: str, event_dict: dict[str, Any]) -> dict[str, Any]:
+    # Fields set later with set_process_context (e.g. the driver's node_id, known only
+    # once its node runs) win over the placeholders configure() put in static_fields.
+    for key, value in _context.process_fields().items():
+        event_dict.setdefault(key, value)
     for key, value in state.static_fields.items():
         event_dict.setdefault(key, value)
     # Read per line: a forked child that has not reconfigured still reports its own pid.
     event_dict["pid"] = os.getpid()
-    for key, value in _context.process_fields().items():
-        event_dict.setdefault(key, value)
     return event_dict
 
 

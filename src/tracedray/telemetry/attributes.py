@@ -71,3 +71,10 @@ EXCEPTION_EVENT = "exception"  # name of the span event that carries the traceba
 EXCEPTION_TYPE = "exception.type"
 EXCEPTION_MESSAGE = "exception.message"
 EXCEPTION_STACKTRACE = "exception.stacktrace"
+
+# --- GCS supervision (gcs.restart spans)
+GCS_ADDRESS = "tracedray.gcs.address"
+GCS_OLD_PID = "tracedray.gcs.old_pid"  # the GCS process that died
+GCS_NEW_PID = "tracedray.gcs.new_pid"  # the one that replaced it
+GCS_EXIT = "tracedray.gcs.exit"  # how the old one ended: "SIGKILL", "exit 1", "unknown ..."
+GCS_RESTART_ATTEMPTS = "tracedray.gcs.restart_attempts"

@@ -9,7 +9,7 @@ from typing import TypeVar
 import grpc
 
 from tracedray.core import rpc
-from tracedray.exceptions import ClusterConnectionError
+from tracedray.exceptions import ClusterConnectionError, RaySystemError
 from tracedray.v1 import common_pb2, gcs_pb2, gcs_pb2_grpc
 
 T = TypeVar("T")
@@ -68,8 +68,16 @@ class GcsClient:
 
     # --- actors
     def create_actor(self, spec: common_pb2.TaskSpec, get_if_exists: bool) -> gcs_pb2.ActorInfo:
-        return self._call(self._stub.CreateActor,
-                          gcs_pb2.CreateActorRequest(creation_task=spec, get_if_exists=get_if_exists))
+        """Raises ValueError (as Ray does) when the actor's name is taken."""
+        request = gcs_pb2.CreateActorRequest(creation_task=spec, get_if_exists=get_if_exists)
+        try:
+            return self._call(self._stub.CreateActor, request)
+        except RaySystemError as exc:
+            cause = exc.__cause__
+            if isinstance(cause, grpc.RpcError) and \
+                    cause.code() == grpc.StatusCode.ALREADY_EXISTS:  # type: ignore[attr-defined]
+                raise ValueError(cause.details()) from None  # type: ignore[attr-defined]
+            raise
 
     def get_actor(self, *, actor_id: bytes = b"", name: str = "", namespace: str = "",
                   wait_until_settled: bool = False, timeout_s: float = 0.0,

@@ -6,9 +6,12 @@ import argparse
 import json
 import threading
 from pathlib import Path
+from typing import TypeVar
 
-from tracedray import logs
+from tracedray import config, logs
 from tracedray.core.process import exit_on_sigterm, exit_with_parent, setup_process
+
+T = TypeVar("T")
 
 
 def main() -> None:
@@ -20,17 +23,31 @@ def main() -> None:
     parser.add_argument("--parent-pid", type=int, default=0)
     parser.add_argument("--ready-file", type=Path, required=True)
     parser.add_argument("--no-flush", action="store_true")
+    # Unset options fall back to the TRACEDRAY_GCS_FLUSH_* variables.
+    parser.add_argument("--flush-interval", type=float, default=None)
+    parser.add_argument("--flush-max-hot-entries", type=int, default=None)
+    parser.add_argument("--flush-min-age", type=float, default=None)
     args = parser.parse_args()
     setup_process("gcs", session_dir=args.session_dir,
                   config={"storage": args.storage, "port": args.port, "flush": not args.no_flush})
     from tracedray.core.gcs.server import Gcs
+    from tracedray.core.gcs.storage import FlushPolicy
 
     try:
+        policy = FlushPolicy(
+            interval_s=_or(args.flush_interval, config.GCS_FLUSH_INTERVAL_S.get()),
+            max_hot_entries=_or(args.flush_max_hot_entries,
+                                config.GCS_FLUSH_MAX_HOT_ENTRIES.get()),
+            min_age_s=_or(args.flush_min_age, config.GCS_FLUSH_MIN_AGE_S.get()))
         gcs = Gcs(session_dir=args.session_dir, storage_url=args.storage, port=args.port,
-                  listen_host=args.host, flushing=not args.no_flush)
+                  listen_host=args.host, flush_policy=policy, flushing=not args.no_flush)
     except Exception as exc:
-        logs.get_logger(__name__).error("gcs.start_failed", error=str(exc))
-        args.ready_file.write_text(json.dumps({"error": str(exc)}))
+        logs.get_logger(__name__).error("gcs.start_failed", error=str(exc),
+                                        error_type=type(exc).__name__)
+        # The starter re-raises the same tracedray exception type (ConfigError for a bad
+        # URL, ClusterConnectionError for an unreachable Redis) with this message.
+        args.ready_file.write_text(json.dumps({"error": str(exc),
+                                               "error_type": type(exc).__name__}))
         raise SystemExit(1) from exc
     gcs.start()
     exit_on_sigterm(gcs.stop)
@@ -39,6 +56,10 @@ def main() -> None:
     tmp.write_text(json.dumps({"port": gcs.port}))
     tmp.replace(args.ready_file)
     threading.Event().wait()
+
+
+def _or(given: T | None, fallback: T) -> T:
+    return fallback if given is None else given
 
 
 if __name__ == "__main__":

@@ -127,14 +127,16 @@ class Gcs:
                     if entry.info.state == "ALIVE" and now - entry.last_heartbeat > timeout:
                         entry.info.state = "DEAD"
                         entry.info.end_time = now
-                        entry.info.death_reason = (f"no heartbeat for {now - entry.last_heartbeat:.1f}s"
+                        silent = now - entry.last_heartbeat
+                        entry.info.death_reason = (f"no heartbeat for {silent:.1f}s"
                                                    f" (timeout {timeout:.1f}s)")
                         self.tables["nodes"].put(entry.info.node_id,
                                                  entry.info.SerializeToString(), finished=False)
                         dead.append(entry.info)
             for info in dead:
-                with telemetry.span("node.dead", {A.NODE_ID: info.node_id,
-                                                  "tracedray.node.death_reason": info.death_reason}):
+                attributes = {A.NODE_ID: info.node_id,
+                              "tracedray.node.death_reason": info.death_reason}
+                with telemetry.span("node.dead", attributes):
                     log.warning("node.dead", node_id=info.node_id, reason=info.death_reason)
                 self.actors.on_node_death(info.node_id)
 
@@ -147,13 +149,21 @@ class Gcs:
     def add_task_events(self, events: Any) -> None:
         table = self.tables["tasks"]
         with self._lock:
+            records: dict[str, gcs_pb2.TaskRecord] = {}
             for event in events:
                 key = event.task_id.hex()
-                raw = table.get(key)
-                record = gcs_pb2.TaskRecord.FromString(raw) if raw else gcs_pb2.TaskRecord(
-                    task_id=event.task_id, job_id=event.job_id, kind=event.kind)
+                record = records.get(key)
+                if record is None:
+                    raw = table.get(key)
+                    record = gcs_pb2.TaskRecord.FromString(raw) if raw else gcs_pb2.TaskRecord(
+                        task_id=event.task_id, job_id=event.job_id, kind=event.kind)
+                    records[key] = record
                 _merge(record, event)
-                table.put(key, record.SerializeToString(), finished=record.state in TERMINAL)
+            # One write per batch and kind (one pipelined round trip on Redis), and each
+            # task once, however many of its events the batch carried.
+            for finished in (True, False):
+                table.put_many({key: record.SerializeToString() for key, record in records.items()
+                                if (record.state in TERMINAL) == finished}, finished=finished)
 
     def get_tasks(self, request: gcs_pb2.GetTasksRequest) -> gcs_pb2.GetTasksReply:
         table = self.tables["tasks"]
@@ -165,10 +175,23 @@ class Gcs:
                     reply.tasks.append(gcs_pb2.TaskRecord.FromString(raw))
             reply.total = len(reply.tasks)
             return reply
+        if not request.job_id:
+            # The count is O(1) on Redis and one batched lookup of the hot keys otherwise,
+            # so a `--limit`ed listing parses only the records it returns.
+            reply.total = len(table)
+            for _, raw in table.scan():
+                if request.limit and len(reply.tasks) >= request.limit:
+                    break
+                reply.tasks.append(gcs_pb2.TaskRecord.FromString(raw))
+            return reply
         total = 0
         for _, raw in table.scan():
+            # A record of the job holds its id verbatim, so a record without those bytes
+            # cannot match: most records of other jobs are skipped without being parsed.
+            if request.job_id not in raw:
+                continue
             record = gcs_pb2.TaskRecord.FromString(raw)
-            if request.job_id and record.job_id != request.job_id:
+            if record.job_id != request.job_id:
                 continue
             total += 1
             if not request.limit or len(reply.tasks) < request.limit:
@@ -199,7 +222,10 @@ def _merge(record: gcs_pb2.TaskRecord, event: gcs_pb2.TaskEvent) -> None:
         value = getattr(event, field)
         if value:
             setattr(record, field, value)
-    if len(record.events) < MAX_EVENTS_PER_TASK:
+    # A batch re-sent after a GCS restart (the reply was lost) must not duplicate events.
+    duplicate = any(e.state == event.state and e.attempt == event.attempt
+                    and e.time == event.time for e in record.events)
+    if not duplicate and len(record.events) < MAX_EVENTS_PER_TASK:
         record.events.append(event)
 
 

@@ -25,6 +25,9 @@ def main() -> None:
     parser.add_argument("--prestart", type=int, default=0)
     parser.add_argument("--parent-pid", type=int, default=0)
     parser.add_argument("--ready-file", type=Path, required=True)
+    parser.add_argument("--supervise-gcs", default="",
+                        help="JSON GcsLaunchSpec: restart that GCS when it dies (head only)")
+    parser.add_argument("--gcs-pid", type=int, default=0)
     args = parser.parse_args()
     setup_process("raylet", session_dir=args.session_dir, node_id=args.node_id,
                   config={"resources": args.resources, "gcs": args.gcs,
@@ -43,8 +46,24 @@ def main() -> None:
         logs.get_logger(__name__).error("raylet.start_failed", error=str(exc))
         args.ready_file.write_text(json.dumps({"error": str(exc)}))
         raise SystemExit(1) from exc
-    exit_on_sigterm(raylet.shutdown)
-    exit_with_parent(args.parent_pid, raylet.shutdown)
+    on_exit = raylet.shutdown
+    if args.supervise_gcs:
+        from tracedray.core.gcs.launch import GcsLaunchSpec
+        from tracedray.core.gcs.supervisor import GcsSupervisor
+
+        supervisor = GcsSupervisor(GcsLaunchSpec.from_json(args.supervise_gcs), args.gcs_pid,
+                                   owner_pid=args.parent_pid)
+        supervisor.start()
+
+        def on_exit() -> None:
+            # Stop restarting first (the GCS may go down with us), shut the node down
+            # while a GCS still answers, then stop the GCS we started, if any.
+            supervisor.stop()
+            raylet.shutdown()
+            supervisor.close()
+
+    exit_on_sigterm(on_exit)
+    exit_with_parent(args.parent_pid, on_exit)
     tmp = args.ready_file.with_suffix(".tmp")
     tmp.write_text(json.dumps({"port": raylet.port, "node_id": args.node_id,
                                "address": raylet.address.target}))

@@ -102,7 +102,9 @@ class Raylet:
     def _node_info(self) -> gcs_pb2.NodeInfo:
         from tracedray.core.environment import environment_fingerprint
 
-        return gcs_pb2.NodeInfo(node_id=self.node_id, raylet=self.address.to_proto(),
+        # The pid lets `tracedray list nodes` name the raylet even after the node died.
+        raylet = self.address._replace(pid=os.getpid()).to_proto()
+        return gcs_pb2.NodeInfo(node_id=self.node_id, raylet=raylet,
                                 resources_total=self.total, state="ALIVE", start_time=time.time(),
                                 environment=environment_fingerprint(), is_head=self.is_head,
                                 object_store_capacity=self.store.statistics().capacity,

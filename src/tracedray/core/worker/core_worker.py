@@ -9,6 +9,7 @@ runs on one flusher thread.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import sys
@@ -75,9 +76,10 @@ class CoreWorker:
         self.resolver = DependencyResolver(self)
         self._pool = ThreadPoolExecutor(max_workers=64, thread_name_prefix="tracedray-bg")
         self._raylets: dict[str, RayletClient] = {}
-        self._output: list[core_worker_pb2.OutputLine] = []
+        # Printed lines with the job they belong to: the flusher runs after the task ended.
+        self._output: list[tuple[bytes, core_worker_pb2.OutputLine]] = []
         self._output_lock = threading.Lock()
-        self._driver_address: str | None = None
+        self._drivers: dict[bytes, str] = {}  # job id -> its driver's address
         self._blocked_depth = 0
         self._blocked_lock = threading.Lock()
         self._stopped = threading.Event()
@@ -295,37 +297,41 @@ class CoreWorker:
     # --- output echo to the driver
     def forward_output(self, stream: str, line: str, fields: Any) -> None:
         spec = self.current_task
-        name = spec.function_name if spec is not None else "worker"
+        name = echo_name(spec.function_name, spec.kind) if spec is not None else "worker"
+        job_id = spec.job_id if spec is not None else self.job_id
         with self._output_lock:
             if len(self._output) < 10_000:
-                self._output.append(core_worker_pb2.OutputLine(
-                    task_name=name, pid=os.getpid(), stream=stream, line=line, ip=self.ip))
+                self._output.append((job_id, core_worker_pb2.OutputLine(
+                    task_name=name, pid=os.getpid(), stream=stream, line=line, ip=self.ip)))
 
-    def _flush_output(self) -> None:
+    def flush_output(self) -> None:
+        """Echo printed lines to their jobs' drivers now (cheap when nothing was printed)."""
         with self._output_lock:
             lines, self._output = self._output, []
         if not lines:
             return
-        target = self._job_driver()
-        if target is None:
-            return
-        try:
-            core_worker_pb2_grpc.CoreWorkerServiceStub(rpc.channel(target)).PrintOutput(
-                core_worker_pb2.OutputBatch(lines=lines), timeout=5)
-        except grpc.RpcError:
-            pass  # the driver is gone; the lines are in the log files anyway
+        by_job: dict[bytes, list[core_worker_pb2.OutputLine]] = defaultdict(list)
+        for job_id, line in lines:
+            by_job[job_id].append(line)
+        for job_id, batch in by_job.items():
+            target = self._job_driver(job_id)
+            if target is None:
+                continue
+            # A driver that is gone loses only the echo: the lines are in the log files.
+            with contextlib.suppress(grpc.RpcError):
+                core_worker_pb2_grpc.CoreWorkerServiceStub(rpc.channel(target)).PrintOutput(
+                    core_worker_pb2.OutputBatch(lines=batch), timeout=5)
 
-    def _job_driver(self) -> str | None:
-        spec = self.current_task
-        if self._driver_address is None:
-            job_id = spec.job_id if spec is not None else self.job_id
+    def _job_driver(self, job_id: bytes) -> str | None:
+        target = self._drivers.get(job_id)
+        if target is None:
             try:
                 for job in self.gcs.get_jobs():
                     if job.job_id == job_id:
-                        self._driver_address = Address.from_proto(job.driver).target
+                        target = self._drivers[job_id] = Address.from_proto(job.driver).target
             except RaySystemError:
                 return None
-        return self._driver_address
+        return target
 
     # --- lifecycle
     def _flush_loop(self) -> None:
@@ -337,7 +343,7 @@ class CoreWorker:
             self._run_release_actions(self.references.take_deferred_actions())
             self._send_borrow_events(self.references.take_borrow_events())
             self.task_events.flush()
-            self._flush_output()
+            self.flush_output()
         except Exception as exc:  # noqa: BLE001 - the flusher must survive anything
             log.error("flusher.error", error=repr(exc))
 
@@ -503,3 +509,12 @@ def local_ip() -> str:
         return "127.0.0.1"
 
 
+def echo_name(function_name: str, kind: int) -> str:
+    """The name in a printed line's prefix, as Ray shows it: ``(f pid=..)``, ``(Counter pid=..)``.
+
+    ``function_name`` is ``module.qualname`` for a function and ``Class.method`` for
+    an actor call; the prefix keeps the function's own name, or the actor's class.
+    """
+    if kind in (common_pb2.ACTOR_METHOD, common_pb2.ACTOR_CREATION):
+        return function_name.rsplit(".", 1)[0].rsplit(".", 1)[-1]
+    return function_name.rsplit(".", 1)[-1]

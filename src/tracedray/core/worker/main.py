@@ -6,7 +6,7 @@ import argparse
 import threading
 from pathlib import Path
 
-from tracedray.core.process import exit_with_parent, setup_process
+from tracedray.core.process import exit_on_sigterm, exit_with_parent, setup_process
 
 
 def main() -> None:
@@ -32,6 +32,9 @@ def main() -> None:
                         object_path_prefix=args.object_path_prefix, listen_host=args.ip)
     runtime.set_current(worker)
     logs.install_output_capture(worker.forward_output)
+    # The raylet stops its workers with SIGTERM: end the log with process.exit and the
+    # spans flushed, like every other process (partial printed lines become records).
+    exit_on_sigterm(logs.uninstall_output_capture)
     exit_with_parent(args.parent_pid)
     worker.raylet.register_worker(args.worker_id, worker.address.port, worker.address.pid)
     threading.Event().wait()

@@ -77,8 +77,8 @@ class ObjectIO:
         if value.store_node_id == worker.node_id:
             try:
                 return store_client.map_object(worker.object_path(value.object_id))
-            except FileNotFoundError:
-                pass  # spilled (or being restored): ask the raylet
+            except ObjectLostError:
+                pass  # no file: spilled (or being restored), so ask the raylet
         request = raylet_pb2.LocateObjectRequest(object_id=value.object_id)
         if value.store_node_id != worker.node_id:
             request.from_raylet.CopyFrom(value.store_raylet)

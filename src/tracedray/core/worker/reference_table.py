@@ -100,9 +100,11 @@ class ReferenceTable:
         self._pending.append(object_id)  # deque.append is atomic; see module docstring
 
     def add_local_ref(self, object_id: bytes, owner: Address | None, call_site: str,
-                      *, owned: bool = False) -> list[ReleaseAction]:
+                      *, owned: bool = False) -> None:
         with self._lock:
-            actions = self._drain_locked()
+            # Releases drained here are kept for the flusher: the caller (ObjectRef's
+            # constructor) cannot run them, and dropping them would leak the objects.
+            self._drain_into_actions()
             entry = self._entries.get(object_id)
             if entry is None:
                 is_owned = owned or (owner is not None and owner.worker_id == self.worker_id)
@@ -111,7 +113,6 @@ class ReferenceTable:
                 if not is_owned:
                     self._borrow_events.append((object_id, owner, +1))
             entry.local += 1
-            return actions
 
     # --- owner side
     def set_object_info(self, object_id: bytes, *, size: int, store_node_id: str,

@@ -100,6 +100,7 @@ class TaskExecutor:
             result.returns.extend(error_value(object_id, exc)
                                   for object_id in _return_ids(spec))
         self._worker.flush_reference_updates()  # borrowers registered before the caller hears
+        self._worker.flush_output()  # what the task printed reaches the driver before its result
         respond(result)
 
     def run(self, spec: common_pb2.TaskSpec) -> common_pb2.TaskResult:
@@ -144,9 +145,10 @@ class TaskExecutor:
             cancelled = isinstance(exc, TaskCancelledError)
             error = exc if cancelled else self._task_error(spec, exc)
             telemetry.record_error(span, exc, getattr(error, "traceback_str", None))
-            with logs.task_context(job_id=spec.job_id.hex(), task_id=task_hex, actor_id=actor_hex,
-                                   worker_id=worker.worker_id, task_name=name,
-                                   attempt=spec.attempt):
+            with otel_trace.use_span(span, end_on_exit=False, record_exception=False,
+                                     set_status_on_exception=False), logs.task_context(
+                    job_id=spec.job_id.hex(), task_id=task_hex, actor_id=actor_hex,
+                    worker_id=worker.worker_id, task_name=name, attempt=spec.attempt):
                 log.warning("task.failed", function=name, error_type=type(exc).__qualname__,
                             error=str(exc)[:2000])
             result.is_application_error = True

@@ -1,0 +1,130 @@
+"""What telemetry costs the runtime: throughput with it fully on versus off.
+
+"On" is the default: every span written to the session's trace files, every log
+line to the log files. "Off" is ``OTEL_SDK_DISABLED=true`` (spans become no-ops;
+log lines stay, they are not part of the OTel switch). Each case runs in a fresh
+driver process with its own cluster, because the variable is read once per
+process; the cases alternate (on, off, on, off, ...) so drift on the machine hits
+both, and the best round of each is compared.
+
+Printed per workload: ops/s on, ops/s off, and on/off (1.0 = free; the goal in
+issue 3 is >= 0.85). Usage: python benchmarks/telemetry.py [--rounds N] [--tasks N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from typing import Any
+
+GOAL = 0.85
+
+
+def _rate(count: int, action: Callable[[], Any]) -> float:
+    start = time.perf_counter()
+    action()
+    return count / (time.perf_counter() - start)
+
+
+def child(tasks: int) -> dict[str, float]:
+    """One measurement round in this process (its own cluster); returns ops/s."""
+    import numpy as np
+
+    import tracedray
+
+    @tracedray.remote
+    def empty() -> None:
+        return None
+
+    tracedray.init(num_cpus=2, object_store_memory=512 << 20)
+    try:
+        tracedray.get([empty.remote() for _ in range(500)])  # warm the worker pool
+        out: dict[str, float] = {}
+        out["empty tasks/s (submit all, get all)"] = _rate(
+            tasks, lambda: tracedray.get([empty.remote() for _ in range(tasks)]))
+
+        def round_trips() -> None:
+            for _ in range(500):
+                tracedray.get(empty.remote())
+
+        out["task round trips/s"] = _rate(500, round_trips)
+        small = {"key": "value", "numbers": list(range(16))}
+
+        def put_get_small() -> None:
+            for _ in range(2000):
+                tracedray.get(tracedray.put(small))
+
+        out["put+get small/s"] = _rate(2000, put_get_small)
+        array = np.ones(1 << 17)  # 1 MiB: goes through the shared-memory store
+
+        def put_get_1mb() -> None:
+            for _ in range(300):
+                tracedray.get(tracedray.put(array))
+
+        out["put+get 1 MiB/s"] = _rate(300, put_get_1mb)
+        return out
+    finally:
+        tracedray.shutdown()
+
+
+def _run_child(telemetry_on: bool, tasks: int, temp_root: str) -> dict[str, float]:
+    env = {**os.environ, "TRACEDRAY_TEMP_DIR": temp_root}
+    for key in ("OTEL_SDK_DISABLED", "OTEL_EXPORTER_OTLP_ENDPOINT",
+                "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"):
+        env.pop(key, None)  # "on" means the default pipeline, with no network exporter
+    if not telemetry_on:
+        env["OTEL_SDK_DISABLED"] = "true"
+    done = subprocess.run([sys.executable, __file__, "--child", "--tasks", str(tasks)],
+                          env=env, capture_output=True, text=True, check=False, timeout=600)
+    if done.returncode != 0:
+        raise SystemExit(f"benchmark child failed ({'on' if telemetry_on else 'off'}):\n"
+                         f"{done.stderr[-4000:]}")
+    result: dict[str, float] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result
+
+
+def best_of(rounds: list[dict[str, float]]) -> dict[str, float]:
+    return {key: max(r[key] for r in rounds) for key in rounds[0]}
+
+
+def ratios(on: dict[str, float], off: dict[str, float]) -> dict[str, float]:
+    return {key: on[key] / off[key] for key in on}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--tasks", type=int, default=5000)
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        print(json.dumps(child(args.tasks)))
+        return
+    on_rounds: list[dict[str, float]] = []
+    off_rounds: list[dict[str, float]] = []
+    with tempfile.TemporaryDirectory(prefix="tracedray-bench-") as temp_root:
+        for _ in range(args.rounds):
+            on_rounds.append(_run_child(True, args.tasks, temp_root))
+            off_rounds.append(_run_child(False, args.tasks, temp_root))
+    on, off = best_of(on_rounds), best_of(off_rounds)
+    ratio = ratios(on, off)
+    width = max(len(key) for key in on)
+    print(f"{'workload':<{width}}  {'telemetry on':>13}  {'off':>13}  {'on/off':>7}")
+    for key in on:
+        print(f"{key:<{width}}  {on[key]:>13,.0f}  {off[key]:>13,.0f}  {ratio[key]:>7.2f}")
+    worst = min(ratio.values())
+    verdict = "meets" if worst >= GOAL else "MISSES"
+    print(f"\nworst on/off ratio {worst:.2f} ({verdict} the goal of >= {GOAL}); best of "
+          f"{args.rounds} alternating rounds, each a fresh cluster.")
+    print("on = spans to the session's trace files + JSON logs (the default); "
+          "off = OTEL_SDK_DISABLED=true (spans are no-ops; JSON logs stay on).")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,174 @@
+"""``tracedray logs``: what tasks printed and what the runtime logged, from every node.
+
+Reads the session's JSON log files, so it works after a node or the whole cluster
+has died. Nodes on other machines that are alive now are asked for their files
+through their raylet. Lines from all processes merge in time order.
+"""
+
+from __future__ import annotations
+
+import os
+from enum import Enum
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import typer
+
+from tracedray.cli.output import ADDRESS_HELP
+
+if TYPE_CHECKING:
+    from tracedray.cli.log_view import LogFilter
+    from tracedray.cli.tracestore.logs import LogRecord
+    from tracedray.core.session import SessionPaths
+
+FOLLOW_POLL_S = 0.5
+REMOTE_CONNECT_TIMEOUT_S = 1.0
+
+
+class LogFormat(str, Enum):
+    pretty = "pretty"
+    json = "json"
+
+
+def remote_log_records(session: SessionPaths, address: str | None) -> tuple[list[LogRecord],
+                                                                             list[str]]:
+    """Log lines of alive nodes on other machines (asked through their raylets)."""
+    import tempfile
+
+    from tracedray.cli.cluster_client import connect_cluster
+    from tracedray.cli.tracestore.logs import read_logs
+    from tracedray.exceptions import RayError
+
+    try:
+        client = connect_cluster(address or session.read_address(),
+                                 timeout_s=REMOTE_CONNECT_TIMEOUT_S)
+        nodes = client.nodes()
+    except RayError:
+        return [], []  # cluster not running: the local files are all there is
+    here = os.uname().nodename
+    remote = [n for n in nodes if n.info.state == "ALIVE" and n.info.hostname != here]
+    records: list[LogRecord] = []
+    warnings: list[str] = []
+    from tracedray.core.raylet.client import RayletClient
+
+    for node in remote:
+        target = f"{node.info.raylet.ip}:{node.info.raylet.port}"
+        with tempfile.TemporaryDirectory(prefix="tracedray-logs-") as folder:
+            try:
+                for chunk in RayletClient(target).read_session_files("logs"):
+                    with open(Path(folder) / Path(chunk.name).name, "ab") as out:
+                        out.write(chunk.data)
+            except RayError as exc:
+                warnings.append(f"node {node.info.node_id[:12]} at {target}: {exc}")
+                continue
+            batch = read_logs(Path(folder))
+            records.extend(batch.records)
+            warnings.extend(f"node {node.info.node_id[:12]}: {w}" for w in batch.warnings)
+    return records, warnings
+
+
+def _print(records: list[LogRecord], output_format: LogFormat) -> None:
+    import json
+
+    from tracedray.cli.log_view import format_pretty, record_json
+
+    for record in records:
+        if output_format is LogFormat.json:
+            typer.echo(json.dumps(record_json(record), default=str))
+        else:
+            typer.echo(format_pretty(record))
+
+
+def _follow(session: SessionPaths, wanted: LogFilter, output_format: LogFormat,
+            seen: dict[str, int]) -> None:
+    """Print lines as they are appended, until Ctrl-C or SIGTERM.
+
+    Files only grow, so the n-th matching record of a file stays the n-th: per file
+    we remember how many were printed. A half-written last line is skipped until
+    it is complete, then printed.
+    """
+    import signal
+    import threading
+
+    from tracedray.cli.log_view import select
+    from tracedray.cli.tracestore.logs import read_log_file
+
+    stop = threading.Event()
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: stop.set())
+    try:
+        while not stop.wait(FOLLOW_POLL_S):
+            fresh: list[LogRecord] = []
+            for path in sorted(session.logs_dir.glob("*.jsonl")):
+                records, _ = read_log_file(path, {})
+                matching = select(records, wanted)
+                fresh.extend(matching[seen.get(path.name, 0):])
+                seen[path.name] = len(matching)
+            fresh.sort(key=lambda r: r.time_ns)
+            _print(fresh, output_format)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def logs(
+    task: str | None = typer.Option(None, "--task", help="Everything this task printed and "
+                                                         "logged, every attempt, any node."),
+    actor: str | None = typer.Option(None, "--actor", help="Lines of this actor."),
+    node: str | None = typer.Option(None, "--node", help="Lines of this node (id or prefix)."),
+    worker: int | None = typer.Option(None, "--worker", help="Lines of this process id."),
+    level: str | None = typer.Option(None, "--level",
+                                     help="Lowest level shown: debug, info, warning, error."),
+    tail_lines: int | None = typer.Option(None, "--tail", "-n", help="Only the last N lines."),
+    follow: bool = typer.Option(False, "--follow", "-f", help="Keep printing new lines."),
+    address: str | None = typer.Option(None, "--address", help=ADDRESS_HELP),
+    output_format: LogFormat = typer.Option(LogFormat.pretty, "--format",
+                                            help="pretty for people, json (one object per "
+                                                 "line) for scripts."),
+) -> None:
+    """Print the session's log lines, merged across processes and nodes in time order."""
+    from tracedray.cli.commands.trace import resolve_session
+    from tracedray.cli.log_view import LogFilter, select, tail
+    from tracedray.cli.output import fail, warn
+    from tracedray.cli.tracestore.logs import read_log_file
+    from tracedray.cli.tracestore.story import close_matches
+    from tracedray.exceptions import RayError
+
+    try:
+        session = resolve_session(address)
+        wanted = LogFilter(task_id=(task or "").strip(), actor_id=(actor or "").strip(),
+                           node_id=(node or "").strip().lower(), pid=worker,
+                           min_level=(level or "").strip().lower())
+        tail([], tail_lines)  # validates --tail before any reading
+    except RayError as exc:
+        raise fail(str(exc)) from exc
+    if not session.logs_dir.is_dir():
+        raise fail(f"no log folder at {session.logs_dir}")
+    records: list[LogRecord] = []
+    warnings: list[str] = []
+    seen: dict[str, int] = {}
+    for path in sorted(session.logs_dir.glob("*.jsonl")):
+        file_records, file_warnings = read_log_file(path, {})
+        matching = select(file_records, wanted)
+        seen[path.name] = len(matching)
+        records.extend(matching)
+        warnings.extend(file_warnings)
+    remote, remote_warnings = remote_log_records(session, address)
+    records.extend(select(remote, wanted))
+    warnings.extend(remote_warnings)
+    records.sort(key=lambda r: r.time_ns)
+    for warning in warnings:
+        warn(warning)
+    if wanted.task_id and not records and not follow:
+        known = {str(r.get("task_id")) for path in session.logs_dir.glob("*.jsonl")
+                 for r in read_log_file(path, {})[0] if r.get("task_id")}
+        suggestions = close_matches(wanted.task_id, known)
+        hint = f"; did you mean {', '.join(suggestions)}?" if suggestions else ""
+        raise fail(f"no task with id {wanted.task_id} in the logs of {session.root}{hint}")
+    _print(tail(records, tail_lines), output_format)
+    if follow:
+        _follow(session, wanted, output_format, seen)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("logs")(logs)

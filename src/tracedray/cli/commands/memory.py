@@ -1,0 +1,148 @@
+"""``tracedray memory``: every live reference in the cluster, or the store over time.
+
+Rows are one per (object, holder), collected from every alive raylet's view of
+its core workers' reference tables. ``--stats-only`` prints each node's store
+figures; ``--timeline`` replays put/free/spill spans of the session into a chart.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import typer
+
+from tracedray.cli.output import ADDRESS_HELP, FORMAT_HELP, OutputFormat
+
+
+def memory(
+    address: str | None = typer.Option(None, "--address", help=ADDRESS_HELP),
+    group_by: str = typer.Option("node", "--group-by", help="node or stack-trace (call site)."),
+    sort_by: str = typer.Option("pid", "--sort-by", help="pid, size or reference-type."),
+    units: str = typer.Option("B", "--units", help="B, KB, MB or GB for sizes in tables."),
+    num_entries: int | None = typer.Option(None, "--num-entries", "-n",
+                                           help="Show at most N rows (the rest are counted)."),
+    stats_only: bool = typer.Option(False, "--stats-only",
+                                    help="Per node: store used/capacity, objects, spills."),
+    timeline: bool = typer.Option(False, "--timeline",
+                                  help="Store use per node over time from the session's spans."),
+    output: str | None = typer.Option(None, "--output", "-o",
+                                      help="With --timeline: save a plot to FILE.png."),
+    output_format: OutputFormat = typer.Option(OutputFormat.table, "--format", help=FORMAT_HELP),
+) -> None:
+    """Who holds which object: ip, pid, call site, size, reference type, producing task status."""
+    from tracedray.cli.output import fail
+    from tracedray.exceptions import RayError
+
+    try:
+        if timeline:
+            _timeline(address, output, output_format)
+        elif stats_only:
+            _stats_only(address, output_format)
+        else:
+            _references(address, group_by, sort_by, units, num_entries, output_format)
+    except RayError as exc:
+        raise fail(str(exc)) from exc
+
+
+def _references(address: str | None, group_by: str, sort_by: str, units: str,
+                num_entries: int | None, output_format: OutputFormat) -> None:
+    from tracedray.cli import memory_view
+    from tracedray.cli.output import (
+        format_bytes,
+        note,
+        print_json,
+        report_left_out,
+        stdout_console,
+    )
+    from tracedray.exceptions import ConfigError
+    from tracedray.util import state
+    from tracedray.util._state_rows import MEMORY_FIELDS
+
+    unit = memory_view.check_units(units)
+    if num_entries is not None and num_entries < 0:
+        raise ConfigError(f"--num-entries must be >= 0, got {num_entries}")
+    found = state.list_objects(address=address, limit=None)
+    ordered = memory_view.sort_rows(found, sort_by)
+    groups = memory_view.group_rows(ordered, group_by)  # before the cut: totals stay whole
+    shown = ordered if num_entries is None else ordered[:num_entries]
+    if output_format is OutputFormat.json:
+        print_json(shown)
+        report_left_out(len(shown), len(ordered), "references", "--num-entries")
+        return
+    if not ordered:
+        note("no live object references in the cluster")
+        return
+    from tracedray.cli.output import build_table
+
+    visible = {id(row) for row in shown}
+    console = stdout_console()
+    label = "node" if group_by == "node" else "call site"
+    for group in groups:
+        rows = [row for row in group.rows if id(row) in visible]
+        counts = ", ".join(f"{n} {t}" for t, n in group.reference_counts)
+        console.print(f"[bold]--- {label} {group.key} ---[/] objects "
+                      f"{format_bytes(group.object_bytes, unit)}; references: {counts}",
+                      highlight=False)
+        if rows:
+            console.print(build_table(rows, MEMORY_FIELDS,
+                                      formatters={"size": lambda v: format_bytes(v, unit)}))
+    report_left_out(len(shown), len(ordered), "references", "--num-entries")
+
+
+def _stats_only(address: str | None, output_format: OutputFormat) -> None:
+    from tracedray.cli import memory_view
+    from tracedray.cli.cluster_client import connect_cluster
+    from tracedray.cli.output import format_bytes, print_rows, warn
+
+    views = connect_cluster(address).node_views()
+    rows = [memory_view.store_stats_row(v.stats) for v in views if v.stats is not None]
+    for view in views:
+        if view.stats is None:
+            warn(f"node {view.node_id}: {view.error}")
+    byte_columns = ("store_used", "store_capacity", "spilled_bytes", "restored_bytes")
+    formatters: dict[str, Any] = {c: format_bytes for c in byte_columns}
+    print_rows(rows, ("node_id", "ip", "store_used", "store_capacity", "objects", "spilled_bytes",
+                      "spilled_objects", "restored_bytes", "restored_objects"), output_format,
+               title="object store per node", what="nodes answering", formatters=formatters)
+
+
+def _timeline(address: str | None, output: str | None, output_format: OutputFormat) -> None:
+    from pathlib import Path
+
+    from tracedray.cli.commands.trace import resolve_session
+    from tracedray.cli.memory_timeline import (
+        render_terminal_chart,
+        save_png,
+        store_peaks,
+        store_usage_series,
+    )
+    from tracedray.cli.output import note, print_json, warn
+    from tracedray.cli.tracestore.sources import SessionFileSource, SpanQuery
+
+    session = resolve_session(address)
+    batch = SessionFileSource(session).find_spans(SpanQuery())
+    for warning in batch.warnings:
+        warn(warning)
+    series = store_usage_series(batch.spans)
+    peaks = store_peaks(batch.spans)
+    if output_format is OutputFormat.json:
+        print_json({node: {"series": [{"time_ns": t, "used": u} for t, u in points],
+                           "peak": _peak_json(peaks.get(node))}
+                    for node, points in series.items()})
+    else:
+        typer.echo(render_terminal_chart(series, peaks))
+    if output:
+        path = save_png(series, peaks, Path(output))
+        note(f"saved the plot to {path}")
+
+
+def _peak_json(peak: Any) -> dict[str, Any] | None:
+    if peak is None:
+        return None
+    return {"time_ns": peak.time_ns, "used": peak.used_bytes, "capacity": peak.capacity_bytes,
+            "top_call_sites": [{"call_site": u.call_site, "bytes": u.bytes,
+                                "objects": u.objects} for u in peak.top_call_sites]}
+
+
+def register(app: typer.Typer) -> None:
+    app.command("memory")(memory)

@@ -1,0 +1,175 @@
+"""``tracedray list``, ``get`` and ``summary``: the state API on the command line.
+
+Rows come from ``tracedray.util.state`` (GCS tables + every alive raylet's stats).
+A limit never truncates silently, and an unknown id suggests the closest known ids.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+from typing import Any
+
+import typer
+
+from tracedray.cli.output import ADDRESS_HELP, FORMAT_HELP, OutputFormat
+
+
+class ListKind(str, Enum):
+    tasks = "tasks"
+    actors = "actors"
+    objects = "objects"
+    nodes = "nodes"
+    workers = "workers"
+    jobs = "jobs"
+
+
+class GetKind(str, Enum):
+    task = "task"
+    actor = "actor"
+    object = "object"
+    node = "node"
+    worker = "worker"
+    job = "job"
+
+
+class SummaryKind(str, Enum):
+    tasks = "tasks"
+    actors = "actors"
+    objects = "objects"
+
+
+# Columns without --detail: enough to find the row, short enough to fit a terminal.
+SHORT_COLUMNS: dict[str, tuple[str, ...]] = {
+    "tasks": ("task_id", "name", "state", "attempt_number", "type", "node_id", "worker_pid",
+              "error_type"),
+    "actors": ("actor_id", "class_name", "state", "name", "pid", "node_id", "num_restarts"),
+    "objects": ("object_ref", "size", "reference_type", "type", "pid", "ip", "call_site",
+                "status"),
+    "nodes": ("node_id", "ip", "state", "is_head", "resources", "pid", "death_reason"),
+    "workers": ("worker_id", "pid", "state", "node_id", "actor_id", "exit_code", "exit_signal"),
+    "jobs": ("job_id", "state", "entrypoint", "driver_pid", "start_time", "end_time"),
+}
+# get KIND -> (list kind, id field)
+_GET_SOURCE = {"task": ("tasks", "task_id"), "actor": ("actors", "actor_id"),
+               "object": ("objects", "object_ref"), "node": ("nodes", "node_id"),
+               "worker": ("workers", "worker_id"), "job": ("jobs", "job_id")}
+
+
+def _fields(kind: str) -> tuple[str, ...]:
+    from tracedray.util import _state_rows as rows
+
+    return {"tasks": rows.TASK_FIELDS, "actors": rows.ACTOR_FIELDS,
+            "objects": rows.MEMORY_FIELDS, "nodes": rows.NODE_FIELDS,
+            "workers": rows.WORKER_FIELDS, "jobs": rows.JOB_FIELDS}[kind]
+
+
+def _lister(kind: str) -> Any:
+    from tracedray.util import state
+
+    return getattr(state, f"list_{kind}")
+
+
+def list_command(
+    kind: ListKind = typer.Argument(..., help="What to list."),
+    filters: list[str] = typer.Option(
+        [], "--filter", "-f",
+        help="key=value or key!=value on a row field (repeatable; all must match)."),
+    limit: int = typer.Option(100, "--limit", help="Most rows to show (0: all). "
+                                                   "Rows left out are counted on stderr."),
+    detail: bool = typer.Option(False, "--detail", help="Every field (and task state events)."),
+    address: str | None = typer.Option(None, "--address", help=ADDRESS_HELP),
+    output_format: OutputFormat = typer.Option(OutputFormat.table, "--format", help=FORMAT_HELP),
+) -> None:
+    """List tasks, actors, objects, nodes, workers or jobs of the running cluster."""
+    from tracedray.cli.output import columns_for, fail, print_rows
+    from tracedray.exceptions import RayError
+
+    try:
+        found = _lister(kind.value)(address=address, filters=filters, limit=limit or None,
+                                    detail=detail)
+    except RayError as exc:
+        raise fail(str(exc)) from exc
+    columns = columns_for(found, _fields(kind.value)) if detail else SHORT_COLUMNS[kind.value]
+    print_rows(found, columns, output_format, title=f"{kind.value} ({found.total} in all)",
+               total=found.total, what=kind.value)
+
+
+def _resolve_id(wanted: str, known: list[str], what: str) -> str:
+    """Exact id, or a unique prefix (as git does); otherwise an error with close matches."""
+    from tracedray.cli.output import fail
+    from tracedray.cli.tracestore.story import close_matches
+
+    query = wanted.strip().lower()
+    if query in known:
+        return query
+    prefixed = [k for k in known if query and k.startswith(query)]
+    if len(prefixed) == 1 and len(query) >= 4:
+        return prefixed[0]
+    suggestions = close_matches(query, known)
+    hint = f"; did you mean {', '.join(suggestions)}?" if suggestions else \
+        f" (the cluster knows {len(set(known))} {what} ids)"
+    raise fail(f"no {what} with id {wanted}{hint}")
+
+
+def get_command(
+    kind: GetKind = typer.Argument(..., help="What to show."),
+    item_id: str = typer.Argument(..., metavar="ID", help="Its id (hex); a unique prefix works."),
+    address: str | None = typer.Option(None, "--address", help=ADDRESS_HELP),
+    output_format: OutputFormat = typer.Option(OutputFormat.table, "--format", help=FORMAT_HELP),
+) -> None:
+    """Every field of one task, actor, object (each holder), node, worker or job."""
+    from tracedray.cli.output import fail, format_cell, print_json, stdout_console
+    from tracedray.exceptions import RayError
+
+    list_kind, key = _GET_SOURCE[kind.value]
+    try:
+        found = _lister(list_kind)(address=address, limit=None, detail=True)
+    except RayError as exc:
+        raise fail(str(exc)) from exc
+    resolved = _resolve_id(item_id, [str(row[key]) for row in found], kind.value)
+    matches = [row for row in found if row[key] == resolved]
+    if output_format is OutputFormat.json:
+        print_json(matches if kind is GetKind.object else matches[0])
+        return
+    from rich.table import Table
+
+    console = stdout_console()
+    for row in matches:
+        table = Table(show_header=False, title=f"{kind.value} {resolved}", title_justify="left")
+        table.add_column("field", style="bold")
+        table.add_column("value", overflow="fold")
+        for field, value in row.items():
+            if field == "events":
+                value = "\n".join(f"{format_cell('event_time', e['time'])} {e['state']} "
+                                  f"(attempt {e['attempt']}, node {e['node_id'][:12]}, "
+                                  f"pid {e['worker_pid']})" for e in value)
+            table.add_row(field, value if isinstance(value, str) else format_cell(field, value))
+        console.print(table)
+
+
+def summary_command(
+    kind: SummaryKind = typer.Argument(..., help="What to summarize."),
+    address: str | None = typer.Option(None, "--address", help=ADDRESS_HELP),
+    output_format: OutputFormat = typer.Option(OutputFormat.table, "--format", help=FORMAT_HELP),
+) -> None:
+    """Tasks by function with counts per state; actors by class; objects by call site."""
+    from tracedray.cli.output import fail, format_bytes, print_rows
+    from tracedray.exceptions import RayError
+    from tracedray.util import state
+
+    try:
+        summary = getattr(state, f"summarize_{kind.value}")(address=address)
+    except RayError as exc:
+        raise fail(str(exc)) from exc
+    columns = {"tasks": ("func_or_class_name", "type", "total", "state_counts"),
+               "actors": ("class_name", "total", "state_counts"),
+               "objects": ("call_site", "objects", "references", "total_size",
+                           "reference_types")}[kind.value]
+    print_rows(summary, columns, output_format, title=f"{kind.value} summary",
+               what=f"{kind.value}", formatters={"total_size": format_bytes})
+
+
+def register(app: typer.Typer) -> None:
+    app.command("list")(list_command)
+    app.command("get")(get_command)
+    app.command("summary")(summary_command)

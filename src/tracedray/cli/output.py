@@ -1,0 +1,141 @@
+"""Tabular output shared by the CLI commands: Rich tables that fit the terminal, or JSON.
+
+Data goes to stdout; notes, warnings and errors go to stderr, so
+``--format json`` output can always be piped into ``jq``. A limit that drops rows
+is said out loud (stderr) in both formats.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime, timezone
+from enum import Enum
+from typing import Any
+
+import typer
+
+
+class OutputFormat(str, Enum):
+    table = "table"
+    json = "json"
+
+
+FORMAT_HELP = "table for people, json for scripts."
+ADDRESS_HELP = "GCS address (host:port) of the cluster; default: the newest session."
+
+
+def format_time(seconds: float | None) -> str:
+    if not seconds:
+        return ""
+    moment = datetime.fromtimestamp(seconds, tz=timezone.utc)
+    return moment.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + "Z"
+
+
+def format_bytes(count: int | float, unit: str = "auto") -> str:
+    """``unit`` is B, KB, MB, GB (powers of 1024, as Ray's --units) or auto."""
+    if count is None or count < 0:
+        return "?"
+    factors = {"B": 1, "KB": 1 << 10, "MB": 1 << 20, "GB": 1 << 30}
+    if unit == "auto":
+        unit = next((u for u in ("GB", "MB", "KB") if count >= factors[u]), "B")
+    if unit == "B":
+        return f"{int(count)} B"
+    return f"{count / factors[unit]:.2f} {unit}"
+
+
+def format_cell(key: str, value: Any) -> str:
+    if value is None:
+        return ""
+    if key.endswith("_time") and isinstance(value, int | float):
+        return format_time(float(value))
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        return str(int(value)) if math.isfinite(value) and value.is_integer() else f"{value:.3g}"
+    if isinstance(value, Mapping):
+        return ", ".join(f"{k}: {format_cell('', v)}" for k, v in sorted(value.items()))
+    if isinstance(value, list | tuple):
+        return ", ".join(format_cell("", v) for v in value)
+    return str(value)
+
+
+def stdout_console() -> Any:
+    from rich.console import Console
+
+    return Console(soft_wrap=False)
+
+
+def stderr_console() -> Any:
+    from rich.console import Console
+
+    return Console(stderr=True, soft_wrap=True, highlight=False)
+
+
+def note(message: str) -> None:
+    from rich.markup import escape
+
+    stderr_console().print(f"[dim]{escape(message)}[/]")
+
+
+def warn(message: str) -> None:
+    from rich.markup import escape
+
+    stderr_console().print(f"[yellow]warning:[/] {escape(message)}")
+
+
+def fail(message: str, code: int = 1) -> typer.Exit:
+    """Print an error to stderr; ``raise fail(...)`` ends the command with ``code``."""
+    from rich.markup import escape
+
+    stderr_console().print(f"[bold red]error:[/] {escape(message)}")
+    return typer.Exit(code=code)
+
+
+def print_json(data: Any) -> None:
+    typer.echo(json.dumps(data, indent=2, sort_keys=False, default=str))
+
+
+def build_table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str], *, title: str = "",
+                formatters: Mapping[str, Any] | None = None) -> Any:
+    from rich.table import Table
+
+    table = Table(title=title or None, title_justify="left", expand=False, show_lines=False)
+    for column in columns:
+        # Ids and call sites wrap instead of being cut with an ellipsis: hidden text is a lie.
+        table.add_column(column, overflow="fold")
+    formatters = formatters or {}
+    for row in rows:
+        table.add_row(*[formatters[c](row.get(c)) if c in formatters
+                        else format_cell(c, row.get(c)) for c in columns])
+    return table
+
+
+def print_rows(rows: Sequence[Mapping[str, Any]], columns: Sequence[str], fmt: OutputFormat, *,
+               title: str = "", total: int | None = None, what: str = "rows",
+               formatters: Mapping[str, Any] | None = None) -> None:
+    """Rows as a table or JSON list, then (stderr) how many were left out by a limit."""
+    if fmt is OutputFormat.json:
+        print_json([dict(row) for row in rows])
+    elif rows:
+        stdout_console().print(build_table(rows, columns, title=title, formatters=formatters))
+    else:
+        note(f"no {what}")
+    report_left_out(len(rows), total, what)
+
+
+def report_left_out(shown: int, total: int | None, what: str, option: str = "--limit") -> None:
+    if total is not None and total > shown:
+        note(f"showing {shown} of {total} {what}; {total - shown} left out "
+             f"(raise {option} to see more)")
+
+
+def columns_for(rows: Iterable[Mapping[str, Any]], preferred: Sequence[str]) -> list[str]:
+    """The preferred columns, then any extra keys rows carry (e.g. ``events`` with --detail)."""
+    extra: list[str] = []
+    for row in rows:
+        for key in row:
+            if key not in preferred and key not in extra:
+                extra.append(key)
+    return [*preferred, *extra]

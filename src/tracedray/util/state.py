@@ -1,0 +1,161 @@
+"""The state API: what the cluster is doing now, as plain dicts (``tracedray list`` in Python).
+
+Every ``list_*`` returns a :class:`StateList` (a list of rows with ``.total`` and
+``.left_out``) so a limit is never silent; ``get_*`` returns the row(s) for one id or
+``None``/``[]``; ``summarize_*`` groups rows. ``address`` defaults to the cluster
+this process is connected to, then ``TRACEDRAY_ADDRESS``, then the newest session.
+
+    >>> from tracedray.util.state import list_tasks
+    >>> list_tasks(filters=["state=FAILED"], limit=10)
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from tracedray.util import _state_rows as rows
+from tracedray.util._state_rows import Row, StateList
+
+if TYPE_CHECKING:
+    from tracedray.cli.cluster_client import ClusterClient, NodeView
+
+DEFAULT_LIMIT = 100
+Filters = Sequence[str] | None
+
+__all__ = [
+    "DEFAULT_LIMIT", "StateList", "get_actor", "get_job", "get_node", "get_object", "get_task",
+    "get_worker", "list_actors", "list_jobs", "list_nodes", "list_objects", "list_tasks",
+    "list_workers", "summarize_actors", "summarize_objects", "summarize_tasks",
+]
+
+
+def _client(address: str | None) -> ClusterClient:
+    from tracedray.cli.cluster_client import connect_cluster
+
+    if not address:
+        api = sys.modules.get("tracedray.core.api")
+        # A connected driver asks its own cluster, whatever the newest session is.
+        if api is not None and api.is_initialized():
+            address = api._context_info().get("address") or None
+    return connect_cluster(address)
+
+
+def _finish(all_rows: list[Row], filters: Filters, limit: int | None,
+            fields: Sequence[str]) -> StateList:
+    return rows.limit_rows(rows.apply_filters(all_rows, filters or (), fields), limit)
+
+
+# --- raw row sources (every row, no filter, no limit)
+def _task_rows(client: ClusterClient, detail: bool) -> list[Row]:
+    reply = client.gcs.get_tasks()
+    out = [rows.task_row(record, detail) for record in reply.tasks]
+    return sorted(out, key=lambda r: (r["events"][0]["time"] if detail and r["events"] else 0,
+                                      r["task_id"]))
+
+
+def _views(client: ClusterClient, *, objects: bool = False) -> list[NodeView]:
+    return client.node_views(include_objects=objects, include_references=objects)
+
+
+def _object_rows(client: ClusterClient) -> list[Row]:
+    views = _views(client, objects=True)
+    from tracedray.v1 import core_worker_pb2
+
+    tables = [core_worker_pb2.ReferenceTable.FromString(raw)
+              for view in views if view.stats is not None
+              for raw in view.stats.reference_tables]
+    stored = [obj for view in views if view.stats is not None for obj in view.stats.objects]
+    return rows.memory_rows(tables, stored)
+
+
+def _node_rows(client: ClusterClient) -> list[Row]:
+    return [rows.node_row(view.node, view.stats) for view in _views(client)]
+
+
+def _worker_rows(client: ClusterClient) -> list[Row]:
+    return [row for view in _views(client) if view.stats is not None
+            for row in rows.worker_rows(view.stats)]
+
+
+# --- list
+def list_tasks(address: str | None = None, filters: Filters = None,
+               limit: int | None = DEFAULT_LIMIT, detail: bool = False) -> StateList:
+    """Tasks of every job (latest attempt each); ``detail`` adds each state change."""
+    return _finish(_task_rows(_client(address), detail), filters, limit, rows.TASK_FIELDS)
+
+
+def list_actors(address: str | None = None, filters: Filters = None,
+                limit: int | None = DEFAULT_LIMIT, detail: bool = False) -> StateList:
+    actors = [rows.actor_row(a) for a in _client(address).gcs.list_actors()]
+    return _finish(actors, filters, limit, rows.ACTOR_FIELDS)
+
+
+def list_objects(address: str | None = None, filters: Filters = None,
+                 limit: int | None = DEFAULT_LIMIT, detail: bool = False) -> StateList:
+    """One row per (object, holder), the rows of ``tracedray memory``."""
+    return _finish(_object_rows(_client(address)), filters, limit, rows.MEMORY_FIELDS)
+
+
+def list_nodes(address: str | None = None, filters: Filters = None,
+               limit: int | None = DEFAULT_LIMIT, detail: bool = False) -> StateList:
+    return _finish(_node_rows(_client(address)), filters, limit, rows.NODE_FIELDS)
+
+
+def list_workers(address: str | None = None, filters: Filters = None,
+                 limit: int | None = DEFAULT_LIMIT, detail: bool = False) -> StateList:
+    return _finish(_worker_rows(_client(address)), filters, limit, rows.WORKER_FIELDS)
+
+
+def list_jobs(address: str | None = None, filters: Filters = None,
+              limit: int | None = DEFAULT_LIMIT, detail: bool = False) -> StateList:
+    jobs = sorted((rows.job_row(j) for j in _client(address).gcs.get_jobs()),
+                  key=lambda r: r["start_time"] or 0)
+    return _finish(jobs, filters, limit, rows.JOB_FIELDS)
+
+
+# --- get (exact id; the CLI adds close-match suggestions)
+def _one(found: list[Row], key: str, wanted: str) -> Row | None:
+    wanted = wanted.strip().lower()
+    return next((row for row in found if str(row[key]).lower() == wanted), None)
+
+
+def get_task(task_id: str, address: str | None = None) -> Row | None:
+    return _one(_task_rows(_client(address), detail=True), "task_id", task_id)
+
+
+def get_actor(actor_id: str, address: str | None = None) -> Row | None:
+    return _one([rows.actor_row(a) for a in _client(address).gcs.list_actors()], "actor_id",
+                actor_id)
+
+
+def get_node(node_id: str, address: str | None = None) -> Row | None:
+    return _one(_node_rows(_client(address)), "node_id", node_id)
+
+
+def get_worker(worker_id: str, address: str | None = None) -> Row | None:
+    return _one(_worker_rows(_client(address)), "worker_id", worker_id)
+
+
+def get_job(job_id: str, address: str | None = None) -> Row | None:
+    return _one([rows.job_row(j) for j in _client(address).gcs.get_jobs()], "job_id", job_id)
+
+
+def get_object(object_id: str, address: str | None = None) -> list[Row]:
+    """Every holder of one object (an object has one row per process referencing it)."""
+    wanted = object_id.strip().lower()
+    return [row for row in _object_rows(_client(address)) if row["object_ref"] == wanted]
+
+
+# --- summaries
+def summarize_tasks(address: str | None = None) -> list[Row]:
+    return rows.summarize_tasks(_task_rows(_client(address), detail=False))
+
+
+def summarize_actors(address: str | None = None) -> list[Row]:
+    return rows.summarize_actors(rows.actor_row(a) for a in _client(address).gcs.list_actors())
+
+
+def summarize_objects(address: str | None = None) -> list[Row]:
+    return rows.summarize_objects(_object_rows(_client(address)))

@@ -1,0 +1,181 @@
+"""SIGKILL of the GCS with Redis storage: the head restarts it, nothing is lost, drivers go on."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+from tracedray.core.gcs.client import GcsClient
+from tracedray.testing.redis_server import RedisServer
+
+RESTART_DEADLINE_S = 30.0
+
+
+def gcs_pids(session_dir: str) -> list[int]:
+    """GCS processes of this session among our descendants (a restarted one is the raylet's)."""
+    found = []
+    for proc in psutil.Process().children(recursive=True):
+        try:
+            cmdline = proc.cmdline()
+            if ("tracedray.core.gcs.main" in cmdline and session_dir in cmdline
+                    and proc.status() != psutil.STATUS_ZOMBIE):
+                found.append(proc.pid)
+        except psutil.Error:
+            continue
+    return found
+
+
+def wait_for_new_gcs(session_dir: str, old_pid: int) -> int:
+    deadline = time.monotonic() + RESTART_DEADLINE_S
+    while time.monotonic() < deadline:
+        pids = [pid for pid in gcs_pids(session_dir) if pid != old_pid]
+        if pids:
+            return pids[0]
+        time.sleep(0.05)
+    raise AssertionError(f"no GCS restarted within {RESTART_DEADLINE_S}s")
+
+
+def wait_until(predicate: Any, what: str, timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+def log_events(session_dir: str, component: str) -> list[dict[str, Any]]:
+    events = []
+    for path in Path(session_dir, "logs").glob(f"{component}*.jsonl"):
+        for line in path.read_text().splitlines():
+            if line.strip():
+                events.append(json.loads(line))
+    return events
+
+
+def span_names(session_dir: str) -> set[str]:
+    names: set[str] = set()
+    for path in Path(session_dir, "traces").glob("*.jsonl"):
+        for line in path.read_text().splitlines():
+            if not line.strip():
+                continue
+            for resource in json.loads(line).get("resourceSpans", []):
+                for scope in resource.get("scopeSpans", []):
+                    names.update(span["name"] for span in scope.get("spans", []))
+    return names
+
+
+@pytest.fixture
+def redis_cluster(no_leaks: None, monkeypatch: pytest.MonkeyPatch
+                  ) -> Iterator[tuple[Any, dict[str, Any], RedisServer]]:
+    import tracedray
+
+    with RedisServer() as redis_server:
+        monkeypatch.setenv("TRACEDRAY_GCS_STORAGE", redis_server.url)
+        info = tracedray.init(num_cpus=2, object_store_memory=128 << 20)
+        try:
+            yield tracedray, info, redis_server
+        finally:
+            tracedray.shutdown()
+
+
+def snapshot(gcs: GcsClient) -> dict[str, Any]:
+    return {
+        "nodes": {n.info.node_id: n.info.state for n in gcs.get_nodes()},
+        "jobs": {j.job_id: j.state for j in gcs.get_jobs()},
+        "actors": {a.actor_id: (a.state, a.name, a.pid, a.detached) for a in gcs.list_actors()},
+        "tasks": {t.task_id: (t.state, t.function_name) for t in gcs.get_tasks().tasks},
+    }
+
+
+@pytest.mark.timeout(180)
+def test_sigkill_of_the_gcs_with_redis_loses_nothing(
+        redis_cluster: tuple[Any, dict[str, Any], RedisServer]) -> None:
+    ray, info, _ = redis_cluster
+    session_dir = info["session_dir"]
+
+    @ray.remote
+    class Counter:
+        def __init__(self) -> None:
+            self.n = 0
+
+        def inc(self) -> int:
+            self.n += 1
+            return self.n
+
+    @ray.remote
+    def square(x: int) -> int:
+        return x * x
+
+    counter_class: Any = Counter
+    counter = counter_class.options(name="survivor", lifetime="detached").remote()
+    assert [ray.get(counter.inc.remote()) for _ in range(3)] == [1, 2, 3]
+    assert ray.get([square.remote(i) for i in range(40)]) == [i * i for i in range(40)]
+
+    gcs = GcsClient(info["address"])
+    # Task events reach the GCS in batches: wait until every task is recorded finished.
+    wait_until(lambda: sum(s == "FINISHED" for s, _ in snapshot(gcs)["tasks"].values()) >= 44,
+               "the task records")
+    before = snapshot(gcs)
+    assert len(before["nodes"]) == 1 and len(before["jobs"]) == 1
+
+    [old_pid] = gcs_pids(session_dir)
+    os.kill(old_pid, signal.SIGKILL)
+    killed_at = time.monotonic()
+    # Work that does not need the GCS carries on meanwhile: an actor call goes straight to
+    # the actor's worker and a task of an exported function only needs the raylet.
+    assert ray.get(counter.inc.remote()) == 4
+    assert ray.get(square.remote(7)) == 49
+
+    new_pid = wait_for_new_gcs(session_dir, old_pid)
+    assert new_pid != old_pid
+    after = snapshot(gcs)  # the client retries UNAVAILABLE until the new GCS answers
+    assert time.monotonic() - killed_at < RESTART_DEADLINE_S
+
+    assert after["nodes"] == before["nodes"]
+    assert after["jobs"] == before["jobs"]
+    assert after["actors"] == before["actors"]  # still ALIVE, same worker pid
+    for task_id, record in before["tasks"].items():
+        assert after["tasks"].get(task_id) == record
+
+    # The named detached actor kept its state, found by name through the new GCS.
+    again = ray.get_actor("survivor")
+    assert ray.get(again.inc.remote()) == 5
+    # New work, including a function exported after the restart, is recorded again.
+
+    @ray.remote
+    def cube(x: int) -> int:
+        return x ** 3
+
+    ref = cube.remote(3)
+    assert ray.get(ref) == 27
+    wait_until(lambda: any(name.endswith("cube") for _, name in
+                           snapshot(gcs)["tasks"].values()), "the new task's record")
+
+    raylet_events = {e["event"] for e in log_events(session_dir, "raylet")}
+    assert {"gcs.died", "gcs.restarted"} <= raylet_events
+    gcs_events = [e for e in log_events(session_dir, "gcs") if e.get("pid") == new_pid]
+    assert any(e["event"] == "gcs.recovered" for e in gcs_events)
+    ray.kill(again)
+
+
+@pytest.mark.timeout(120)
+def test_restarted_gcs_is_stopped_with_the_cluster(
+        redis_cluster: tuple[Any, dict[str, Any], RedisServer]) -> None:
+    """The supervisor owns the GCS it started: shutdown() leaves no GCS behind (no_leaks)."""
+    ray, info, _ = redis_cluster
+    session_dir = info["session_dir"]
+    [old_pid] = gcs_pids(session_dir)
+    os.kill(old_pid, signal.SIGKILL)
+    new_pid = wait_for_new_gcs(session_dir, old_pid)
+    GcsClient(info["address"]).get_nodes()  # answers
+    ray.shutdown()
+    assert not psutil.pid_exists(new_pid) or psutil.Process(new_pid).status() == "zombie"
+    assert "gcs.restart" in span_names(session_dir)

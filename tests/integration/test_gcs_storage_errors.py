@@ -1,0 +1,54 @@
+"""Bad ``--gcs-storage`` values fail fast, through ``init()`` and ``start_head``, naming the URL."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+import tracedray
+from tracedray.core import node, session
+from tracedray.exceptions import ClusterConnectionError, ConfigError
+from tracedray.testing.redis_server import free_port
+
+
+@pytest.fixture
+def no_cluster_left(no_leaks: None) -> Iterator[None]:
+    yield
+    tracedray.shutdown()  # in case a start unexpectedly succeeded
+
+
+def test_unreachable_redis_names_the_url(no_cluster_left: None,
+                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    url = f"redis://127.0.0.1:{free_port()}/0"  # nothing listens there
+    monkeypatch.setenv("TRACEDRAY_GCS_STORAGE", url)
+    with pytest.raises(ClusterConnectionError) as caught:
+        tracedray.init(num_cpus=1, object_store_memory=64 << 20)
+    assert url in str(caught.value)
+    assert "redis-server" in str(caught.value)  # says what to do about it
+
+
+def test_unreachable_redis_password_is_masked(no_cluster_left: None) -> None:
+    port = free_port()
+    paths = session.create_session()
+    with pytest.raises(ClusterConnectionError) as caught:
+        node.start_head(paths, num_cpus=1, object_store_memory=64 << 20,
+                        storage=f"redis://:hunter2@127.0.0.1:{port}/3")
+    message = str(caught.value)
+    assert f"redis://:***@127.0.0.1:{port}/3" in message
+    assert "hunter2" not in message
+
+
+@pytest.mark.parametrize("url, reason", [
+    ("redis//127.0.0.1:6379", "no scheme"),
+    ("mysql://127.0.0.1:3306", "unknown scheme"),
+    ("redis://127.0.0.1:6379/zero", "database number"),
+    ("redis://127.0.0.1:99999/0", "bad port"),
+])
+def test_malformed_url_is_a_config_error_before_any_process(
+        no_cluster_left: None, monkeypatch: pytest.MonkeyPatch, url: str, reason: str) -> None:
+    monkeypatch.setenv("TRACEDRAY_GCS_STORAGE", url)
+    with pytest.raises(ConfigError) as caught:
+        tracedray.init(num_cpus=1, object_store_memory=64 << 20)
+    assert url in str(caught.value)
+    assert reason in str(caught.value)
