@@ -137,7 +137,7 @@ def _run_child(runtime: str, runs: int) -> dict[str, Any]:
         assert total == TREE_LEAVES * (TREE_LEAVES - 1) // 2, total
         return elapsed * 1e3
 
-    actor = Actor.remote()
+    actor: Any = Actor.remote()  # type: ignore[attr-defined]
     ray.get(actor.ping.remote())
 
     def actor_calls_per_s() -> float:
@@ -227,25 +227,30 @@ def advantage(metric: Metric, ours: float, theirs: float) -> float:
 
 
 def render(results: dict[str, dict[str, Any]]) -> str:
-    ours = results["tracedray"]
-    theirs = results.get("ray")
-    header = f"{'metric':46} {'tracedray':>12}"
-    if theirs:
-        header += f" {'ray':>12} {'td vs ray':>10}"
-    lines = [f"tracedray {ours['version']}" + (f", ray {theirs['version']}" if theirs else
-                                                ", ray not installed"), header]
+    names = list(results)
+    compare = names == ["tracedray", "ray"]
+    header = f"{'metric':46}" + "".join(f"{name:>16}" for name in names)
+    if compare:
+        header += f"{'td vs ray':>11}"
+    versions = ", ".join(f"{name} {figures['version']}" for name, figures in results.items())
+    lines = [versions + ("" if "ray" in results else " (ray not installed)"), header]
     for metric in METRICS:
-        row = f"{metric.label:46} {ours[metric.key]:>9.2f} {metric.unit:<3}"
-        if theirs:
-            ratio = advantage(metric, ours[metric.key], theirs[metric.key])
-            row += f"{theirs[metric.key]:>9.2f} {metric.unit:<3}{ratio:>9.2f}x"
+        row = f"{metric.label:46}" + "".join(
+            f"{figures[metric.key]:>11.2f} {metric.unit:<4}" for figures in results.values())
+        if compare:
+            ratio = advantage(metric, results["tracedray"][metric.key], results["ray"][metric.key])
+            row += f"{ratio:>10.2f}x"
         lines.append(row)
     for name, figures in results.items():
         copy = figures["zero_copy_100mb"]
-        lines.append(f"{name} get 100 MB zero-copy: {copy['zero_copy']} (owndata={copy['owndata']}, "
-                     f"writeable={copy['writeable']}, mapping={copy['mapping'] or 'anonymous'}, "
+        lines.append(f"{name} get 100 MB zero-copy: {copy['zero_copy']} "
+                     f"(owndata={copy['owndata']}, writeable={copy['writeable']}, "
+                     f"mapping={copy['mapping'] or 'anonymous'}, "
                      f"anon RSS +{copy['anon_rss_growth_mb']:.1f} MB)")
-    lines.append("td vs ray: > 1 means tracedray is better (faster or higher throughput)")
+    if compare:
+        lines.append("td vs ray: > 1 means tracedray is better (faster or higher throughput)")
+    lines.append(f"load average during the run: {os.getloadavg()[0]:.1f} "
+                 f"on {os.cpu_count()} CPUs (other work on the machine skews every figure)")
     return "\n".join(lines)
 
 
@@ -265,10 +270,7 @@ def main() -> None:
     if not args.only and importlib.util.find_spec("ray") is not None:
         runtimes.append("ray")
     results = {name: _measure(name, args.runs, args.telemetry == "on") for name in runtimes}
-    if "tracedray" not in results:
-        print(json.dumps(results, indent=2))
-    else:
-        print(render(results))
+    print(render(results))
     if args.json:
         with open(args.json, "w") as out:
             json.dump(results, out, indent=2)

@@ -75,8 +75,9 @@ def select_to_stop(processes: Iterable[NodeProcess], temp_root: Path,
     sessions = {p.session_dir for p in processes
                 if p.component != "worker" and (p.detached or include_drivers_clusters)
                 and _under(p.session_dir, temp_root)}
-    chosen = [p for p in processes if p.session_dir in sessions
-              and (p.component == "worker" or p.detached or include_drivers_clusters)]
+    # Every node process of a chosen session: a GCS restarted by its supervising raylet
+    # has that raylet as parent, yet belongs to the detached cluster all the same.
+    chosen = [p for p in processes if p.session_dir in sessions]
     return sorted(chosen, key=lambda p: (_ORDER[p.component], p.pid))
 
 

@@ -26,7 +26,7 @@ import math
 import os
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import Event, ReadableSpan
@@ -84,6 +84,11 @@ def _value_json(value: object) -> str:
         return '{"intValue":"' + str(value) + '"}'
     if kind is float and math.isfinite(value):  # type: ignore[arg-type]
         return '{"doubleValue":' + repr(value) + "}"
+    if kind is tuple or kind is list:
+        # The SDK stores list attributes as tuples; the scheduler's spans carry three
+        # of them, and the generic route (dicts + json encoder) tripled their cost.
+        items = cast("Sequence[object]", value)
+        return '{"arrayValue":{"values":[' + ",".join([_value_json(i) for i in items]) + "]}}"
     return _dumps(encode_value(value))
 
 

@@ -63,12 +63,14 @@ class UpdateReferencesRequest(_message.Message):
     def __init__(self, updates: _Optional[_Iterable[_Union[ReferenceUpdate, _Mapping]]] = ...) -> None: ...
 
 class CancelTaskRequest(_message.Message):
-    __slots__ = ("task_id", "force")
+    __slots__ = ("task_id", "force", "requeue")
     TASK_ID_FIELD_NUMBER: _ClassVar[int]
     FORCE_FIELD_NUMBER: _ClassVar[int]
+    REQUEUE_FIELD_NUMBER: _ClassVar[int]
     task_id: bytes
     force: bool
-    def __init__(self, task_id: _Optional[bytes] = ..., force: _Optional[bool] = ...) -> None: ...
+    requeue: bool
+    def __init__(self, task_id: _Optional[bytes] = ..., force: _Optional[bool] = ..., requeue: _Optional[bool] = ...) -> None: ...
 
 class CancelTaskReply(_message.Message):
     __slots__ = ("found",)

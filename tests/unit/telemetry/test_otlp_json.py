@@ -146,3 +146,12 @@ def test_offsets_read_only_what_was_appended(tmp_path: Path) -> None:
     resource_spans, warnings = otlp_json.read_trace_dir(tmp_path, offsets)
     assert [s.name for s in otlp_json.to_readable_spans(resource_spans)] == ["task.submit"]
     assert warnings == []
+
+
+def test_array_fast_path_matches_the_generic_encoding() -> None:
+    values = [(), ("a", "é\""), (1, -2), (0.5, float("nan"), float("inf")), (True, False),
+              [b"\x00x"], ("a", 1, 2.5)]
+    for value in values:
+        fast = otlp_json._value_json(value)
+        assert json.loads(fast) == json.loads(otlp_json._dumps(otlp_json.encode_value(value)))
+        assert fast.startswith('{"arrayValue":{"values":[')

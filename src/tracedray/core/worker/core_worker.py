@@ -270,10 +270,11 @@ class CoreWorker:
                 log.warning("raylet.notify_blocked_failed", error=str(exc))
 
     # --- cancel / exit
-    def cancel_on_worker(self, worker: Address, task_id: bytes, force: bool) -> None:
+    def cancel_on_worker(self, worker: Address, task_id: bytes, force: bool,
+                         requeue: bool = False) -> None:
+        request = core_worker_pb2.CancelTaskRequest(task_id=task_id, force=force, requeue=requeue)
         try:
-            _stub(worker).CancelTask(core_worker_pb2.CancelTaskRequest(task_id=task_id, force=force),
-                                     timeout=10)
+            _stub(worker).CancelTask(request, timeout=10)
         except grpc.RpcError as exc:
             log.debug("cancel.unreachable", worker=worker.target, error=str(exc.code()))
 
@@ -477,7 +478,11 @@ class _Servicer(core_worker_pb2_grpc.CoreWorkerServiceServicer):
 
     def CancelTask(self, request: Any, context: grpc.ServicerContext) -> Any:
         executor = self._w.executor
-        found = executor.cancel(request.task_id, request.force) if executor else False
+        if executor is None:
+            return core_worker_pb2.CancelTaskReply(found=False)
+        if request.requeue:
+            return core_worker_pb2.CancelTaskReply(found=executor.requeue(request.task_id))
+        found = executor.cancel(request.task_id, request.force)
         return core_worker_pb2.CancelTaskReply(found=found)
 
     def GetReferenceTable(self, request: Any, context: grpc.ServicerContext) -> Any:

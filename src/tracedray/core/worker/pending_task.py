@@ -29,6 +29,8 @@ class PendingTask:
     cancelled: bool = False
     force_cancelled: bool = False
     lease: Any = None
+    # The caller asked the worker to hand this pipelined task back (work stealing).
+    steal_requested: bool = False
     # (node id -> input bytes) for locality-aware placement
     input_bytes_by_node: dict[str, int] = field(default_factory=dict)
 

@@ -78,16 +78,25 @@ class TaskExecutor:
 
     def on_blocked(self) -> None:
         """The running task waits in get(): give unstarted normal tasks back to their callers."""
+        self._hand_back(lambda spec: spec.kind == common_pb2.NORMAL)
+
+    def requeue(self, task_id: bytes) -> bool:
+        """Hand one unstarted normal task back to its caller (it found an idle worker)."""
+        return self._hand_back(lambda spec: spec.task_id == task_id and
+                               spec.kind == common_pb2.NORMAL) > 0
+
+    def _hand_back(self, chosen: Callable[[common_pb2.TaskSpec], bool]) -> int:
         with self._cond:
             keep: collections.deque[tuple[common_pb2.TaskSpec, Respond]] = collections.deque()
             handed_back = []
             for spec, respond in self._queue:
-                (handed_back if spec.kind == common_pb2.NORMAL else keep).append((spec, respond))
+                (handed_back if chosen(spec) else keep).append((spec, respond))
             self._queue = keep
         for spec, respond in handed_back:
             self._requeued += 1
             respond(common_pb2.TaskResult(task_id=spec.task_id, attempt=spec.attempt,
                                           requeued=True))
+        return len(handed_back)
 
     # --- execution
     def _run_and_respond(self, spec: common_pb2.TaskSpec, respond: Respond) -> None:

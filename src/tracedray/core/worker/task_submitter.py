@@ -30,8 +30,11 @@ if TYPE_CHECKING:
 
 log = logs.get_logger(__name__)
 
-# Tasks in flight per leased worker. More than one hides the stream round trip;
-# a worker that blocks in get() hands back the ones it has not started.
+# Tasks in flight per leased worker. More than one hides the stream round trip for
+# short tasks. Tasks queued behind a running one keep asking for leases of their own,
+# and a worker that becomes free steals them back, so long tasks never wait behind each
+# other while a CPU is idle; a worker that blocks in get() hands back the ones it has
+# not started.
 PIPELINE_DEPTH = 4
 MAX_PENDING_LEASE_REQUESTS = 16
 # Locality matters once inputs are big enough that moving them costs more than a lease.
@@ -65,6 +68,32 @@ class SubmitterStatistics:
 def scheduling_key(resources: dict[str, float], preferred_node: str) -> str:
     shape = ",".join(f"{k}={v:g}" for k, v in sorted(resources.items()))
     return f"{shape}@{preferred_node}"
+
+
+def least_loaded(leases: list[Lease]) -> Lease | None:
+    """The lease to pipeline the next task onto, if any has room."""
+    best = min(leases, key=lambda le: len(le.inflight), default=None)
+    if best is None or len(best.inflight) >= PIPELINE_DEPTH:
+        return None
+    return best
+
+
+def waiting_behind(lease: Lease) -> list[PendingTask]:
+    """Tasks pipelined on ``lease`` that have not been asked back yet (likely unstarted)."""
+    tasks = list(lease.inflight.values())[1:]
+    return [task for task in tasks if not task.steal_requested]
+
+
+def steal_plan(leases: list[Lease]) -> list[PendingTask]:
+    """One pipelined task (the newest of the busiest lease) per idle lease."""
+    idle = sum(1 for le in leases if not le.inflight)
+    backlog = sorted((waiting_behind(le) for le in leases), key=len, reverse=True)
+    plan: list[PendingTask] = []
+    while idle and backlog and backlog[0]:
+        plan.append(backlog[0].pop())
+        idle -= 1
+        backlog.sort(key=len, reverse=True)
+    return plan
 
 
 def preferred_node(input_bytes_by_node: dict[str, int]) -> str:
@@ -112,16 +141,25 @@ class TaskSubmitter:
             self._pump(key)
 
     def _pump(self, key: str) -> None:
-        queue = self._queues.get(key)
+        queue = self._queues.setdefault(key, collections.deque())
+        leases = [le for le in self._leases.get(key, ()) if not le.conn.broken]
+        while queue:
+            lease = least_loaded(leases)
+            if lease is None:
+                break
+            self._dispatch(queue.popleft(), lease)
+        behind = [task for le in leases for task in waiting_behind(le)]
         if not queue:
-            return
-        for lease in sorted(self._leases.get(key, ()), key=lambda le: len(le.inflight)):
-            while queue and len(lease.inflight) < PIPELINE_DEPTH and not lease.conn.broken:
-                self._dispatch(queue.popleft(), lease)
-        wanted = min(len(queue), MAX_PENDING_LEASE_REQUESTS)
-        while self._lease_requests.get(key, 0) < wanted:
+            for task in steal_plan(leases):
+                task.steal_requested = True
+                self._worker.background(self._worker.cancel_on_worker, task.lease.worker,
+                                        task.task_id, False, True)
+        # Queued and pipelined tasks both want a worker of their own.
+        wanted = min(len(queue) + len(behind), MAX_PENDING_LEASE_REQUESTS)
+        example = queue[0] if queue else (behind[0] if behind else None)
+        while example is not None and self._lease_requests.get(key, 0) < wanted:
             self._lease_requests[key] = self._lease_requests.get(key, 0) + 1
-            self._worker.background(self._request_lease, key, queue[0])
+            self._worker.background(self._request_lease, key, example)
 
     def _dispatch(self, task: PendingTask, lease: Lease) -> None:
         spec = task.spec
@@ -236,6 +274,8 @@ class TaskSubmitter:
                     lease.idle_since = time.monotonic()
                 if result.requeued:
                     _end_span(task, ok=True, note="requeued")
+                    task.lease = None
+                    task.steal_requested = False
                     self._queues.setdefault(lease.key, collections.deque()).appendleft(task)
                     continue
                 if (result.is_application_error and result.retryable_error
