@@ -17,7 +17,8 @@
     ├── RaySystemError               tracedray's own machinery failed (GCS, raylet unreachable)
     │   └── ClusterConnectionError   no cluster at the address tried (also a ConnectionError)
     ├── SerializationError           a value cannot be pickled (also a TypeError)
-    └── ConfigError                  a bad option, environment variable or config file (also a ValueError)
+    └── ConfigError                  a bad option, environment variable or config file
+                                     (also a ValueError)
 
 Errors from grpc, redis and the OS are translated into this tree where they cross
 into tracedray (``raise ... from``), so user code only ever needs these names.
@@ -102,12 +103,14 @@ class WorkerCrashedError(RayError):
         super().__init__(message)
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (_rebuild_worker_crashed, (str(self), self.exit_code, self.signal_name, self.meaning))
+        return (_rebuild_worker_crashed,
+                (str(self), self.exit_code, self.signal_name, self.meaning))
 
 
 def _rebuild_worker_crashed(message: str, exit_code: int | None, signal_name: str | None,
                             meaning: str) -> WorkerCrashedError:
-    return WorkerCrashedError(message, exit_code=exit_code, signal_name=signal_name, meaning=meaning)
+    return WorkerCrashedError(message, exit_code=exit_code, signal_name=signal_name,
+                              meaning=meaning)
 
 
 class RayActorError(RayError):
@@ -156,8 +159,8 @@ class RayTaskError(RayError):
         where = f"pid={self.pid}, ip={self.ip}"
         if self.node_id:
             where += f", node={self.node_id[:12]}"
-        return f"{type(self.cause).__name__ if self.cause else 'Error'} in {self.function_name}() " \
-               f"({where})\n{self.traceback_str}"
+        kind = type(self.cause).__name__ if self.cause else "Error"
+        return f"{kind} in {self.function_name}() ({where})\n{self.traceback_str}"
 
     def __str__(self) -> str:
         return self._message()
@@ -173,7 +176,7 @@ class RayTaskError(RayError):
             return self
         try:
             dual = _dual_class(cause_cls)
-            instance: RayTaskError = dual.__new__(dual)
+            instance: RayTaskError = Exception.__new__(dual)
             # Fill both halves without running any __init__: the cause's signature is
             # unknown, and RayTaskError.__init__ would reach the cause's through super().
             instance._fill(self.function_name, self.traceback_str, self.cause, self.pid,
@@ -182,7 +185,7 @@ class RayTaskError(RayError):
             instance.args = getattr(self.cause, "args", ())
             return instance
         except TypeError:
-            # Layout conflicts (e.g. builtin types with incompatible C layouts) keep the plain error.
+            # Layout conflicts (builtin types with incompatible C layouts) keep the plain error.
             return self
 
 

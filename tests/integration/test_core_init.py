@@ -6,7 +6,6 @@ import os
 import sys
 import time
 from collections.abc import Iterator
-from typing import Any
 
 import cloudpickle
 import pytest
@@ -103,10 +102,10 @@ def head_node(no_leaks: None) -> Iterator[str]:
 
 
 def test_detached_actor_outlives_its_driver(head_node: str) -> None:
+    with pytest.raises(exceptions.ConfigError, match="num_cpus"):
+        tracedray.init(head_node, num_cpus=1)  # resources belong to `tracedray start`
     tracedray.init(head_node, namespace="jobs")
     try:
-        with pytest.raises(exceptions.ConfigError, match="num_cpus"):
-            tracedray.init(head_node, num_cpus=1, ignore_reinit_error=False)
         detached = Counter.options(name="keeper", lifetime="detached").remote(41)
         temporary = Counter.options(name="temporary").remote()
         assert tracedray.get(detached.increment.remote()) == 42

@@ -75,8 +75,12 @@ def _resolve_now(worker: Any, task: Any) -> None:
 
     done = threading.Event()
     failure: list[Any] = []
-    worker.resolver.resolve(task, lambda _t: done.set(),
-                            lambda _t, error: (failure.append(error), done.set()))
+
+    def failed(_task: Any, error: Any) -> None:
+        failure.append(error)
+        done.set()
+
+    worker.resolver.resolve(task, lambda _t: done.set(), failed)
     done.wait()
     if failure:
         worker.objects.load(failure[0])  # raises the upstream error

@@ -33,7 +33,8 @@ RAY_ONLY_KEYWORDS = frozenset({
     "include_dashboard", "dashboard_host", "dashboard_port", "_system_config", "runtime_env",
     "configure_logging", "logging_level", "logging_format", "log_to_driver", "_temp_dir",
     "num_gpus", "_node_ip_address", "_metrics_export_port", "storage", "_plasma_directory",
-    "enable_object_reconstruction", "_redis_password", "job_config", "_enable_object_reconstruction",
+    "enable_object_reconstruction", "_redis_password", "job_config",
+    "_enable_object_reconstruction",
 })
 
 
@@ -219,7 +220,7 @@ def put(value: Any, *, _owner: Any = None) -> ObjectRef:
         raise TypeError("calling put() on an ObjectRef is not allowed (it is already stored)")
     worker = global_worker()
     if hasattr(worker, "local_put"):
-        return worker.local_put(value)  # type: ignore[no-any-return]
+        return worker.local_put(value)
     site = user_call_site(2)
     object_id = ids.object_id_for(ids.new_task_id(), ids.PUT_INDEX_BASE)
     with telemetry.span("object.put", {A.OBJECT_ID: object_id.hex(),
@@ -239,7 +240,7 @@ def put(value: Any, *, _owner: Any = None) -> ObjectRef:
 
 def get(object_refs: ObjectRef | Sequence[ObjectRef], *, timeout: float | None = None) -> Any:
     single = isinstance(object_refs, ObjectRef)
-    refs = [object_refs] if single else object_refs
+    refs: Any = [object_refs] if single else object_refs
     if not isinstance(refs, list | tuple) or not all(isinstance(r, ObjectRef) for r in refs):
         raise TypeError(f"get() takes an ObjectRef or a list of ObjectRefs, got "
                         f"{type(object_refs).__name__}"

@@ -67,7 +67,8 @@ class UniqueId:
         return not any(self._bytes)
 
     def __eq__(self, other: object) -> bool:
-        return type(other) is type(self) and other._bytes == self._bytes  # type: ignore[attr-defined]
+        return isinstance(other, UniqueId) and type(other) is type(self) and \
+            other._bytes == self._bytes
 
     def __hash__(self) -> int:
         return hash(self._bytes)

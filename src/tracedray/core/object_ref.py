@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from typing import TYPE_CHECKING, Any
 
 from tracedray.core import runtime
@@ -37,10 +38,9 @@ class ObjectRef:
     def __del__(self) -> None:
         worker = self._worker
         if worker is not None:
-            try:
+            # never raise from a finalizer (it may run at interpreter exit)
+            with contextlib.suppress(Exception):
                 worker.references.remove_local_ref(self._id)
-            except Exception:  # noqa: BLE001 - never raise from a finalizer (interpreter exit)
-                pass
 
     def binary(self) -> bytes:
         return self._id

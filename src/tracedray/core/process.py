@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import threading
@@ -31,10 +32,8 @@ def exit_with_parent(parent_pid: int, on_exit: Any = None, interval_s: float = 0
             time.sleep(interval_s)
             if os.getppid() != parent_pid and not _alive(parent_pid):
                 if on_exit is not None:
-                    try:
+                    with contextlib.suppress(Exception):  # we are exiting anyway
                         on_exit()
-                    except Exception:  # noqa: BLE001 - we are exiting anyway
-                        pass
                 logs.record_process_exit(0)
                 telemetry.force_flush(1.0)
                 os._exit(0)

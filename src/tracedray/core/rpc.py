@@ -7,7 +7,9 @@ with a message naming the component and the address.
 
 from __future__ import annotations
 
+import socket
 import threading
+import time
 from collections.abc import Callable, Iterator
 from concurrent import futures
 from contextlib import contextmanager
@@ -15,7 +17,7 @@ from typing import TypeVar
 
 import grpc
 
-from tracedray.exceptions import ClusterConnectionError, RaySystemError
+from tracedray.exceptions import ClusterConnectionError, ConfigError, RaySystemError
 
 T = TypeVar("T")
 
@@ -29,6 +31,9 @@ _CHANNEL_OPTIONS = [
     ("grpc.max_reconnect_backoff_ms", 1000),
     ("grpc.enable_http_proxy", 0),
 ]
+
+# How long a refused connection is retried before wait_ready gives up.
+REFUSED_GRACE_S = 1.0
 
 _channels: dict[str, grpc.Channel] = {}
 _channels_lock = threading.Lock()
@@ -60,14 +65,33 @@ def close_all_channels() -> None:
 
 
 def wait_ready(address: str, timeout_s: float, what: str) -> None:
-    """Block until a server answers at ``address`` or raise ClusterConnectionError."""
+    """Block until a server accepts connections at ``address`` or raise ClusterConnectionError.
+
+    A plain TCP probe rather than ``grpc.channel_ready_future``: that one leaves a
+    connectivity-polling thread on the shared channel, which raises once the channel
+    is closed at shutdown. A refused connection fails within ``REFUSED_GRACE_S`` (a
+    server binds its port first thing, so nothing is coming): a wrong address fails fast.
+    """
+    from tracedray.core.address import parse_host_port
+
     try:
-        grpc.channel_ready_future(channel(address)).result(timeout=timeout_s)
-    except grpc.FutureTimeoutError as exc:
-        raise ClusterConnectionError(
-            f"could not reach the {what} at {address} within {timeout_s:.0f}s: "
-            "is the cluster running there? (`tracedray status`, or `tracedray start --head`)"
-        ) from exc
+        host, port = parse_host_port(address)
+    except ValueError as exc:
+        raise ConfigError(f"bad {what} address: {exc}") from exc
+    started = time.monotonic()
+    while True:
+        elapsed = time.monotonic() - started
+        try:
+            with socket.create_connection((host, port), timeout=max(0.1, min(1.0, timeout_s))):
+                return
+        except OSError as exc:
+            refused = isinstance(exc, ConnectionRefusedError)
+            if elapsed >= (min(REFUSED_GRACE_S, timeout_s) if refused else timeout_s):
+                reason = "connection refused" if refused else str(exc) or type(exc).__name__
+                raise ClusterConnectionError(
+                    f"could not reach the {what} at {address} ({reason}): is the cluster "
+                    "running there? (`tracedray status`, or `tracedray start --head`)") from exc
+        time.sleep(0.05)
 
 
 def make_server(max_workers: int = 64) -> grpc.Server:
@@ -85,7 +109,7 @@ def bind(server: grpc.Server, host: str = "127.0.0.1", port: int = 0) -> int:
 
 
 def is_unavailable(exc: BaseException) -> bool:
-    return isinstance(exc, grpc.RpcError) and exc.code() in (  # type: ignore[attr-defined]
+    return isinstance(exc, grpc.RpcError) and exc.code() in (
         grpc.StatusCode.UNAVAILABLE,
         grpc.StatusCode.CANCELLED,
     )

@@ -18,8 +18,9 @@ if TYPE_CHECKING:
     from tracedray.core.worker.core_worker import CoreWorker
 
 log = logs.get_logger(__name__)
-_KIND_LABEL = {common_pb2.NORMAL: "normal", common_pb2.ACTOR_CREATION: "actor_creation",
-               common_pb2.ACTOR_METHOD: "actor_method"}
+_KIND_LABEL: dict[int, str] = {common_pb2.NORMAL: "normal",
+                               common_pb2.ACTOR_CREATION: "actor_creation",
+                               common_pb2.ACTOR_METHOD: "actor_method"}
 
 
 def build_task(worker: CoreWorker, *, kind: int, function_id: str, function_name: str,

@@ -75,8 +75,8 @@ class GcsClient:
         except RaySystemError as exc:
             cause = exc.__cause__
             if isinstance(cause, grpc.RpcError) and \
-                    cause.code() == grpc.StatusCode.ALREADY_EXISTS:  # type: ignore[attr-defined]
-                raise ValueError(cause.details()) from None  # type: ignore[attr-defined]
+                    cause.code() == grpc.StatusCode.ALREADY_EXISTS:
+                raise ValueError(cause.details()) from None
             raise
 
     def get_actor(self, *, actor_id: bytes = b"", name: str = "", namespace: str = "",

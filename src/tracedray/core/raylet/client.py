@@ -38,7 +38,8 @@ class RayletClient:
     def seal_object(self, request: raylet_pb2.SealObjectRequest) -> raylet_pb2.SealObjectReply:
         return self._call("SealObject", request)  # type: ignore[return-value]
 
-    def locate_object(self, request: raylet_pb2.LocateObjectRequest) -> raylet_pb2.LocateObjectReply:
+    def locate_object(self, request: raylet_pb2.LocateObjectRequest
+                      ) -> raylet_pb2.LocateObjectReply:
         return self._call("LocateObject", request, timeout=600.0)  # type: ignore[return-value]
 
     def free_objects(self, object_ids: list[bytes]) -> None:
@@ -62,7 +63,8 @@ class RayletClient:
     def kill_worker(self, worker_id: str, force: bool = True) -> None:
         self._call("KillWorker", raylet_pb2.KillWorkerRequest(worker_id=worker_id, force=force))
 
-    def start_actor_worker(self, request: raylet_pb2.StartActorWorkerRequest) -> raylet_pb2.LeaseReply:
+    def start_actor_worker(self, request: raylet_pb2.StartActorWorkerRequest
+                           ) -> raylet_pb2.LeaseReply:
         return self._call("StartActorWorker", request, timeout=None)  # type: ignore[return-value]
 
     def shutdown_node(self) -> None:
@@ -70,8 +72,8 @@ class RayletClient:
 
     def read_session_files(self, subdir: str) -> Iterator[raylet_pb2.FileChunk]:
         with rpc.translate("raylet", self.address):
-            yield from self._stub.ReadSessionFiles(raylet_pb2.ReadSessionFilesRequest(subdir=subdir),
-                                                   timeout=120.0)
+            request = raylet_pb2.ReadSessionFilesRequest(subdir=subdir)
+            yield from self._stub.ReadSessionFiles(request, timeout=120.0)
 
 
 _EMPTY = common_pb2.Empty

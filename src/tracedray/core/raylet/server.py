@@ -360,8 +360,8 @@ class Raylet:
         if not self.store.contains(object_hex) and request.HasField("from_raylet"):
             self._pull(request.object_id, Address.from_proto(request.from_raylet))
         if not self.store.contains(object_hex):
-            return raylet_pb2.LocateObjectReply(found=False,
-                                                error=f"not in the store of node {self.node_id[:12]}")
+            return raylet_pb2.LocateObjectReply(
+                found=False, error=f"not in the store of node {self.node_id[:12]}")
         location = self.store.ensure_local(object_hex)
         return raylet_pb2.LocateObjectReply(found=True, path=str(location.path),
                                             spilled=location.kind == "spilled", size=location.size)
@@ -422,8 +422,8 @@ def _reference_table(address: Address) -> bytes | None:
 
     try:
         stub = core_worker_pb2_grpc.CoreWorkerServiceStub(rpc.channel(address.target))
-        return stub.GetReferenceTable(core_worker_pb2.GetReferenceTableRequest(),  # type: ignore[no-any-return]
-                                      timeout=5).SerializeToString()
+        table = stub.GetReferenceTable(core_worker_pb2.GetReferenceTableRequest(), timeout=5)
+        return bytes(table.SerializeToString())
     except grpc.RpcError:
         return None
 
@@ -488,6 +488,7 @@ class _Servicer(raylet_pb2_grpc.RayletServiceServicer):
         location = store.locate(object_hex)
         if location is None:
             context.abort(grpc.StatusCode.NOT_FOUND, f"object {object_hex} is not on this node")
+            return
         for chunk in store.read_chunks(object_hex):
             yield raylet_pb2.ObjectChunk(total_size=location.size, data=bytes(chunk))
 

@@ -6,6 +6,7 @@ code and signal; it records them (span + log) even when the worker could not.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -111,10 +112,8 @@ class WorkerPool:
         live = [w for w in self.workers.values() if w.process.poll() is None]
         for worker in live:
             worker.kill_intended = True
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 worker.process.terminate()
-            except ProcessLookupError:
-                pass
         deadline = time.monotonic() + timeout_s
         for worker in live:
             try:

@@ -99,12 +99,13 @@ class ActorSubmitter:
             task = channel.ordered.popleft()
             channel.ready.discard(task.task_id)
             channel.inflight[task.task_id] = task
-            if telemetry.enabled():
+            address = channel.address
+            if telemetry.enabled() and address is not None:
                 task.dispatch_span = telemetry.start_span("task.dispatch", {
                     A.TASK_ID: task.task_id.hex(), A.TASK_ATTEMPT: task.spec.attempt,
-                    A.ACTOR_ID: channel.actor_id.hex(), A.NODE_ID: channel.address.node_id,
-                    A.NODE_IP: channel.address.ip, A.WORKER_ID: channel.address.worker_id,
-                    A.WORKER_PID: channel.address.pid,
+                    A.ACTOR_ID: channel.actor_id.hex(), A.NODE_ID: address.node_id,
+                    A.NODE_IP: address.ip, A.WORKER_ID: address.worker_id,
+                    A.WORKER_PID: address.pid,
                 }, context=telemetry.context_from_carrier(task.spec.trace_context))
             channel.conn.send(task.spec)
 
@@ -150,7 +151,8 @@ class ActorSubmitter:
             channel.state = "CONNECTING"
             orphans = sorted(channel.inflight.values(), key=lambda t: t.spec.sequence_number)
             channel.inflight.clear()
-            retry, fail = [], []
+            retry: list[PendingTask] = []
+            fail: list[PendingTask] = []
             for task in orphans:
                 budget = channel.max_task_retries
                 (retry if budget < 0 or task.spec.attempt < budget else fail).append(task)

@@ -51,7 +51,7 @@ class WorkerConnection:
             if item is _CLOSE:
                 return
             batch = core_worker_pb2.TaskBatch()
-            batch.tasks.append(item)  # type: ignore[arg-type]
+            batch.tasks.append(item)
             while len(batch.tasks) < 256:
                 try:
                     item = outbox.get_nowait()
@@ -60,7 +60,7 @@ class WorkerConnection:
                 if item is _CLOSE:
                     yield batch
                     return
-                batch.tasks.append(item)  # type: ignore[arg-type]
+                batch.tasks.append(item)
             yield batch
 
     def _read(self) -> None:

@@ -176,7 +176,8 @@ class CoreWorker:
     def _send_reference_updates(self, owner: Address,
                                 updates: list[tuple[bytes, str, int]]) -> None:
         request = core_worker_pb2.UpdateReferencesRequest(updates=[
-            core_worker_pb2.ReferenceUpdate(object_id=o, borrower=b, delta=d) for o, b, d in updates])
+            core_worker_pb2.ReferenceUpdate(object_id=o, borrower=b, delta=d)
+            for o, b, d in updates])
         try:
             _stub(owner).UpdateReferences(request, timeout=10)
         except grpc.RpcError as exc:
@@ -428,6 +429,7 @@ class _Servicer(core_worker_pb2_grpc.CoreWorkerServiceServicer):
         outbox: queue.SimpleQueue[common_pb2.TaskResult | None] = queue.SimpleQueue()
         if executor is None:
             context.abort(grpc.StatusCode.FAILED_PRECONDITION, "a driver does not run tasks")
+            return
 
         def read() -> None:
             try:

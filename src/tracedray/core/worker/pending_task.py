@@ -89,15 +89,22 @@ class DependencyResolver:
             else:
                 on_ready(task)
 
+        def deliver_to(index: int) -> Callable[[common_pb2.ObjectValue], None]:
+            return lambda value: arrived(index, value)
+
         worker = self._worker
         for index, object_id, owner in task.unresolved:
+            deliver = deliver_to(index)
             if owner is None or owner.worker_id == worker.worker_id:
-                worker.memory_store.on_ready(
-                    object_id, lambda _oid, value, i=index: arrived(i, value))
+                worker.memory_store.on_ready(object_id, _ignoring_id(deliver))
             else:
-                worker.background(self._fetch_borrowed, object_id, owner,
-                                  lambda value, i=index: arrived(i, value))
+                worker.background(self._fetch_borrowed, object_id, owner, deliver)
 
     def _fetch_borrowed(self, object_id: bytes, owner: Address,
                         deliver: Callable[[common_pb2.ObjectValue], None]) -> None:
         deliver(self._worker.fetch_from_owner(object_id, owner, timeout_s=None))
+
+
+def _ignoring_id(deliver: Callable[[common_pb2.ObjectValue], None]
+                 ) -> Callable[[bytes, common_pb2.ObjectValue], None]:
+    return lambda _object_id, value: deliver(value)

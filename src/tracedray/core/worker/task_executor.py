@@ -88,7 +88,7 @@ class TaskExecutor:
     def _hand_back(self, chosen: Callable[[common_pb2.TaskSpec], bool]) -> int:
         with self._cond:
             keep: collections.deque[tuple[common_pb2.TaskSpec, Respond]] = collections.deque()
-            handed_back = []
+            handed_back: list[tuple[common_pb2.TaskSpec, Respond]] = []
             for spec, respond in self._queue:
                 (handed_back if chosen(spec) else keep).append((spec, respond))
             self._queue = keep
@@ -119,10 +119,11 @@ class TaskExecutor:
         result = common_pb2.TaskResult(task_id=spec.task_id, attempt=spec.attempt,
                                        worker_id=worker.worker_id, worker_pid=os.getpid(),
                                        node_id=worker.node_id)
-        actor_hex = (spec.actor_id or self.actor_id).hex() if (spec.actor_id or self.actor_id) else ""
-        attributes = {A.TASK_ID: task_hex, A.TASK_FUNCTION: name, A.TASK_ATTEMPT: spec.attempt,
-                      A.TASK_KIND: _KIND_NAMES.get(spec.kind, "normal"), A.NODE_ID: worker.node_id,
-                      A.WORKER_ID: worker.worker_id}
+        actor_hex = (spec.actor_id or self.actor_id).hex()
+        attributes: dict[str, Any] = {
+            A.TASK_ID: task_hex, A.TASK_FUNCTION: name, A.TASK_ATTEMPT: spec.attempt,
+            A.TASK_KIND: _KIND_NAMES.get(spec.kind, "normal"), A.NODE_ID: worker.node_id,
+            A.WORKER_ID: worker.worker_id}
         if actor_hex:
             attributes[A.ACTOR_ID] = actor_hex
         span = telemetry.start_span("task.execute", attributes,
@@ -178,7 +179,7 @@ class TaskExecutor:
 
     def _execute(self, spec: common_pb2.TaskSpec) -> list[Any]:
         worker = self._worker
-        target = worker.functions.load(spec.function_id) if spec.function_id else None
+        target: Any = worker.functions.load(spec.function_id) if spec.function_id else None
         values = [worker.objects.load(arg.value) for arg in spec.args]
         n_kwargs = len(spec.kwarg_names)
         args = values[: len(values) - n_kwargs]

@@ -14,7 +14,7 @@ import collections
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from tracedray import config, logs, telemetry
 from tracedray.core.address import Address
@@ -170,9 +170,10 @@ class TaskSubmitter:
         if lease.dispatched > 1:
             reason = f"reused lease {lease.lease_id[:8]} on node {lease.worker.node_id[:12]}"
         parent = telemetry.context_from_carrier(spec.trace_context)
-        common = {A.TASK_ID: spec.task_id.hex(), A.TASK_ATTEMPT: spec.attempt}
+        common: dict[str, Any] = {A.TASK_ID: spec.task_id.hex(), A.TASK_ATTEMPT: spec.attempt}
         if telemetry.enabled():
-            schedule = telemetry.start_span("task.schedule", {**common, **lease.decision,
+            decision: dict[str, Any] = lease.decision
+            schedule = telemetry.start_span("task.schedule", {**common, **decision,
                                                               A.SCHEDULING_REASON: str(reason)},
                                             context=parent)
             schedule.end()
@@ -325,7 +326,8 @@ class TaskSubmitter:
                 elif task.retries_left != 0:
                     log.warning("task.retry", task_id=task.task_id.hex(),
                                 attempt=task.spec.attempt + 1, cause=str(crash))
-                    self._worker.task_events.record(task.spec, "FAILED", error_type="WorkerCrashedError",
+                    self._worker.task_events.record(task.spec, "FAILED",
+                                                    error_type="WorkerCrashedError",
                                                     error_message=str(crash),
                                                     node_id=lease.worker.node_id,
                                                     worker_id=lease.worker.worker_id,
@@ -357,7 +359,8 @@ class TaskSubmitter:
     def _complete_error(self, task: PendingTask, exc: BaseException, state: str) -> None:
         self._complete(task, [error_value(oid, exc) for oid in task.return_ids], state)
 
-    def _complete(self, task: PendingTask, values: list[common_pb2.ObjectValue], state: str) -> None:
+    def _complete(self, task: PendingTask, values: list[common_pb2.ObjectValue],
+                  state: str) -> None:
         with self._lock:
             if self._tasks.pop(task.task_id, None) is None:
                 return
