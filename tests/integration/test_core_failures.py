@@ -131,6 +131,12 @@ def test_crash_of_a_nested_task_reaches_its_caller(shared_ray: Any) -> None:
 def test_cluster_keeps_working_after_crashes(shared_ray: Any) -> None:
     ray = shared_ray
     assert ray.get([quick.remote(i) for i in range(20)], timeout=60) == list(range(20))
+    # every crashed worker's lease gave its CPU back (idle leases are returned after a linger)
+    raylet = tracedray.core.api.global_worker().raylet
+    deadline = time.monotonic() + 30
+    while raylet.node_stats().resources_available["CPU"] != 2.0:
+        assert time.monotonic() < deadline, dict(raylet.node_stats().resources_available)
+        time.sleep(0.05)
 
 
 def test_cancel_queued_task(shared_ray: Any, tmp_path: Path) -> None:

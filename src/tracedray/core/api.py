@@ -186,6 +186,8 @@ def shutdown() -> None:
         rpc.close_all_channels()
         telemetry.force_flush()
         log.info("driver.shutdown")
+        # The next init() may join another job on another node: forget this one's ids.
+        logs.set_process_context(job_id="", node_id="")
 
 
 atexit.register(shutdown)

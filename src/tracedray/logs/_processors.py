@@ -62,8 +62,9 @@ def add_timestamp_and_level(_: Any, method_name: str,
 
 
 def add_process_fields(_: Any, __: str, event_dict: dict[str, Any]) -> dict[str, Any]:
-    # Fields set later with set_process_context (e.g. the driver's node_id, known only
-    # once its node runs) win over the placeholders configure() put in static_fields.
+    # Precedence (each step only fills what is missing): the task context (added just
+    # before this), then fields set later with set_process_context (e.g. the driver's
+    # node_id, known once its node runs), then the placeholders from configure().
     for key, value in _context.process_fields().items():
         event_dict.setdefault(key, value)
     for key, value in state.static_fields.items():
@@ -99,8 +100,8 @@ def render_json(_: Any, __: str, event_dict: dict[str, Any]) -> str:
 PROCESSORS = [
     filter_by_level,
     add_timestamp_and_level,
-    add_process_fields,
     add_task_context,
+    add_process_fields,
     add_trace_ids,
     structlog.processors.format_exc_info,
     render_json,

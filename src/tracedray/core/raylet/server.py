@@ -281,6 +281,7 @@ class Raylet:
 
     # --- worker exits
     def _on_worker_exit(self, worker: wp.WorkerProcess) -> None:
+        self._mark_dead(worker)  # first: no new lease may go to a dead worker
         slot = read_slot(self.session_dir / "workers" / f"{worker.worker_id}.slot")
         memory_percent = psutil.virtual_memory().percent
         attributes: dict[str, Any] = {
@@ -307,20 +308,21 @@ class Raylet:
         level("worker.exit", worker_id=worker.worker_id, worker_pid=worker.pid,
               exit_code=worker.exit_code, signal=worker.exit_signal, meaning=worker.exit_meaning,
               running_task=slot.get("task_id", ""), node_memory_percent=memory_percent)
+        if worker.actor_id and not self._stopped.is_set():
+            self._bg.submit(self._report_actor_death, worker)
+
+    def _mark_dead(self, worker: wp.WorkerProcess) -> None:
         with self._lock:
             if worker.lease_id:
                 self._leases.pop(worker.lease_id, None)
-                held = worker.resources if worker.state != "BLOCKED" else _without_cpu(
+                held = worker.resources if worker.state != wp.BLOCKED else _without_cpu(
                     worker.resources)
                 scheduler.release(self.available, held)
-            was_actor = worker.actor_id
+                worker.lease_id = ""
             worker.state = wp.DEAD
-            event = self._exits.setdefault(worker.worker_id, threading.Event())
-            event.set()
+            self._exits.setdefault(worker.worker_id, threading.Event()).set()
             if not self._stopped.is_set():
                 self._dispatch()
-        if was_actor and not self._stopped.is_set():
-            self._bg.submit(self._report_actor_death, worker)
 
     def _report_actor_death(self, worker: wp.WorkerProcess) -> None:
         try:

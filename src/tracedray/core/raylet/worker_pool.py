@@ -92,8 +92,10 @@ class WorkerPool:
         returncode = worker.process.wait()
         worker.exit_code, worker.exit_signal, worker.exit_meaning = describe_exit(returncode)
         worker.ended_at = time.time()
-        worker.state = DEAD
         worker.registered.set()  # wake anyone waiting for a registration that will never come
+        # on_exit marks the worker DEAD under the raylet's lock, together with releasing
+        # its lease's resources: a state change outside that lock could race a
+        # ReturnWorker and leak the lease's CPUs.
         self._on_exit(worker)
 
     def address_of(self, worker: WorkerProcess) -> Address:
