@@ -8,13 +8,21 @@ inline values, as in Ray) and shared-memory values stay zero-copy.
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from tracedray.v1 import common_pb2
 
 ReadyCallback = Callable[[bytes, common_pb2.ObjectValue], None]
+
+
+@dataclass(eq=False)  # identity: two waiters on the same ids are different waiters
+class _Waiter:
+    """One blocked ``wait``: the ids it still misses and how many more it needs."""
+
+    missing: set[bytes]
+    still_needed: int
+    done: threading.Event = field(default_factory=threading.Event)
 
 
 @dataclass(frozen=True)
@@ -28,13 +36,21 @@ class MemoryStore:
     def __init__(self) -> None:
         self._values: dict[bytes, common_pb2.ObjectValue] = {}
         self._callbacks: dict[bytes, list[ReadyCallback]] = {}
+        # id -> waiters missing it: a put touches only those (a get of 5,000 refs would
+        # otherwise rescan all of them on every arrival).
+        self._waiters: dict[bytes, list[_Waiter]] = {}
         self._cond = threading.Condition()
 
     def put(self, object_id: bytes, value: common_pb2.ObjectValue) -> None:
         with self._cond:
             self._values[object_id] = value
             callbacks = self._callbacks.pop(object_id, ())
-            self._cond.notify_all()
+            for waiter in self._waiters.pop(object_id, ()):
+                if object_id in waiter.missing:
+                    waiter.missing.discard(object_id)
+                    waiter.still_needed -= 1
+                    if waiter.still_needed <= 0:
+                        waiter.done.set()
         for callback in callbacks:
             callback(object_id, value)
 
@@ -56,17 +72,23 @@ class MemoryStore:
     def wait(self, object_ids: Iterable[bytes], num_ready: int,
              timeout_s: float | None) -> set[bytes]:
         """Wait until at least ``num_ready`` of ``object_ids`` are present; return those present."""
-        ids = list(object_ids)
-        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        ids = set(object_ids)
         with self._cond:
-            while True:
-                ready = {oid for oid in ids if oid in self._values}
-                if len(ready) >= num_ready:
-                    return ready
-                remaining = None if deadline is None else deadline - time.monotonic()
-                if remaining is not None and remaining <= 0:
-                    return ready
-                self._cond.wait(remaining if remaining is None else min(remaining, 1.0))
+            missing = {oid for oid in ids if oid not in self._values}
+            waiter = _Waiter(missing, num_ready - (len(ids) - len(missing)))
+            if waiter.still_needed <= 0:
+                return ids - missing
+            for oid in missing:
+                self._waiters.setdefault(oid, []).append(waiter)
+        waiter.done.wait(timeout_s)
+        with self._cond:
+            for oid in waiter.missing:
+                waiting = self._waiters.get(oid)
+                if waiting is not None and waiter in waiting:
+                    waiting.remove(waiter)
+                    if not waiting:
+                        del self._waiters[oid]
+            return {oid for oid in ids if oid in self._values}
 
     def delete(self, object_ids: Iterable[bytes]) -> None:
         with self._cond:
