@@ -144,6 +144,27 @@ def test_refs_nested_in_containers_stay_refs(shared_ray: Any) -> None:
     assert ray.get(resolve_nested.remote(inner)) == [2, "x"]
 
 
+@tracedray.remote
+def rendezvous(log: str, parties: int) -> bool:
+    """True if ``parties`` tasks were running at the same time."""
+    with open(log, "a") as handle:
+        handle.write("x\n")
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        with open(log) as handle:
+            if len(handle.read().split()) >= parties:
+                return True
+        time.sleep(0.01)
+    return False
+
+
+def test_tasks_run_in_parallel_on_free_cpus(shared_ray: Any, tmp_path: Any) -> None:
+    ray = shared_ray
+    ray.get(double.remote(0))  # a warm lease exists: new tasks must not all queue behind it
+    log = tmp_path / "rendezvous"
+    assert ray.get([rendezvous.remote(str(log), 2) for _ in range(2)], timeout=60) == [True] * 2
+
+
 def test_nested_tasks_submit_and_wait(shared_ray: Any) -> None:
     assert shared_ray.get(fan_out.remote(6)) == 2 * sum(range(6))
     # more nested waiters than CPUs: each blocked waiter must give its CPU back
@@ -163,7 +184,7 @@ def test_get_list_and_timeout(shared_ray: Any) -> None:
     ray = shared_ray
     assert ray.get([double.remote(i) for i in range(5)]) == [0, 2, 4, 6, 8]
     assert ray.get([]) == []
-    slow = sleep_then.remote("late", 3.0)
+    slow = sleep_then.remote("late", 1.5)
     started = time.monotonic()
     with pytest.raises(exceptions.GetTimeoutError) as info:
         ray.get(slow, timeout=0.2)
@@ -213,7 +234,7 @@ def test_put_rejects_object_ref(shared_ray: Any) -> None:
 def test_wait_num_returns_and_timeout(shared_ray: Any) -> None:
     ray = shared_ray
     fast = [double.remote(i) for i in range(3)]
-    slow = sleep_then.remote("slow", 5.0)
+    slow = sleep_then.remote("slow", 2.0)
     ray.get(fast)
     ready, not_ready = ray.wait([*fast, slow], num_returns=3, timeout=10)
     assert set(ready) == set(fast) and not_ready == [slow]

@@ -186,8 +186,9 @@ def shutdown() -> None:
         rpc.close_all_channels()
         telemetry.force_flush()
         log.info("driver.shutdown")
-        # The next init() may join another job on another node: forget this one's ids.
-        logs.set_process_context(job_id="", node_id="")
+        # The job is over (the next init() starts another). The node id stays: this
+        # process still ran there, and its process.exit line says so.
+        logs.set_process_context(job_id="")
 
 
 atexit.register(shutdown)

@@ -26,7 +26,7 @@ from structlog.typing import FilteringBoundLogger
 
 from tracedray import config
 from tracedray.exceptions import ConfigError
-from tracedray.logs import _processors
+from tracedray.logs import _context, _processors
 from tracedray.logs._process_info import (
     current_user,
     effective_configuration,
@@ -115,6 +115,9 @@ def configure(component: str, *, session_dir: Path | None, node_id: str = "",
         if _configured is not None and _configured.pid == pid and _configured.key == key:
             return
         min_level = _level_number(_config_log_level(), "TRACEDRAY_LOG_LEVEL")
+        # A new identity (component, session, node): fields set for the previous one
+        # with set_process_context (a finished driver's node_id) no longer apply.
+        _context.set_process_context(**dict.fromkeys(_context.process_fields(), ""))
         console = None if console_level is None else _level_number(console_level,
                                                                    "console_level")
         _processors.state = _processors.ProcessorState(

@@ -194,7 +194,7 @@ class TaskSubmitter:
         raylet = worker.raylet_for_node(preferred) if preferred else worker.raylet
         request = raylet_pb2.LeaseRequest(
             scheduling_key=key, resources=dict(spec.resources), requester=worker.address.to_proto(),
-            job_id=worker.job_id, task_id=spec.task_id,
+            job_id=spec.job_id, task_id=spec.task_id,
             input_bytes_by_node=example.input_bytes_by_node)
         try:
             reply = raylet.request_lease(request)
