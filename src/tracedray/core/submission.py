@@ -64,7 +64,8 @@ def build_task(worker: CoreWorker, *, kind: int, function_id: str, function_name
             for i in range(max(num_returns, 1))]
     task.return_ids = [r.binary() for r in refs]
     worker.task_events.record(spec, "PENDING_ARGS_AVAIL")
-    log.debug("task.submit", task_id=task_id.hex(), function=function_name, call_site=site)
+    log.info("task.submit", task_id=task_id.hex(), function=function_name, call_site=site,
+             attempt=0)
     return task, refs, span
 
 

@@ -268,8 +268,15 @@ class WorkerDeath(_message.Message):
     def __init__(self, node_id: _Optional[str] = ..., worker_id: _Optional[str] = ..., actor_id: _Optional[bytes] = ..., exit_code: _Optional[int] = ..., signal: _Optional[str] = ..., meaning: _Optional[str] = ..., intended: _Optional[bool] = ...) -> None: ...
 
 class TaskEvent(_message.Message):
-    __slots__ = ("task_id", "attempt", "state", "time", "function_name", "job_id", "node_id", "worker_id", "worker_pid", "error_type", "error_message", "actor_id", "kind", "call_site", "parent_task_id", "trace_id", "resources")
+    __slots__ = ("task_id", "attempt", "state", "time", "function_name", "job_id", "node_id", "worker_id", "worker_pid", "error_type", "error_message", "actor_id", "kind", "call_site", "parent_task_id", "trace_id", "resources", "state_times")
     class ResourcesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: float
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
+    class StateTimesEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
         VALUE_FIELD_NUMBER: _ClassVar[int]
@@ -293,6 +300,7 @@ class TaskEvent(_message.Message):
     PARENT_TASK_ID_FIELD_NUMBER: _ClassVar[int]
     TRACE_ID_FIELD_NUMBER: _ClassVar[int]
     RESOURCES_FIELD_NUMBER: _ClassVar[int]
+    STATE_TIMES_FIELD_NUMBER: _ClassVar[int]
     task_id: bytes
     attempt: int
     state: str
@@ -310,7 +318,8 @@ class TaskEvent(_message.Message):
     parent_task_id: bytes
     trace_id: str
     resources: _containers.ScalarMap[str, float]
-    def __init__(self, task_id: _Optional[bytes] = ..., attempt: _Optional[int] = ..., state: _Optional[str] = ..., time: _Optional[float] = ..., function_name: _Optional[str] = ..., job_id: _Optional[bytes] = ..., node_id: _Optional[str] = ..., worker_id: _Optional[str] = ..., worker_pid: _Optional[int] = ..., error_type: _Optional[str] = ..., error_message: _Optional[str] = ..., actor_id: _Optional[bytes] = ..., kind: _Optional[str] = ..., call_site: _Optional[str] = ..., parent_task_id: _Optional[bytes] = ..., trace_id: _Optional[str] = ..., resources: _Optional[_Mapping[str, float]] = ...) -> None: ...
+    state_times: _containers.ScalarMap[str, float]
+    def __init__(self, task_id: _Optional[bytes] = ..., attempt: _Optional[int] = ..., state: _Optional[str] = ..., time: _Optional[float] = ..., function_name: _Optional[str] = ..., job_id: _Optional[bytes] = ..., node_id: _Optional[str] = ..., worker_id: _Optional[str] = ..., worker_pid: _Optional[int] = ..., error_type: _Optional[str] = ..., error_message: _Optional[str] = ..., actor_id: _Optional[bytes] = ..., kind: _Optional[str] = ..., call_site: _Optional[str] = ..., parent_task_id: _Optional[bytes] = ..., trace_id: _Optional[str] = ..., resources: _Optional[_Mapping[str, float]] = ..., state_times: _Optional[_Mapping[str, float]] = ...) -> None: ...
 
 class TaskEvents(_message.Message):
     __slots__ = ("events",)

@@ -139,7 +139,8 @@ class ActorSubmitter:
         for task, result in done:
             _end(task, ok=not result.is_application_error)
             self._worker.finish_task(task, list(result.returns),
-                                     "FAILED" if result.is_application_error else "FINISHED")
+                                     "FAILED" if result.is_application_error else "FINISHED",
+                                     reported_by_executor=True)
 
     def _on_broken(self, conn: WorkerConnection, error: BaseException | None) -> None:
         with self._lock:

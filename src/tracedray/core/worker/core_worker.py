@@ -146,10 +146,13 @@ class CoreWorker:
         return ObjectRef(object_id, self.address, call_site, _worker=self, _owned=True)
 
     def finish_task(self, task: PendingTask, values: list[common_pb2.ObjectValue],
-                    state: str) -> None:
+                    state: str, *, reported_by_executor: bool = False) -> None:
+        """Store a task's results. The executing worker already recorded how it ended,
+        unless it never ran it (crash, cancel, failed dependency): then the owner does."""
         for value in values:
             self.store_owned_value(value, state)
-        self.task_events.record(task.spec, state)
+        if not reported_by_executor:
+            self.task_events.record(task.spec, state)
         self._run_release_actions(self.references.remove_submitted(task.dep_ids))
 
     def add_captured(self, inner: common_pb2.ObjectRefInfo, outer_id: bytes) -> None:

@@ -1,10 +1,15 @@
-"""Task state transitions, buffered and sent to the GCS task table in batches."""
+"""Task state transitions, buffered and sent to the GCS task table in batches.
+
+Recording is on the hot path (several transitions per task), so ``record`` only
+appends a tuple; protos are built, and the transitions of one task attempt
+coalesced into a single event, on the flusher thread.
+"""
 
 from __future__ import annotations
 
 import threading
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from tracedray import logs
 from tracedray.exceptions import RaySystemError
@@ -17,12 +22,26 @@ log = logs.get_logger(__name__)
 _KINDS = {common_pb2.NORMAL: "NORMAL_TASK", common_pb2.ACTOR_CREATION: "ACTOR_CREATION_TASK",
           common_pb2.ACTOR_METHOD: "ACTOR_TASK"}
 MAX_BUFFERED = 100_000
+FIRST_STATE = "PENDING_ARGS_AVAIL"
+
+
+class _Transition(NamedTuple):
+    spec: common_pb2.TaskSpec
+    attempt: int
+    state: str
+    time: float
+    node_id: str
+    worker_id: str
+    worker_pid: int
+    error_type: str
+    error_message: str
 
 
 class TaskEventBuffer:
     def __init__(self, gcs: GcsClient) -> None:
         self._gcs = gcs
-        self._events: list[gcs_pb2.TaskEvent] = []
+        self._pending: list[_Transition] = []
+        self._unsent: list[gcs_pb2.TaskEvent] = []
         self._lock = threading.Lock()
         self.dropped = 0
         self.sent = 0
@@ -30,26 +49,19 @@ class TaskEventBuffer:
     def record(self, spec: common_pb2.TaskSpec, state: str, *, node_id: str = "",
                worker_id: str = "", worker_pid: int = 0, error_type: str = "",
                error_message: str = "") -> None:
-        event = gcs_pb2.TaskEvent(
-            task_id=spec.task_id, attempt=spec.attempt, state=state, time=time.time(),
-            function_name=spec.function_name, job_id=spec.job_id, node_id=node_id,
-            worker_id=worker_id, worker_pid=worker_pid, error_type=error_type,
-            error_message=error_message, actor_id=spec.actor_id,
-            kind=_KINDS.get(spec.kind, "NORMAL_TASK"))
-        if state == "PENDING_ARGS_AVAIL":
-            event.call_site = spec.call_site
-            event.parent_task_id = spec.parent_task_id
-            event.trace_id = spec.trace_context.get("traceparent", "")[3:35]
-            event.resources.update(spec.resources)
+        transition = _Transition(spec, spec.attempt, state, time.time(), node_id, worker_id,
+                                 worker_pid, error_type, error_message)
         with self._lock:
-            if len(self._events) >= MAX_BUFFERED:
+            if len(self._pending) >= MAX_BUFFERED:
                 self.dropped += 1  # GCS unreachable for long: keep memory bounded
                 return
-            self._events.append(event)
+            self._pending.append(transition)
 
     def flush(self) -> None:
         with self._lock:
-            events, self._events = self._events, []
+            pending, self._pending = self._pending, []
+            unsent, self._unsent = self._unsent, []
+        events = unsent + coalesce(pending)
         if not events:
             return
         try:
@@ -58,4 +70,32 @@ class TaskEventBuffer:
         except RaySystemError as exc:
             log.warning("task_events.flush_failed", events=len(events), error=str(exc))
             with self._lock:
-                self._events[:0] = events[: MAX_BUFFERED - len(self._events)]
+                self._unsent = events[:MAX_BUFFERED]
+
+
+def coalesce(transitions: list[_Transition]) -> list[gcs_pb2.TaskEvent]:
+    """One event per (task, attempt): the last state, plus every state's time (pure)."""
+    events: dict[tuple[bytes, int], gcs_pb2.TaskEvent] = {}
+    for t in transitions:
+        spec = t.spec
+        key = (spec.task_id, t.attempt)
+        event = events.get(key)
+        if event is None:
+            event = gcs_pb2.TaskEvent(
+                task_id=spec.task_id, attempt=t.attempt, function_name=spec.function_name,
+                job_id=spec.job_id, actor_id=spec.actor_id,
+                kind=_KINDS.get(spec.kind, "NORMAL_TASK"))
+            events[key] = event
+        event.state = t.state
+        event.time = t.time
+        event.state_times[t.state] = t.time
+        if t.state == FIRST_STATE:
+            event.call_site = spec.call_site
+            event.parent_task_id = spec.parent_task_id
+            event.trace_id = spec.trace_context.get("traceparent", "")[3:35]
+            event.resources.update(spec.resources)
+        for field in ("node_id", "worker_id", "worker_pid", "error_type", "error_message"):
+            value = getattr(t, field)
+            if value:
+                setattr(event, field, value)
+    return list(events.values())

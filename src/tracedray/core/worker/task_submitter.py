@@ -184,6 +184,9 @@ class TaskSubmitter:
         self._worker.task_events.record(spec, "SUBMITTED_TO_WORKER", node_id=lease.worker.node_id,
                                         worker_id=lease.worker.worker_id,
                                         worker_pid=lease.worker.pid)
+        # One line for the scheduling decision and the dispatch it led to.
+        log.info("task.dispatch", task_id=spec.task_id.hex(), attempt=spec.attempt,
+                 node_id=lease.worker.node_id, worker_pid=lease.worker.pid, reason=str(reason))
         lease.conn.send(spec)
 
     # --- leases
@@ -291,7 +294,8 @@ class TaskSubmitter:
         for task, result in finished:
             _end_span(task, ok=not result.is_application_error)
             self._complete(task, list(result.returns),
-                           "FAILED" if result.is_application_error else "FINISHED")
+                           "FAILED" if result.is_application_error else "FINISHED",
+                           reported_by_executor=True)
 
     def _find_inflight(self, task_id: bytes) -> PendingTask | None:
         task = self._tasks.get(task_id)
@@ -360,12 +364,12 @@ class TaskSubmitter:
         self._complete(task, [error_value(oid, exc) for oid in task.return_ids], state)
 
     def _complete(self, task: PendingTask, values: list[common_pb2.ObjectValue],
-                  state: str) -> None:
+                  state: str, *, reported_by_executor: bool = False) -> None:
         with self._lock:
             if self._tasks.pop(task.task_id, None) is None:
                 return
             self._finished += 1
-        self._worker.finish_task(task, values, state)
+        self._worker.finish_task(task, values, state, reported_by_executor=reported_by_executor)
 
     # --- cancel / shutdown / introspection
     def cancel(self, task_id: bytes, force: bool) -> bool:
