@@ -187,6 +187,33 @@ LOG_LEVEL: Variable[str] = Variable(
     "Lowest level written to the JSON log files (debug, info, warning, error, critical).",
 )
 
+
+
+def _parse_package_versions(text: str) -> dict[str, str]:
+    pairs = {}
+    for item in text.split(","):
+        name, sep, version = item.strip().partition("=")
+        if not sep or not name.strip() or not version.strip():
+            raise ValueError(f"expected name=version[,name=version...], got {text!r}")
+        pairs[name.strip()] = version.strip()
+    return pairs
+
+
+LOCALITY_AWARE: Variable[bool] = Variable(
+    "TRACEDRAY_LOCALITY_AWARE",
+    _parse_bool,
+    lambda: True,
+    "Send a task's lease request to the node holding most of its input bytes (Figure 8a of "
+    "the Ray paper); off: always ask the local raylet.",
+)
+FAKE_PACKAGE_VERSIONS: Variable[dict[str, str]] = Variable(
+    "TRACEDRAY_FAKE_PACKAGE_VERSIONS",
+    _parse_package_versions,
+    dict,
+    "Test hook: package versions a node reports instead of the installed ones "
+    "(e.g. 'numpy=1.0.0'), to exercise the version-drift warning without a second venv.",
+)
+
 ALL_VARIABLES: tuple[Variable[object], ...] = (
     TEMP_DIR,  # type: ignore[arg-type]
     ADDRESS,  # type: ignore[arg-type]
@@ -205,4 +232,6 @@ ALL_VARIABLES: tuple[Variable[object], ...] = (
     GCS_REDIS_RETRY_TIMEOUT_S,  # type: ignore[arg-type]
     GCS_REDIS_BACKOFF_MAX_S,  # type: ignore[arg-type]
     LOG_LEVEL,  # type: ignore[arg-type]
+    LOCALITY_AWARE,  # type: ignore[arg-type]
+    FAKE_PACKAGE_VERSIONS,  # type: ignore[arg-type]
 )

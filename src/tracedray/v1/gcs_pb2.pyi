@@ -52,7 +52,7 @@ class NodeInfo(_message.Message):
     def __init__(self, node_id: _Optional[str] = ..., raylet: _Optional[_Union[_common_pb2.Address, _Mapping]] = ..., resources_total: _Optional[_Mapping[str, float]] = ..., state: _Optional[str] = ..., start_time: _Optional[float] = ..., end_time: _Optional[float] = ..., death_reason: _Optional[str] = ..., environment: _Optional[_Mapping[str, str]] = ..., is_head: _Optional[bool] = ..., object_store_capacity: _Optional[int] = ..., hostname: _Optional[str] = ..., clock_offset_s: _Optional[float] = ..., version_drift: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class HeartbeatRequest(_message.Message):
-    __slots__ = ("node_id", "resources_available", "sent_at", "store_used", "pending_leases", "infeasible_leases")
+    __slots__ = ("node_id", "resources_available", "sent_at", "store_used", "pending_leases", "infeasible_leases", "clock_offset_s", "clock_rtt_s", "has_clock_estimate")
     class ResourcesAvailableEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -66,13 +66,19 @@ class HeartbeatRequest(_message.Message):
     STORE_USED_FIELD_NUMBER: _ClassVar[int]
     PENDING_LEASES_FIELD_NUMBER: _ClassVar[int]
     INFEASIBLE_LEASES_FIELD_NUMBER: _ClassVar[int]
+    CLOCK_OFFSET_S_FIELD_NUMBER: _ClassVar[int]
+    CLOCK_RTT_S_FIELD_NUMBER: _ClassVar[int]
+    HAS_CLOCK_ESTIMATE_FIELD_NUMBER: _ClassVar[int]
     node_id: str
     resources_available: _containers.ScalarMap[str, float]
     sent_at: float
     store_used: int
     pending_leases: int
     infeasible_leases: int
-    def __init__(self, node_id: _Optional[str] = ..., resources_available: _Optional[_Mapping[str, float]] = ..., sent_at: _Optional[float] = ..., store_used: _Optional[int] = ..., pending_leases: _Optional[int] = ..., infeasible_leases: _Optional[int] = ...) -> None: ...
+    clock_offset_s: float
+    clock_rtt_s: float
+    has_clock_estimate: bool
+    def __init__(self, node_id: _Optional[str] = ..., resources_available: _Optional[_Mapping[str, float]] = ..., sent_at: _Optional[float] = ..., store_used: _Optional[int] = ..., pending_leases: _Optional[int] = ..., infeasible_leases: _Optional[int] = ..., clock_offset_s: _Optional[float] = ..., clock_rtt_s: _Optional[float] = ..., has_clock_estimate: _Optional[bool] = ...) -> None: ...
 
 class HeartbeatReply(_message.Message):
     __slots__ = ("gcs_time", "unknown_node")

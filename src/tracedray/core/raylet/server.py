@@ -195,6 +195,9 @@ class Raylet:
     def _dispatch(self) -> None:
         """Grant queued requests that fit, in arrival order; start workers as needed."""
         starting = self.pool.count(wp.STARTING)
+        # Resources promised to requests that wait for a worker to start: without this,
+        # every queued request that "fits" would start a worker of its own.
+        unpromised = dict(self.available)
         for pending in list(self._pending):
             request = pending.request
             resources = dict(request.resources)
@@ -211,17 +214,19 @@ class Raylet:
                         pending.done.set()
                     continue
                 pending.infeasible = False
-            if not scheduler.fits(self.available, resources):
+            if not scheduler.fits(unpromised, resources):
                 continue
             worker = self.pool.idle_worker()
             if worker is None:
-                if starting == 0:
+                scheduler.acquire(unpromised, resources)
+                if starting > 0:
+                    starting -= 1  # a worker already starting will serve this request
+                else:
                     self.pool.start_worker()
-                    starting += 1
-                starting -= 1
                 continue
             self._pending.remove(pending)
             scheduler.acquire(self.available, resources)
+            scheduler.acquire(unpromised, resources)
             lease_id = os.urandom(8).hex()
             worker.state = wp.ACTOR if pending.actor_id else wp.LEASED
             worker.lease_id = lease_id
