@@ -12,7 +12,7 @@ import tempfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from tracedray.exceptions import ConfigError
 
@@ -214,24 +214,24 @@ FAKE_PACKAGE_VERSIONS: Variable[dict[str, str]] = Variable(
     "(e.g. 'numpy=1.0.0'), to exercise the version-drift warning without a second venv.",
 )
 
-ALL_VARIABLES: tuple[Variable[object], ...] = (
-    TEMP_DIR,  # type: ignore[arg-type]
-    ADDRESS,  # type: ignore[arg-type]
-    LOG_TO_DRIVER,  # type: ignore[arg-type]
-    INLINE_THRESHOLD,  # type: ignore[arg-type]
-    LEASE_LINGER_S,  # type: ignore[arg-type]
-    HEARTBEAT_INTERVAL_S,  # type: ignore[arg-type]
-    NODE_DEATH_TIMEOUT_S,  # type: ignore[arg-type]
-    JAEGER_URL,  # type: ignore[arg-type]
-    TRACE_FILES,  # type: ignore[arg-type]
-    GCS_STORAGE,  # type: ignore[arg-type]
-    GCS_FLUSH_ENABLED,  # type: ignore[arg-type]
-    GCS_FLUSH_INTERVAL_S,  # type: ignore[arg-type]
-    GCS_FLUSH_MAX_HOT_ENTRIES,  # type: ignore[arg-type]
-    GCS_FLUSH_MIN_AGE_S,  # type: ignore[arg-type]
-    GCS_REDIS_RETRY_TIMEOUT_S,  # type: ignore[arg-type]
-    GCS_REDIS_BACKOFF_MAX_S,  # type: ignore[arg-type]
-    LOG_LEVEL,  # type: ignore[arg-type]
-    LOCALITY_AWARE,  # type: ignore[arg-type]
-    FAKE_PACKAGE_VERSIONS,  # type: ignore[arg-type]
+ALL_VARIABLES: tuple[Variable[Any], ...] = (
+    TEMP_DIR,
+    ADDRESS,
+    LOG_TO_DRIVER,
+    INLINE_THRESHOLD,
+    LEASE_LINGER_S,
+    HEARTBEAT_INTERVAL_S,
+    NODE_DEATH_TIMEOUT_S,
+    JAEGER_URL,
+    TRACE_FILES,
+    GCS_STORAGE,
+    GCS_FLUSH_ENABLED,
+    GCS_FLUSH_INTERVAL_S,
+    GCS_FLUSH_MAX_HOT_ENTRIES,
+    GCS_FLUSH_MIN_AGE_S,
+    GCS_REDIS_RETRY_TIMEOUT_S,
+    GCS_REDIS_BACKOFF_MAX_S,
+    LOG_LEVEL,
+    LOCALITY_AWARE,
+    FAKE_PACKAGE_VERSIONS,
 )

@@ -42,7 +42,7 @@ def main() -> int:
     started = time.time()
     squares = ray.get([square.remote(i) for i in range(100)])
     nested = ray.get(total_of_squares.remote(20))
-    counter = Counter.remote()
+    counter = Counter.remote()  # type: ignore[attr-defined]  # @remote made it an ActorClass
     counts = ray.get([counter.add.remote(1) for _ in range(10)])
     array_ref = ray.put(np.arange(5_000_000, dtype=np.float64))
     array = ray.get(array_ref)

@@ -1,4 +1,4 @@
-"""The generated protobuf code in src/tracedray/v1 matches proto/ (regenerate with scripts/gen_proto.sh)."""
+"""Generated code in src/tracedray/v1 matches proto/ (regenerate: scripts/gen_proto.sh)."""
 
 from __future__ import annotations
 

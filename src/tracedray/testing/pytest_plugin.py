@@ -66,11 +66,11 @@ def tracedray_spans() -> Iterator[FinishedSpans]:
     import tracedray
 
     started_here = False
-    if not tracedray.is_initialized():  # type: ignore[attr-defined]
-        tracedray.init()  # type: ignore[attr-defined]
+    if not tracedray.is_initialized():
+        tracedray.init()
         started_here = True
     try:
         yield FinishedSpans()
     finally:
         if started_here:
-            tracedray.shutdown()  # type: ignore[attr-defined]
+            tracedray.shutdown()

@@ -18,6 +18,7 @@ import grpc
 from tracedray import config, logs, telemetry
 from tracedray.core import rpc
 from tracedray.core.environment import drift
+from tracedray.core.gcs import node_health
 from tracedray.core.gcs.actor_manager import ActorManager
 from tracedray.core.gcs.storage import (
     Flusher,
@@ -113,32 +114,52 @@ class Gcs:
             entry.store_used = request.store_used
             entry.pending_leases = request.pending_leases
             entry.infeasible_leases = request.infeasible_leases
-            # One-way estimate; the raylet's send time is on its own clock.
-            entry.info.clock_offset_s = request.sent_at - now if request.sent_at else 0.0
+            # The raylet measured it over the previous heartbeat's round trip (node_health).
+            if request.has_clock_estimate:
+                entry.info.clock_offset_s = request.clock_offset_s
         return gcs_pb2.HeartbeatReply(gcs_time=now)
 
     def _watch_nodes(self) -> None:
         timeout = config.NODE_DEATH_TIMEOUT_S.get()
-        while not self._stopped.wait(0.5):
+        interval = config.HEARTBEAT_INTERVAL_S.get()
+        while not self._stopped.wait(min(0.5, interval)):
             now = time.time()
-            dead = []
             with self._lock:
-                for entry in self._nodes.values():
-                    if entry.info.state == "ALIVE" and now - entry.last_heartbeat > timeout:
-                        entry.info.state = "DEAD"
-                        entry.info.end_time = now
-                        silent = now - entry.last_heartbeat
-                        entry.info.death_reason = (f"no heartbeat for {silent:.1f}s"
-                                                   f" (timeout {timeout:.1f}s)")
-                        self.tables["nodes"].put(entry.info.node_id,
-                                                 entry.info.SerializeToString(), finished=False)
-                        dead.append(entry.info)
-            for info in dead:
-                attributes = {A.NODE_ID: info.node_id,
-                              "tracedray.node.death_reason": info.death_reason}
+                late = [(e.info.node_id, e.info.raylet.ip, e.info.raylet.port,
+                         e.last_heartbeat) for e in self._nodes.values()
+                        if e.info.state == "ALIVE"
+                        and node_health.should_probe(now - e.last_heartbeat, interval)]
+            # Probes run outside the lock: a connect may take up to its timeout.
+            verdicts: dict[str, tuple[float, str]] = {}
+            for node_id, ip, port, last in late:
+                silent = now - last
+                probe = "" if silent > timeout else node_health.probe_port(ip, port)
+                reason = node_health.death_reason(
+                    node_health.Liveness(silent, interval, timeout, probe))
+                if reason:
+                    verdicts[node_id] = (last, reason)
+            for info in self._mark_dead(verdicts):
+                attributes = {A.NODE_ID: info.node_id, A.NODE_IP: info.raylet.ip,
+                              A.NODE_DEATH_REASON: info.death_reason}
                 with telemetry.span("node.dead", attributes):
-                    log.warning("node.dead", node_id=info.node_id, reason=info.death_reason)
+                    log.warning("node.dead", node_id=info.node_id, ip=info.raylet.ip,
+                                pid=info.raylet.pid, reason=info.death_reason)
                 self.actors.on_node_death(info.node_id)
+
+    def _mark_dead(self, verdicts: dict[str, tuple[float, str]]) -> list[gcs_pb2.NodeInfo]:
+        """``verdicts``: node id -> (the last heartbeat the verdict saw, why it is dead)."""
+        dead = []
+        with self._lock:
+            for node_id, (last, reason) in verdicts.items():
+                entry = self._nodes.get(node_id)
+                if entry is None or entry.info.state != "ALIVE" or entry.last_heartbeat != last:
+                    continue  # a heartbeat came back meanwhile: it stays alive
+                entry.info.state = "DEAD"
+                entry.info.end_time = time.time()
+                entry.info.death_reason = reason
+                self.tables["nodes"].put(node_id, entry.info.SerializeToString(), finished=False)
+                dead.append(entry.info)
+        return dead
 
     # --- actors
     def _persist_actor(self, info: gcs_pb2.ActorInfo) -> None:

@@ -22,6 +22,7 @@ from tracedray.core.object_store.store import ObjectStore
 from tracedray.core.raylet import scheduler
 from tracedray.core.raylet import worker_pool as wp
 from tracedray.core.raylet.client import RayletClient
+from tracedray.core.raylet.transfers import TransferTable
 from tracedray.core.worker.flight_recorder import read_slot
 from tracedray.exceptions import ObjectStoreFullError, RaySystemError
 from tracedray.telemetry import attributes as A
@@ -81,6 +82,7 @@ class Raylet:
         self._drivers: dict[str, Address] = {}
         self._peers: dict[str, gcs_pb2.NodeWithLoad] = {}
         self._bg = ThreadPoolExecutor(max_workers=8, thread_name_prefix="tracedray-raylet-bg")
+        self.transfers = TransferTable()
 
     @property
     def address(self) -> Address:
@@ -89,10 +91,17 @@ class Raylet:
     # --- lifecycle
     def start(self, prestart_workers: int) -> None:
         self._server.start()
-        with telemetry.span("node.start", {A.NODE_ID: self.node_id, A.NODE_IP: self.ip}):
-            self.gcs.register_node(self._node_info())
+        with telemetry.span("node.start", {A.NODE_ID: self.node_id, A.NODE_IP: self.ip}) as span:
+            info = self._node_info()
+            self.gcs.register_node(info)
+            differences = self._version_drift(info)
+            if differences:
+                span.set_attribute(A.NODE_VERSION_DRIFT, differences)
         log.info("node.start", node_id=self.node_id, address=self.address.target,
                  resources=self.total, store_capacity=self.store.statistics().capacity)
+        if differences:
+            log.warning("node.version_drift", node_id=self.node_id, differences=differences,
+                        hint="this node's interpreter or packages differ from the head's")
         with self._lock:
             for _ in range(prestart_workers):
                 self.pool.start_worker()
@@ -110,10 +119,25 @@ class Raylet:
                                 object_store_capacity=self.store.statistics().capacity,
                                 hostname=os.uname().nodename)
 
+    def _version_drift(self, info: gcs_pb2.NodeInfo) -> list[str]:
+        """How this node's versions differ from the head's (the GCS flags it too)."""
+        from tracedray.core.environment import drift
+
+        if info.is_head:
+            return []
+        try:
+            heads = [n.info for n in self.gcs.get_nodes() if n.info.is_head]
+        except RaySystemError as exc:
+            log.warning("node.version_check_failed", error=str(exc))
+            return []
+        return drift(dict(heads[0].environment), dict(info.environment)) if heads else []
+
     def _heartbeat_loop(self) -> None:
         from tracedray import config
+        from tracedray.core.gcs.node_health import clock_offset, keep_better
 
         interval = config.HEARTBEAT_INTERVAL_S.get()
+        estimate: tuple[float, float] | None = None
         while not self._stopped.wait(interval):
             with self._lock:
                 request = gcs_pb2.HeartbeatRequest(
@@ -121,8 +145,13 @@ class Raylet:
                     store_used=self.store.statistics().used,
                     pending_leases=sum(1 for p in self._pending if not p.infeasible),
                     infeasible_leases=sum(1 for p in self._pending if p.infeasible))
+            if estimate is not None:
+                request.clock_offset_s, request.clock_rtt_s = estimate
+                request.has_clock_estimate = True
             try:
                 reply = self.gcs.heartbeat(request)
+                estimate = keep_better(estimate, clock_offset(request.sent_at, time.time(),
+                                                              reply.gcs_time))
                 if reply.unknown_node:
                     log.warning("node.reregister", reason="the GCS does not know this node")
                     self.gcs.register_node(self._node_info())
@@ -365,7 +394,15 @@ class Raylet:
     def locate(self, request: raylet_pb2.LocateObjectRequest) -> raylet_pb2.LocateObjectReply:
         object_hex = request.object_id.hex()
         if not self.store.contains(object_hex) and request.HasField("from_raylet"):
-            self._pull(request.object_id, Address.from_proto(request.from_raylet))
+            source = Address.from_proto(request.from_raylet)
+            try:
+                self.transfers.run(object_hex, lambda: self._pull(request.object_id, source))
+            except RaySystemError as exc:
+                # The holder is gone or lost the object: the owner decides whether it can
+                # be rebuilt (lineage), so say exactly what failed.
+                return raylet_pb2.LocateObjectReply(
+                    found=False, error=f"the pull from node {source.node_id[:12]} "
+                    f"({source.target}) failed: {exc}")
         if not self.store.contains(object_hex):
             return raylet_pb2.LocateObjectReply(
                 found=False, error=f"not in the store of node {self.node_id[:12]}")
@@ -374,7 +411,8 @@ class Raylet:
                                             spilled=location.kind == "spilled", size=location.size)
 
     def _pull(self, object_id: bytes, source: Address) -> None:
-        """Copy an object from another node's store into this one (one transfer per object)."""
+        """Copy an object from another node's store into this one (``transfers`` makes
+        concurrent pulls of one object share this call)."""
         started = time.monotonic()
         with telemetry.span("object.transfer", {A.OBJECT_ID: object_id.hex(),
                                                 A.TRANSFER_FROM_NODE: source.node_id,

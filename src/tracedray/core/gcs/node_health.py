@@ -1,0 +1,79 @@
+"""Deciding that a node is dead, and estimating its clock offset.
+
+Two ways a node dies in the GCS's eyes: its heartbeats stop for longer than
+``TRACEDRAY_NODE_DEATH_TIMEOUT_S``, or they are late and its raylet's port refuses
+connections (the process exited: on a reachable host nobody listens there any more),
+which is noticed within a couple of heartbeat intervals instead of the full timeout.
+A probe that times out proves nothing (a busy or partitioned node), so only the
+timeout can kill such a node.
+"""
+
+from __future__ import annotations
+
+import socket
+from dataclasses import dataclass
+
+REFUSED, UNREACHABLE, LISTENING = "refused", "unreachable", "listening"
+# Heartbeats this many intervals late make the GCS look at the raylet's port.
+LATE_INTERVALS = 2.0
+
+
+@dataclass(frozen=True)
+class Liveness:
+    """What the GCS knows about one ALIVE node at one moment."""
+
+    silent_s: float  # since the last heartbeat
+    heartbeat_interval_s: float
+    timeout_s: float
+    probe: str = ""  # REFUSED | UNREACHABLE | LISTENING | "" (not probed)
+
+
+def should_probe(silent_s: float, heartbeat_interval_s: float) -> bool:
+    return silent_s > LATE_INTERVALS * heartbeat_interval_s
+
+
+def death_reason(state: Liveness) -> str:
+    """Why the node is dead, or "" while it is not (pure)."""
+    if state.silent_s > state.timeout_s:
+        return f"no heartbeat for {state.silent_s:.1f}s (timeout {state.timeout_s:.1f}s)"
+    if state.probe == REFUSED and should_probe(state.silent_s, state.heartbeat_interval_s):
+        return (f"its raylet exited: no heartbeat for {state.silent_s:.1f}s and its port "
+                "refuses connections")
+    return ""
+
+
+def probe_port(ip: str, port: int, timeout_s: float = 1.0) -> str:
+    """Is anything listening at ip:port? (REFUSED means the process is gone.)"""
+    try:
+        with socket.create_connection((ip, port), timeout=timeout_s):
+            return LISTENING
+    except ConnectionRefusedError:
+        return REFUSED
+    except OSError:
+        return UNREACHABLE
+
+
+def clock_offset(sent_at: float, received_at: float, server_time: float) -> tuple[float, float]:
+    """(offset, round trip) of a client clock against a server's, NTP style (pure).
+
+    The server read its clock somewhere between the client's send and receive; taking
+    the midpoint makes the error at most half the round trip, whatever the delay of
+    either direction, unlike the one-way difference which includes the network delay.
+    """
+    rtt = max(0.0, received_at - sent_at)
+    return (sent_at + received_at) / 2.0 - server_time, rtt
+
+
+def keep_better(current: tuple[float, float] | None,
+                sample: tuple[float, float]) -> tuple[float, float]:
+    """The (offset, rtt) estimate to keep after a new sample (pure).
+
+    A sample with a shorter round trip has a tighter error bound (rtt / 2), so it wins;
+    a slower one is taken only when much slower samples keep coming, because the kept
+    estimate's round trip ages (grows 10% per sample): clocks drift, and an old sample
+    must not be kept forever.
+    """
+    if current is None or sample[1] <= current[1]:
+        return sample
+    aged = (current[0], current[1] * 1.1)
+    return sample if sample[1] <= aged[1] else aged
