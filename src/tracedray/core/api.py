@@ -158,7 +158,7 @@ def _connect_driver(gcs_address: str, paths: session.SessionPaths,
     gcs.register_job(gcs_pb2.JobInfo(job_id=job_id, driver=worker.address.to_proto(),
                                      start_time=time.time(), entrypoint=" ".join(sys.argv),
                                      namespace=ns))
-    logs.set_process_context(job_id=job_id.hex(), node_id=node_id)
+    logs.set_process_context(job_id=job_id.hex(), node_id=node_id, worker_id=worker_id)
     runtime.set_current(worker)
     log.info("driver.connected", gcs=gcs_address, raylet=raylet_address, job_id=job_id.hex(),
              session=str(paths.root))

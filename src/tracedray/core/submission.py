@@ -55,6 +55,8 @@ def build_task(worker: CoreWorker, *, kind: int, function_id: str, function_name
         with otel_trace.use_span(span, end_on_exit=False, record_exception=False,
                                  set_status_on_exception=False):
             spec.trace_context.update(telemetry.carrier_from_current())
+            log.info("task.submit", task_id=task_id.hex(), function=function_name,
+                     call_site=site, attempt=0)
         task = _attach_args(worker, spec, args, kwargs, max_retries)
     except BaseException as exc:
         telemetry.record_error(span, exc)
@@ -64,8 +66,6 @@ def build_task(worker: CoreWorker, *, kind: int, function_id: str, function_name
             for i in range(max(num_returns, 1))]
     task.return_ids = [r.binary() for r in refs]
     worker.task_events.record(spec, "PENDING_ARGS_AVAIL")
-    log.info("task.submit", task_id=task_id.hex(), function=function_name, call_site=site,
-             attempt=0)
     return task, refs, span
 
 

@@ -203,12 +203,27 @@ class Raylet:
                                    infeasible=decision.action == "infeasible")
             if pending.infeasible:
                 log.warning("lease.infeasible", resources=dict(request.resources),
-                            reason=decision.reason)
+                            reason=decision.reason, task_id=request.task_id.hex())
+                self._bg.submit(self._report_infeasible, request, decision.reason)
             self._pending.append(pending)
             self._dispatch()
         pending.done.wait()
         assert pending.reply is not None
         return pending.reply
+
+    def _report_infeasible(self, request: raylet_pb2.LeaseRequest, reason: str) -> None:
+        """Put the waiting task in the task table as INFEASIBLE, so `tracedray list tasks`
+        shows it (and why) instead of a task that seems merely slow."""
+        if not request.task_id:
+            return
+        event = gcs_pb2.TaskEvent(task_id=request.task_id, job_id=request.job_id,
+                                  state="INFEASIBLE", time=time.time(), error_message=reason,
+                                  kind="ACTOR_CREATION_TASK" if request.is_actor
+                                  else "NORMAL_TASK", resources=request.resources)
+        try:
+            self.gcs.add_task_events([event])
+        except RaySystemError as exc:
+            log.warning("task_events.infeasible_report_failed", error=str(exc))
 
     def _reply(self, decision: scheduler.Decision, *, status: int,
                spillback: Address | None = None) -> raylet_pb2.LeaseReply:

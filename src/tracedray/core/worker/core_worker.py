@@ -32,9 +32,11 @@ from tracedray.core.raylet.client import RayletClient
 from tracedray.core.worker import reference_table as rt
 from tracedray.core.worker.actor_submitter import ActorSubmitter
 from tracedray.core.worker.flight_recorder import FlightRecorder
+from tracedray.core.worker.lineage import Lineage
 from tracedray.core.worker.memory_store import MemoryStore
 from tracedray.core.worker.object_io import ObjectIO
 from tracedray.core.worker.pending_task import DependencyResolver, PendingTask
+from tracedray.core.worker.recovery import Recovery
 from tracedray.core.worker.task_events import TaskEventBuffer
 from tracedray.core.worker.task_executor import TaskExecutor
 from tracedray.core.worker.task_submitter import TaskSubmitter, crash_error
@@ -89,12 +91,16 @@ class CoreWorker:
         port_bound = rpc.bind(self._server, listen_host, 0)
         self._server.start()
         self.address = Address(node_id, ip, port_bound, worker_id, os.getpid())
+        self.lineage = Lineage()
+        self.recovery = Recovery(self)
         self.submitter = TaskSubmitter(self)
         self.actor_submitter = ActorSubmitter(self)
         self.executor: TaskExecutor | None = TaskExecutor(self) if mode == "worker" else None
         self._flusher = threading.Thread(target=self._flush_loop, daemon=True,
                                          name="tracedray-flusher")
         self._flusher.start()
+        threading.Thread(target=self.recovery.watch_loop, args=(self._stopped,), daemon=True,
+                         name="tracedray-node-watch").start()
 
     # --- small services used by the submitters and executor
     def background(self, fn: Callable[..., Any], *args: Any) -> None:
@@ -105,16 +111,19 @@ class CoreWorker:
         return Path(self.object_path_prefix + object_id.hex())
 
     def raylet_for_node(self, node_id: str) -> RayletClient:
+        """The raylet of ``node_id`` if that node is alive, else the local raylet."""
         if node_id == self.node_id or not node_id:
+            return self.raylet
+        if self.recovery.nodes.is_dead(node_id):
+            self._raylets.pop(node_id, None)
             return self.raylet
         client = self._raylets.get(node_id)
         if client is None:
-            for node in self.gcs.get_nodes():
-                if node.info.node_id == node_id and node.info.state == "ALIVE":
-                    client = RayletClient(Address.from_proto(node.info.raylet).target)
-                    self._raylets[node_id] = client
-                    break
-        return client or self.raylet
+            address = self.recovery.nodes.alive_raylet(node_id)
+            if address is None:
+                return self.raylet
+            client = self._raylets[node_id] = RayletClient(address.target)
+        return client
 
     def describe_worker_exit(self, raylet: RayletClient, worker: Address) -> WorkerCrashedError:
         try:
@@ -122,8 +131,49 @@ class CoreWorker:
         except RaySystemError:
             from tracedray.v1 import raylet_pb2
 
+            # The raylet is unreachable: wait for the GCS to say whether its node died,
+            # so the error names the cause (and retries avoid the dead node).
+            if worker.node_id != self.node_id and self.recovery.await_verdict(worker.node_id):
+                node = self.recovery.nodes.info(worker.node_id)
+                reason = node.death_reason if node is not None else "unknown"
+                return WorkerCrashedError(
+                    f"the worker process (pid {worker.pid}) was lost with its node "
+                    f"{worker.node_id[:12]} ({worker.ip}), which died: {reason}",
+                    meaning="node died")
             info = raylet_pb2.WorkerExitInfo(exited=False)
         return crash_error(info, worker)
+
+    def resubmit(self, spec: common_pb2.TaskSpec, return_ids: list[bytes]) -> None:
+        """Run a finished task again to rebuild its lost results (lineage). Its ref
+        arguments that are still referenced resolve again, so a lost input is waited
+        for (it may be being rebuilt too)."""
+        task = PendingTask(spec=spec, return_ids=return_ids, dep_ids=[], unresolved=[],
+                           retries_left=spec.max_retries)
+        for index, arg in enumerate(spec.args):
+            object_id = arg.value.object_id
+            entry = self.references.get(object_id) if arg.is_ref else None
+            if entry is not None:
+                task.dep_ids.append(object_id)
+                task.unresolved.append((index, object_id, None if entry.owned else entry.owner))
+                arg.ClearField("value")
+        self.references.add_submitted(task.dep_ids)
+        self.memory_store.delete(return_ids)  # get() waits for the rebuilt values
+        self.task_events.record(spec, "PENDING_ARGS_AVAIL")
+        self.submitter.submit(task)
+
+    def value_after_loss(self, value: common_pb2.ObjectValue) -> common_pb2.ObjectValue | None:
+        """An owned object could not be read from its node: if that node died, wait for
+        the rebuilt value (or the error saying why it cannot be); None: nothing to do."""
+        object_id, node_id = value.object_id, value.store_node_id
+        if not node_id or node_id == self.node_id or not self.references.owns(object_id):
+            return None
+        if not self.recovery.await_verdict(node_id):
+            return None
+        self.wait_values([object_id], 1, None)
+        fresh = self.memory_store.get_if_ready(object_id)
+        if fresh is None or (fresh.store_node_id == node_id and not fresh.HasField("inline_value")):
+            return None
+        return fresh
 
     def current_job_id(self) -> bytes:
         spec = self.current_task
@@ -151,6 +201,8 @@ class CoreWorker:
         unless it never ran it (crash, cancel, failed dependency): then the owner does."""
         for value in values:
             self.store_owned_value(value, state)
+        if state == "FINISHED":
+            self.lineage.record(task.spec, task.return_ids, values)
         if not reported_by_executor:
             self.task_events.record(task.spec, state)
         self._run_release_actions(self.references.remove_submitted(task.dep_ids))
@@ -206,6 +258,7 @@ class CoreWorker:
                 else:
                     releases[inner_owner].append((inner_id, borrower, -1))
         self.memory_store.delete(deleted)
+        self.lineage.forget(deleted)
         for raylet_address, object_ids in frees.items():
             client = self.raylet if raylet_address is None else RayletClient(raylet_address.target)
             self.background(_free, client, object_ids)
@@ -367,6 +420,8 @@ class CoreWorker:
                 "memory_store": self.memory_store.statistics(),
                 "submitter": self.submitter.statistics(),
                 "actors": self.actor_submitter.statistics(),
+                "lineage": self.lineage.statistics(),
+                "recovery": self.recovery.statistics(),
                 "executor": self.executor.statistics() if self.executor else None}
 
     def __repr__(self) -> str:

@@ -66,7 +66,14 @@ class ObjectIO:
             return obj
         from tracedray.core.object_store import layout
 
-        view = self._map(value)
+        try:
+            view = self._map(value)
+        except ObjectLostError:
+            # Its node may have died: as the owner, rebuild it (lineage) and read that.
+            fresh = self._worker.value_after_loss(value)
+            if fresh is None:
+                raise
+            return self.load(fresh)
         inband, buffers = layout.unpack(view)
         return deserialize(inband, buffers)
 

@@ -16,12 +16,20 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from opentelemetry import trace as otel_trace
+
 from tracedray import config, logs, telemetry
 from tracedray.core.address import Address
 from tracedray.core.raylet.client import RayletClient
 from tracedray.core.worker.connection import WorkerConnection
 from tracedray.core.worker.pending_task import PendingTask, error_value
-from tracedray.exceptions import RaySystemError, TaskCancelledError, WorkerCrashedError
+from tracedray.core.worker.recovery import is_lost_input
+from tracedray.exceptions import (
+    ObjectLostError,
+    RaySystemError,
+    TaskCancelledError,
+    WorkerCrashedError,
+)
 from tracedray.telemetry import attributes as A
 from tracedray.v1 import common_pb2, raylet_pb2
 
@@ -113,7 +121,7 @@ class TaskSubmitter:
         self._lease_requests: dict[str, int] = {}
         self._tasks: dict[bytes, PendingTask] = {}
         self._linger_s = config.LEASE_LINGER_S.get()
-        self._locality_enabled = True
+        self._locality_enabled = config.LOCALITY_AWARE.get()
         self._closed = False
         self._submitted = self._finished = self._retried = 0
         self._linger_thread = threading.Thread(target=self._return_idle_leases, daemon=True,
@@ -185,8 +193,11 @@ class TaskSubmitter:
                                         worker_id=lease.worker.worker_id,
                                         worker_pid=lease.worker.pid)
         # One line for the scheduling decision and the dispatch it led to.
-        log.info("task.dispatch", task_id=spec.task_id.hex(), attempt=spec.attempt,
-                 node_id=lease.worker.node_id, worker_pid=lease.worker.pid, reason=str(reason))
+        with otel_trace.use_span(task.dispatch_span or otel_trace.INVALID_SPAN, end_on_exit=False):
+            log.info("task.dispatch", task_id=spec.task_id.hex(), job_id=spec.job_id.hex(),
+                     attempt=spec.attempt,
+                     node_id=lease.worker.node_id, worker_pid=lease.worker.pid,
+                     reason=str(reason))
         lease.conn.send(spec)
 
     # --- leases
@@ -200,13 +211,7 @@ class TaskSubmitter:
             job_id=spec.job_id, task_id=spec.task_id,
             input_bytes_by_node=example.input_bytes_by_node)
         try:
-            reply = raylet.request_lease(request)
-            hops = 0
-            while reply.status == raylet_pb2.LeaseReply.SPILLBACK and hops < 8:
-                hops += 1
-                raylet = RayletClient(Address.from_proto(reply.spillback_raylet).target)
-                request.grant_or_reject = True
-                reply = raylet.request_lease(request)
+            reply, raylet = self._lease_from(raylet, request)
         except RaySystemError as exc:
             log.warning("lease.request_failed", error=str(exc), raylet=raylet.address)
             with self._lock:
@@ -234,6 +239,36 @@ class TaskSubmitter:
             lease = Lease(reply.lease_id, key, raylet, address, conn, decision)
             self._leases.setdefault(key, []).append(lease)
             self._pump(key)
+
+    def _lease_from(self, raylet: RayletClient, request: raylet_pb2.LeaseRequest
+                    ) -> tuple[raylet_pb2.LeaseReply, RayletClient]:
+        """Ask ``raylet``, following spillbacks. A remote raylet that cannot be reached
+        (its node died, perhaps not yet declared dead) is replaced by the local one,
+        which then keeps the request (grant_or_reject) instead of spilling it back to
+        the same dead node from a stale view. Raises ``RaySystemError`` when the local
+        raylet fails or the hops run out."""
+        local = self._worker.raylet
+        for _ in range(8):
+            try:
+                reply = raylet.request_lease(request)
+            except RaySystemError as exc:
+                if raylet is local:
+                    raise
+                log.warning("lease.node_unreachable", raylet=raylet.address, error=str(exc),
+                            fallback=local.address)
+                raylet, request.grant_or_reject = local, True
+                continue
+            if reply.status != raylet_pb2.LeaseReply.SPILLBACK:
+                return reply, raylet
+            raylet = RayletClient(Address.from_proto(reply.spillback_raylet).target)
+            request.grant_or_reject = True
+        raise RaySystemError(f"lease request for {request.scheduling_key} bounced between "
+                             "raylets 8 times")
+
+    def lease_nodes(self) -> set[str]:
+        """Nodes this process holds worker leases on."""
+        with self._lock:
+            return {lease.worker.node_id for lease in self._all_leases()}
 
     def _release_lease_remote(self, raylet: RayletClient, lease_id: str, failed: bool) -> None:
         self._worker.background(self._return_worker, raylet, lease_id, failed)
@@ -287,6 +322,14 @@ class TaskSubmitter:
                     _end_span(task, ok=False, note="application error; retrying")
                     self._retry(task)
                     continue
+                if (result.is_application_error and task.retries_left != 0
+                        and not task.cancelled and is_lost_input(result)):
+                    # Not the task's fault: a node holding its input died. Run it again
+                    # once the input is rebuilt (it may take the dead node's verdict).
+                    _end_span(task, ok=False, note="an input object was lost; retrying")
+                    task.lease = None
+                    self._worker.background(self._retry_after_loss, task, True)
+                    continue
                 finished.append((task, result))
             for key in {t.scheduling_key for t, _ in finished} | {
                     le.key for le in self._all_leases() if le.conn is conn}:
@@ -322,6 +365,8 @@ class TaskSubmitter:
 
     def _handle_worker_death(self, lease: Lease, orphans: list[PendingTask]) -> None:
         crash = self._worker.describe_worker_exit(lease.raylet, lease.worker)
+        # describe_worker_exit waited for the verdict if the worker's raylet was gone.
+        node_dead = self._worker.recovery.nodes.is_dead(lease.worker.node_id)
         with self._lock:
             for task in orphans:
                 _end_span(task, ok=False, note=str(crash))
@@ -336,10 +381,34 @@ class TaskSubmitter:
                                                     node_id=lease.worker.node_id,
                                                     worker_id=lease.worker.worker_id,
                                                     worker_pid=lease.worker.pid)
-                    self._retry(task)
+                    if node_dead:
+                        task.lease = None
+                        self._worker.background(self._retry_after_loss, task, False)
+                    else:
+                        self._retry(task)
                 else:
                     self._complete_error(task, crash, "FAILED")
             self._pump(lease.key)
+
+    def _retry_after_loss(self, task: PendingTask, input_lost: bool) -> None:
+        """Retry a task after a node died: its inputs that lived there are resolved
+        again (their owners rebuild them), then it is queued under a fresh key."""
+        recovery = self._worker.recovery
+        try:
+            if input_lost:
+                recovery.settle_inputs(task.spec)
+            recovery.refresh_inputs(task)
+        except ObjectLostError as exc:
+            self._complete_error(task, exc, "FAILED")
+            return
+        with self._lock:
+            if task.retries_left > 0:
+                task.retries_left -= 1
+            task.spec.attempt += 1
+            self._retried += 1
+        log.warning("task.retry", task_id=task.task_id.hex(), attempt=task.spec.attempt,
+                    cause="input lost with a dead node" if input_lost else "node died")
+        self._worker.resolver.resolve(task, self._enqueue, self._fail_with_value)
 
     def _retry(self, task: PendingTask) -> None:
         if task.retries_left > 0:
