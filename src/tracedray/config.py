@@ -214,6 +214,15 @@ FAKE_PACKAGE_VERSIONS: Variable[dict[str, str]] = Variable(
     "(e.g. 'numpy=1.0.0'), to exercise the version-drift warning without a second venv.",
 )
 
+TELEMETRY_MAPPED_FILES: Variable[bool] = Variable(
+    "TRACEDRAY_TELEMETRY_MAPPED_FILES",
+    _parse_bool,
+    lambda: True,
+    "Append spans and log lines to the session files through a shared file mapping (no "
+    "system call per line; a live file ends in reserved NUL bytes). false: one write() per "
+    "line, for log shippers that tail the files and cannot skip the reserved tail.",
+)
+
 ALL_VARIABLES: tuple[Variable[Any], ...] = (
     TEMP_DIR,
     ADDRESS,
@@ -234,4 +243,5 @@ ALL_VARIABLES: tuple[Variable[Any], ...] = (
     LOG_LEVEL,
     LOCALITY_AWARE,
     FAKE_PACKAGE_VERSIONS,
+    TELEMETRY_MAPPED_FILES,
 )

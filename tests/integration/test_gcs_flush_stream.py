@@ -11,6 +11,7 @@ import psutil
 import pytest
 
 from tracedray.core.gcs.client import GcsClient
+from tracedray.telemetry.append_file import read_data  # live files end in NULs
 
 TASKS = 20_000
 BATCH = 1_000
@@ -84,6 +85,6 @@ def test_task_stream_keeps_gcs_rss_bounded_and_old_tasks_queryable(
         f"would take {payload / 2**20:.1f} MiB. Samples (MiB): {[s >> 20 for s in samples]}")
 
     flushes = [json.loads(line) for path in Path(info["session_dir"], "logs").glob("gcs*.jsonl")
-               for line in path.read_text().splitlines() if '"gcs.flush"' in line]
+               for line in read_data(path).decode().splitlines() if '"gcs.flush"' in line]
     assert sum(f["entries"] for f in flushes) >= TASKS - 500 - BATCH
     assert all(f["memory_before"] > 0 and f["memory_after"] > 0 for f in flushes)

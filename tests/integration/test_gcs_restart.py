@@ -14,6 +14,7 @@ import psutil
 import pytest
 
 from tracedray.core.gcs.client import GcsClient
+from tracedray.telemetry.append_file import read_data  # live files end in NULs
 from tracedray.testing.redis_server import RedisServer
 
 RESTART_DEADLINE_S = 30.0
@@ -54,7 +55,7 @@ def wait_until(predicate: Any, what: str, timeout_s: float = 30.0) -> None:
 def log_events(session_dir: str, component: str) -> list[dict[str, Any]]:
     events = []
     for path in Path(session_dir, "logs").glob(f"{component}*.jsonl"):
-        for line in path.read_text().splitlines():
+        for line in read_data(path).decode().splitlines():
             if line.strip():
                 events.append(json.loads(line))
     return events
@@ -63,7 +64,7 @@ def log_events(session_dir: str, component: str) -> list[dict[str, Any]]:
 def span_names(session_dir: str) -> set[str]:
     names: set[str] = set()
     for path in Path(session_dir, "traces").glob("*.jsonl"):
-        for line in path.read_text().splitlines():
+        for line in read_data(path).decode().splitlines():
             if not line.strip():
                 continue
             for resource in json.loads(line).get("resourceSpans", []):

@@ -17,6 +17,7 @@ import pytest
 import tracedray
 from tracedray.core import api
 from tracedray.exceptions import ActorDiedError, RayTaskError
+from tracedray.telemetry.append_file import read_data  # live files end in NULs
 from tracedray.testing.pytest_plugin import FinishedSpans
 
 
@@ -173,7 +174,7 @@ def test_spans_and_log_lines_are_still_emitted(local_ray: Any) -> None:
 
     session_dir = Path(api.current_session_dir())
     log_lines = [json.loads(line) for path in (session_dir / "logs").glob("driver-*.jsonl")
-                 for line in path.read_text().splitlines()]
+                 for line in read_data(path).decode().splitlines()]
     executes = [line for line in log_lines if line["event"] == "task.execute"
                 and line.get("task_id") == outer_hex]
     assert executes and executes[0]["trace_id"] == format(outer_exec.context.trace_id, "032x")

@@ -25,6 +25,8 @@ import grpc
 import pytest
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
 
+from tracedray.telemetry.append_file import read_data  # live files end in NULs
+
 PROGRAM = textwrap.dedent('''
     import json
     import os
@@ -231,7 +233,7 @@ def read_spans(traces_dir: Path) -> list[Span]:
     """Parse the OTLP JSON lines directly (the Collector's file format), not via tracedray."""
     spans = []
     for path in sorted(traces_dir.glob("*.jsonl")):
-        for line in path.read_text().splitlines():
+        for line in read_data(path).decode().splitlines():
             for resource_spans in json.loads(line)["resourceSpans"]:
                 resource = _attributes(resource_spans["resource"]["attributes"])
                 for scope_spans in resource_spans["scopeSpans"]:
@@ -265,7 +267,7 @@ def run(tmp_path_factory: pytest.TempPathFactory,
     assert done.returncode == 0, f"program failed:\n{done.stdout}\n{done.stderr}"
     result = json.loads((work / "result.json").read_text())
     session = Path(result["session_dir"])
-    logs = {path.name: [json.loads(line) for line in path.read_text().splitlines()]
+    logs = {path.name: [json.loads(line) for line in read_data(path).decode().splitlines()]
             for path in sorted((session / "logs").glob("*.jsonl"))}
     return Run(result, done.stdout, session, read_spans(session / "traces"), logs)
 

@@ -17,6 +17,7 @@ from tracedray.core import ids
 from tracedray.core.gcs.launch import GcsLaunchSpec
 from tracedray.core.gcs.storage.policy import FlushPolicy
 from tracedray.core.gcs.storage.url import parse_storage_url
+from tracedray.core.process import terminate
 from tracedray.core.session import SessionPaths
 from tracedray.exceptions import ClusterConnectionError, ConfigError, RayError, RaySystemError
 
@@ -46,13 +47,7 @@ class NodeProcesses:
     def stop(self, timeout_s: float = 5.0) -> None:
         """Raylet first (it stops its workers and cleans its store), then the GCS."""
         for process in reversed(self.processes):
-            if process.poll() is None:
-                process.terminate()
-                try:
-                    process.wait(timeout_s)
-                except subprocess.TimeoutExpired:
-                    process.kill()
-                    process.wait()
+            terminate(process, timeout_s)
 
 
 def _spawn(module: str, args: list[str], log_name: str, session: SessionPaths,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import subprocess
 import threading
 import time
 from pathlib import Path
@@ -48,7 +49,18 @@ def _alive(pid: int) -> bool:
         return False
     except PermissionError:
         return True
-    return True
+    return not _is_zombie(pid)
+
+
+def _is_zombie(pid: int) -> bool:
+    """A killed process its parent has not reaped yet still answers ``kill(pid, 0)``
+    (a SIGKILLed raylet whose parent is a test or a driver): it is dead all the same."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat_file:
+            stat = stat_file.read()
+    except OSError:
+        return False  # no /proc (not Linux): trust kill()
+    return stat[stat.rfind(b")") + 2:][:1] == b"Z"
 
 
 def exit_on_sigterm(on_exit: Any) -> None:
@@ -61,3 +73,15 @@ def exit_on_sigterm(on_exit: Any) -> None:
             os._exit(0)
 
     signal.signal(signal.SIGTERM, handler)
+
+
+def terminate(process: subprocess.Popen[bytes], timeout_s: float) -> None:
+    """SIGTERM, wait up to ``timeout_s``, then SIGKILL: a child never outlives its stop."""
+    if process.poll() is not None:
+        return
+    process.terminate()
+    try:
+        process.wait(timeout_s)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()

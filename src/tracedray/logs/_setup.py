@@ -25,6 +25,7 @@ import structlog
 from structlog.typing import FilteringBoundLogger
 
 from tracedray import config
+from tracedray import config as config_module  # configure() has a parameter named config
 from tracedray.exceptions import ConfigError
 from tracedray.logs import _context, _processors
 from tracedray.logs._process_info import (
@@ -129,7 +130,7 @@ def configure(component: str, *, session_dir: Path | None, node_id: str = "",
         path = None if session_dir is None else session_dir / "logs" / f"{component}-{pid}.jsonl"
         new_file = _configured is None or _configured.pid != pid or \
             _configured.key[1] != key[1] or _configured.component != component
-        sink.open(path, console)
+        sink.open(path, console, mapped=config_module.TELEMETRY_MAPPED_FILES.get())
         started = _configured.start_time if _configured is not None and \
             _configured.pid == pid else process_start_time()
         _configured = _Configured(key, pid, component, started)
@@ -169,6 +170,8 @@ def record_process_exit(exit_code: int) -> None:
         current.exit_recorded = True
     get_logger("tracedray").info("process.exit", exit_code=exit_code,
                                  run_time_s=round(time.time() - current.start_time, 6))
+    # The process is ending (maybe by os._exit): leave a file without reserved tail.
+    sink.unmap()
 
 
 def _record_exit_at_interpreter_exit() -> None:

@@ -1,22 +1,22 @@
 """Where rendered lines go: the process's JSON file and, optionally, the console.
 
-One ``os.write`` per line on an ``O_APPEND`` descriptor: nothing is buffered in
-the process, so a SIGKILL loses no line that was logged, and threads never
-interleave inside a line. Console echo goes to the *original* stderr so that a
-worker's output capture never sees (and re-logs) our own echo.
+Each line is appended whole through ``AppendFile`` (a shared file mapping, see
+tracedray/telemetry/append_file.py): nothing is buffered in the process, so a
+SIGKILL loses no line that was logged, and threads never interleave inside a line.
+Console echo goes to the *original* stderr so that a worker's output capture
+never sees (and re-logs) our own echo.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 import sys
 import threading
 from dataclasses import dataclass
 from pathlib import Path
 
 from tracedray.logs._processors import METHOD_LEVEL
+from tracedray.telemetry.append_file import AppendFile
 
 _SHORT_SKIP = {"timestamp", "level", "event", "host", "ip", "versions", "node_id", "component"}
 
@@ -32,7 +32,7 @@ class LogStatistics:
     last_error: str
 
 
-def short_line(rendered: str) -> str:
+def short_line(rendered: str | bytes) -> str:
     """Human form for the console: ``12:01:02 warning [raylet] event key=value``."""
     record = json.loads(rendered)
     stamp = str(record.get("timestamp", ""))[11:19]
@@ -46,7 +46,7 @@ class LineSink:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._fd: int | None = None
+        self._file: AppendFile | None = None
         self._path = ""
         self.console_level: int | None = METHOD_LEVEL["warning"]
         self._lines = 0
@@ -56,32 +56,38 @@ class LineSink:
         self._last_error = ""
         self.captured_lines = 0
 
-    def open(self, path: Path | None, console_level: int | None) -> None:
-        fd = None
-        if path is not None:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    def open(self, path: Path | None, console_level: int | None, *, mapped: bool = True) -> None:
+        # The old file is closed (cut to its data) before the new one is opened: on
+        # a reconfigure with the same path, the new appender must find the real end.
         with self._lock:
-            old, self._fd = self._fd, fd
+            old, self._file = self._file, None
+        if old is not None:
+            old.close()
+        new = None if path is None else AppendFile(path, mapped=mapped)
+        with self._lock:
+            self._file = new
             self._path = str(path) if path is not None else ""
             self.console_level = console_level
-        if old is not None:
-            with contextlib.suppress(OSError):
-                os.close(old)
+
+    def unmap(self) -> None:
+        """Leave no reserved tail in the file; later lines are plain writes (process exit)."""
+        file = self._file
+        if file is not None:
+            file.unmap()
 
     def close(self) -> None:
         with self._lock:
-            fd, self._fd = self._fd, None
-        if fd is not None:
-            with contextlib.suppress(OSError):
-                os.close(fd)
+            file, self._file = self._file, None
+        if file is not None:
+            file.close()
 
-    def _emit(self, level: int, line: str) -> None:
-        fd = self._fd
-        if fd is not None:
+    def _emit(self, level: int, line: str | bytes) -> None:
+        file = self._file
+        if file is not None:
             try:
-                data = (line + "\n").encode("utf-8", "surrogateescape")
-                os.write(fd, data)
+                data = (line.encode("utf-8", "surrogateescape") if isinstance(line, str)
+                        else line) + b"\n"
+                file.append(data)
                 with self._lock:
                     self._lines += 1
                     self._bytes += len(data)
@@ -102,25 +108,25 @@ class LineSink:
             except Exception:
                 pass
 
-    def debug(self, line: str) -> None:
+    def debug(self, line: str | bytes) -> None:
         self._emit(10, line)
 
-    def info(self, line: str) -> None:
+    def info(self, line: str | bytes) -> None:
         self._emit(20, line)
 
     msg = info
 
-    def warning(self, line: str) -> None:
+    def warning(self, line: str | bytes) -> None:
         self._emit(30, line)
 
     warn = warning
 
-    def error(self, line: str) -> None:
+    def error(self, line: str | bytes) -> None:
         self._emit(40, line)
 
     exception = error
 
-    def critical(self, line: str) -> None:
+    def critical(self, line: str | bytes) -> None:
         self._emit(50, line)
 
     fatal = critical

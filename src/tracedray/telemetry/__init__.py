@@ -17,6 +17,7 @@ from tracedray.telemetry._api import (
     span,
     start_span,
 )
+from tracedray.telemetry._record import record_span
 from tracedray.telemetry._state import (
     TelemetryStatistics,
     configure,
@@ -36,6 +37,7 @@ __all__ = [
     "enabled",
     "force_flush",
     "record_error",
+    "record_span",
     "shutdown",
     "span",
     "start_span",

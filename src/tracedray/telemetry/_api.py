@@ -7,7 +7,6 @@ is off they cost one function call and return the API's invalid span.
 
 from __future__ import annotations
 
-import traceback
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 
@@ -16,29 +15,15 @@ from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.trace import INVALID_SPAN, Span, SpanKind
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
-from opentelemetry.trace.status import Status, StatusCode
 from opentelemetry.util.types import AttributeValue
 
 from tracedray.telemetry import _state
-from tracedray.telemetry import attributes as attrs
+from tracedray.telemetry._errors import is_error, mark_error
+from tracedray.telemetry._record import start_light_span
 
 # W3C explicitly, not the global propagator: our task specs always carry W3C
 # headers, whatever OTEL_PROPAGATORS the user's own code configured.
 _W3C = TraceContextTextMapPropagator()
-
-
-def qualified_name(exc_type: type[BaseException]) -> str:
-    module = exc_type.__module__
-    if module in ("builtins", "__main__"):
-        return exc_type.__qualname__
-    return f"{module}.{exc_type.__qualname__}"
-
-
-def _is_error(exc: BaseException) -> bool:
-    # A generator being closed or a clean sys.exit() inside a span is control flow.
-    if isinstance(exc, GeneratorExit):
-        return False
-    return not (isinstance(exc, SystemExit) and exc.code in (0, None))
 
 
 @contextmanager
@@ -50,9 +35,7 @@ def span(name: str, attributes: Mapping[str, AttributeValue] | None = None, *,
         yield INVALID_SPAN
         return
     try:
-        current = _state.tracer().start_span(
-            name, context=context, kind=kind, attributes=attributes,
-            record_exception=False, set_status_on_exception=False)
+        current = start_light_span(name, attributes, context=context, kind=kind)
         token = context_api.attach(trace.set_span_in_context(current))
     except Exception:
         yield INVALID_SPAN
@@ -60,7 +43,7 @@ def span(name: str, attributes: Mapping[str, AttributeValue] | None = None, *,
     try:
         yield current
     except BaseException as exc:
-        if _is_error(exc):
+        if is_error(exc):
             record_error(current, exc)
         raise
     finally:
@@ -78,9 +61,8 @@ def start_span(name: str, attributes: Mapping[str, AttributeValue] | None = None
     if not _state.enabled():
         return INVALID_SPAN
     try:
-        return _state.tracer().start_span(
-            name, context=context, kind=kind, attributes=attributes, start_time=start_time,
-            record_exception=False, set_status_on_exception=False)
+        return start_light_span(name, attributes, context=context, kind=kind,
+                                start_time=start_time)
     except Exception:
         return INVALID_SPAN
 
@@ -92,21 +74,8 @@ def record_error(span: Span, exc: BaseException, traceback_str: str | None = Non
     worker, and the span that records it may live in another process.
     """
     try:
-        if not span.is_recording():
-            return
-        type_name = qualified_name(type(exc))
-        message = str(exc)
-        span.set_status(Status(StatusCode.ERROR,
-                               f"{type(exc).__name__}: {message}" if message
-                               else type(exc).__name__))
-        span.set_attribute(attrs.ERROR_TYPE, type_name)
-        stack = traceback_str if traceback_str is not None else "".join(
-            traceback.format_exception(type(exc), exc, exc.__traceback__))
-        span.add_event(attrs.EXCEPTION_EVENT, {
-            attrs.EXCEPTION_TYPE: type_name,
-            attrs.EXCEPTION_MESSAGE: message,
-            attrs.EXCEPTION_STACKTRACE: stack,
-        })
+        if span.is_recording():
+            mark_error(span, exc, traceback_str)
     except Exception:
         pass
 

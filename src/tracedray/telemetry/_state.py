@@ -16,13 +16,14 @@ from pathlib import Path
 
 from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
 from tracedray import config
 from tracedray._version import __version__
 from tracedray.telemetry._file_processor import SpanFileWriter
 from tracedray.telemetry._otlp_export import OtlpPipeline, otlp_settings
 from tracedray.telemetry._resource import ResourceValue, build_resource
-from tracedray.telemetry.otlp_json import trace_file_name
+from tracedray.telemetry.otlp_json import line_prefix, trace_file_name
 
 INSTRUMENTATION_NAME = "tracedray"
 SHUTDOWN_TIMEOUT_S = 3.0
@@ -43,7 +44,7 @@ class TelemetryStatistics:
 
 
 @dataclass
-class _Pipeline:
+class Pipeline:
     key: tuple[object, ...]
     pid: int
     component: str
@@ -51,11 +52,14 @@ class _Pipeline:
     tracer: trace.Tracer
     file_writer: SpanFileWriter | None
     otlp: OtlpPipeline | None
+    # For record_span, which builds lines and ReadableSpans without the SDK tracer.
+    scope: InstrumentationScope | None = None
+    span_prefix: str = ""
 
 
 _NOOP_TRACER = trace.NoOpTracer()
 _lock = threading.RLock()
-_pipeline: _Pipeline | None = None
+_pipeline: Pipeline | None = None
 _last_statistics: TelemetryStatistics | None = None
 _atexit_registered = False
 
@@ -123,6 +127,7 @@ def configure(component: str, *, session_dir: Path | None, node_id: str = "",
     pid = os.getpid()
     environ = os.environ
     write_files = config.TRACE_FILES.get()  # strict: a bad value is a ConfigError here
+    mapped = config.TELEMETRY_MAPPED_FILES.get()
     with _lock:
         current = _pipeline
         if current is not None and current.pid == pid and current.key == key:
@@ -133,7 +138,7 @@ def configure(component: str, *, session_dir: Path | None, node_id: str = "",
             elif current.file_writer is not None:
                 current.file_writer.shutdown()  # closes the child's copy of the descriptor
         _pipeline = _build(key, component, session_dir if write_files else None, node_id,
-                           session_id, extra_resource, environ)
+                           session_id, extra_resource, environ, mapped=mapped)
         if not _atexit_registered:
             atexit.register(shutdown)
             _atexit_registered = True
@@ -141,17 +146,18 @@ def configure(component: str, *, session_dir: Path | None, node_id: str = "",
 
 def _build(key: tuple[object, ...], component: str, session_dir: Path | None, node_id: str,
            session_id: str, extra_resource: Mapping[str, ResourceValue] | None,
-           environ: Mapping[str, str]) -> _Pipeline:
+           environ: Mapping[str, str], *, mapped: bool = True) -> Pipeline:
     pid = os.getpid()
     if sdk_disabled(environ):
-        return _Pipeline(key, pid, component, None, _NOOP_TRACER, None, None)
+        return Pipeline(key, pid, component, None, _NOOP_TRACER, None, None)
     resource = build_resource(component, node_id=node_id, session_id=session_id,
                               extra=extra_resource, environ=environ)
     # Sampler from OTEL_TRACES_SAMPLER/_ARG (the SDK reads them when sampler is None).
     provider = TracerProvider(resource=resource, shutdown_on_exit=False)
     file_writer = None
     if session_dir is not None:
-        file_writer = SpanFileWriter(session_dir / "traces" / trace_file_name(component, pid))
+        file_writer = SpanFileWriter(session_dir / "traces" / trace_file_name(component, pid),
+                                     mapped=mapped)
         provider.add_span_processor(file_writer)
     otlp = None
     settings = otlp_settings(environ)
@@ -166,7 +172,14 @@ def _build(key: tuple[object, ...], component: str, session_dir: Path | None, no
             _warn("telemetry.otlp_unavailable", {"endpoint": settings.endpoint,
                                                  "error": f"{type(exc).__name__}: {exc}"})
     tracer = provider.get_tracer(INSTRUMENTATION_NAME, __version__)
-    return _Pipeline(key, pid, component, provider, tracer, file_writer, otlp)
+    scope = InstrumentationScope(INSTRUMENTATION_NAME, __version__)
+    return Pipeline(key, pid, component, provider, tracer, file_writer, otlp, scope,
+                    line_prefix(resource, scope))
+
+
+def current() -> Pipeline | None:
+    """This process's pipeline (None before configure()), for record_span."""
+    return _pipeline
 
 
 def tracer() -> trace.Tracer:
@@ -187,7 +200,7 @@ def force_flush(timeout_s: float = 5.0) -> None:
         pipeline.otlp.force_flush(timeout_s)
 
 
-def _snapshot(pipeline: _Pipeline) -> TelemetryStatistics:
+def _snapshot(pipeline: Pipeline) -> TelemetryStatistics:
     written = bytes_written = dropped = 0
     trace_file = ""
     if pipeline.file_writer is not None:
@@ -208,7 +221,7 @@ def _snapshot(pipeline: _Pipeline) -> TelemetryStatistics:
                                export_failed, failures)
 
 
-def _close(pipeline: _Pipeline) -> None:
+def _close(pipeline: Pipeline) -> None:
     global _last_statistics
     if pipeline.otlp is not None:
         pipeline.otlp.shutdown(SHUTDOWN_TIMEOUT_S)

@@ -33,6 +33,9 @@ from opentelemetry.sdk.trace import Event, ReadableSpan
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import Link, SpanContext, SpanKind, TraceFlags, TraceState
 from opentelemetry.trace.status import Status, StatusCode
+from opentelemetry.util.types import AttributeValue
+
+from tracedray.telemetry.append_file import complete_length, data_length
 
 _dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
 
@@ -123,24 +126,64 @@ def _span_json(span: ReadableSpan) -> str:
     if span.dropped_attributes:
         out.append(f',"droppedAttributesCount":{span.dropped_attributes}')
     if span.events:
-        out.append(',"events":[' + ",".join(
-            f'{{"timeUnixNano":"{event.timestamp}","name":{_string(event.name)},'
-            f'"attributes":{_attributes_json(event.attributes or {})}}}'
-            for event in span.events) + "]")
+        out.append(_events_json([(event.name, event.timestamp, event.attributes)
+                                 for event in span.events]))
     if span.links:
-        out.append(',"links":[' + ",".join(
-            f'{{"traceId":"{link.context.trace_id:032x}","spanId":"{link.context.span_id:016x}",'
-            f'"attributes":{_attributes_json(link.attributes or {})}}}'
-            for link in span.links) + "]")
-    status = span.status
-    code = status.status_code.value
-    if code == 0:
-        out.append(',"status":{}}')
-    elif status.description:
-        out.append(f',"status":{{"code":{code},"message":{_string(status.description)}}}}}')
-    else:
-        out.append(f',"status":{{"code":{code}}}}}')
+        out.append(_links_json(span.links))
+    out.append(_status_json(span.status.status_code.value, span.status.description))
     return "".join(out)
+
+
+EventFields = tuple[str, int, "Mapping[str, AttributeValue] | None"]  # name, time ns, attributes
+
+
+def _events_json(events: Sequence[EventFields]) -> str:
+    return ',"events":[' + ",".join(
+        f'{{"timeUnixNano":"{timestamp}","name":{_string(name)},'
+        f'"attributes":{_attributes_json(attributes or {})}}}'
+        for name, timestamp, attributes in events) + "]"
+
+
+def _links_json(links: Sequence[Link]) -> str:
+    return ',"links":[' + ",".join(
+        f'{{"traceId":"{link.context.trace_id:032x}","spanId":"{link.context.span_id:016x}",'
+        f'"attributes":{_attributes_json(link.attributes or {})}}}'
+        for link in links) + "]"
+
+
+def _status_json(code: int, message: str | None) -> str:
+    """The status member and the span's closing brace."""
+    if code == 0:
+        return ',"status":{}}'
+    if message:
+        return f',"status":{{"code":{code},"message":{_string(message)}}}}}'
+    return f',"status":{{"code":{code}}}}}'
+
+
+def record_span_json(trace_id: int, span_id: int, parent_span_id: int, name: str,
+                     kind: int, start_ns: int, end_ns: int,
+                     attributes: Mapping[str, object] | None, status_code: int = 0,
+                     status_message: str | None = None,
+                     events: Sequence[EventFields] = (), trace_state: str = "",
+                     links: Sequence[Link] = ()) -> str:
+    """One span's JSON from its fields (no SDK span object), as ``_span_json`` writes it.
+
+    ``parent_span_id`` 0 means a root span; ``kind`` is OTel Python's SpanKind value.
+    """
+    out = f'{{"traceId":"{trace_id:032x}","spanId":"{span_id:016x}"'
+    if trace_state:
+        out += ',"traceState":' + _string(trace_state)
+    if parent_span_id:
+        out += f',"parentSpanId":"{parent_span_id:016x}"'
+    out += (f',"name":{_string(name)},"kind":{kind + 1},"startTimeUnixNano":"{start_ns}",'
+            f'"endTimeUnixNano":"{end_ns}"')
+    if attributes:
+        out += ',"attributes":' + _attributes_json(attributes)
+    if events:
+        out += _events_json(events)
+    if links:
+        out += _links_json(links)
+    return out + _status_json(status_code, status_message)
 
 
 def _resource_json(resource: Resource) -> str:
@@ -156,12 +199,18 @@ def _scope_json(scope: InstrumentationScope | None) -> str:
     return _dumps(out)
 
 
-def _line_prefix(resource: Resource, scope: InstrumentationScope | None) -> str:
+def line_prefix(resource: Resource, scope: InstrumentationScope | None) -> str:
+    """Everything of a trace-file line before its span: the resource and the scope."""
     return ('{"resourceSpans":[{"resource":' + _resource_json(resource)
             + ',"scopeSpans":[{"scope":' + _scope_json(scope) + ',"spans":[')
 
 
 _LINE_SUFFIX = "]}]}]}"
+
+
+def span_line(prefix: str, span_json: str) -> str:
+    """A whole trace-file line: a cached resource+scope ``prefix`` around one span."""
+    return prefix + span_json + _LINE_SUFFIX
 
 
 class SpanLineEncoder:
@@ -182,7 +231,7 @@ class SpanLineEncoder:
         if cached is None:
             if len(self._prefixes) > 64:  # resources change only on fork; bound it anyway
                 self._prefixes.clear()
-            cached = (_line_prefix(resource, scope), resource, scope)
+            cached = (line_prefix(resource, scope), resource, scope)
             self._prefixes[key] = cached
         return cached[0] + _span_json(span) + _LINE_SUFFIX
 
@@ -217,10 +266,11 @@ def scan_trace_file(path: Path, *, start: int = 0,
 
     Returns the parsed line objects and the offset just after the last complete
     (newline-terminated) line, which a caller can pass back as ``start`` to read
-    only what was appended since. A final line without its newline (a writer killed
-    mid-write, or one still writing) is not consumed: it is reported in ``warnings``
-    and left for the next scan. A complete line that is not a JSON object is
-    skipped, reported, and consumed.
+    only what was appended since. The data ends at the first NUL byte: a live (or
+    killed) writer reserves the file ahead of its data (see append_file.py). A final
+    line without its newline (a writer killed mid-write, or one still writing) is not
+    consumed: it is reported in ``warnings`` and left for the next scan. A complete
+    line that is not a JSON object is skipped, reported, and consumed.
     """
     try:
         with open(path, "rb") as handle:
@@ -232,8 +282,8 @@ def scan_trace_file(path: Path, *, start: int = 0,
             warnings.append(f"{path}: cannot read: {exc}")
         return [], start
     objects: list[dict[str, Any]] = []
-    end = data.rfind(b"\n") + 1
-    complete, tail = data[:end], data[end:]
+    end = complete_length(data)
+    complete, tail = data[:end], data[end:data_length(data)]
     line_start = start
     for number, raw in enumerate(complete.split(b"\n")[:-1]):
         offset = line_start
@@ -293,11 +343,10 @@ def end_offsets(traces_dir: Path) -> dict[str, int]:
     result: dict[str, int] = {}
     for path in trace_files(traces_dir):
         try:
-            with open(path, "rb") as handle:
-                data = handle.read()
+            data = path.read_bytes()
         except OSError:
             continue
-        result[path.name] = data.rfind(b"\n") + 1
+        result[path.name] = complete_length(data)
     return result
 
 

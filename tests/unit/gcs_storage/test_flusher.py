@@ -16,6 +16,7 @@ from tracedray.core.gcs.storage import (
     SqliteStorage,
     TieredTable,
 )
+from tracedray.telemetry.append_file import read_data  # live files end in NULs
 
 
 class FakeClock:
@@ -128,7 +129,7 @@ def test_flush_emits_a_span_and_a_log_line_with_the_same_numbers(tmp_path: Path)
     assert done.returncode == 0, done.stderr
     spans: list[dict[str, Any]] = []
     for path in (tmp_path / "traces").glob("*.jsonl"):
-        for line in path.read_text().splitlines():
+        for line in read_data(path).decode().splitlines():
             for resource in json.loads(line)["resourceSpans"]:
                 for scope in resource["scopeSpans"]:
                     spans.extend(s for s in scope["spans"] if s["name"] == "gcs.flush")
@@ -139,7 +140,7 @@ def test_flush_emits_a_span_and_a_log_line_with_the_same_numbers(tmp_path: Path)
     assert "memory" in attributes["tracedray.gcs.storage"]["stringValue"]
     assert int(attributes["tracedray.gcs.memory_after"]["intValue"]) > 0
     lines = [json.loads(line) for path in (tmp_path / "logs").glob("*.jsonl")
-             for line in path.read_text().splitlines()]
+             for line in read_data(path).decode().splitlines()]
     flushes = [line for line in lines if line["event"] == "gcs.flush"]
     assert len(flushes) == 1
     assert (flushes[0]["entries"], flushes[0]["bytes"]) == (100, 5000)

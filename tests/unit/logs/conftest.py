@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from tracedray import logs, telemetry
+from tracedray.telemetry.append_file import read_data
 
 
 @pytest.fixture(autouse=True)
@@ -25,6 +26,6 @@ def detached_logs(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 def read_log() -> Callable[[Path], list[dict[str, Any]]]:
     def read(session_dir: Path) -> list[dict[str, Any]]:
         (path,) = (session_dir / "logs").glob("*.jsonl")
-        return [json.loads(line) for line in path.read_text().splitlines()]
+        return [json.loads(line) for line in read_data(path).decode().splitlines()]
 
     return read

@@ -12,6 +12,7 @@ import pytest
 
 from tracedray import logs, telemetry
 from tracedray.exceptions import ConfigError
+from tracedray.telemetry.append_file import read_data
 
 REQUIRED = ("timestamp", "level", "event", "component", "host", "ip", "pid", "node_id",
             "versions")
@@ -147,7 +148,7 @@ def _run(code: str, session_dir: Path) -> subprocess.CompletedProcess[str]:
 
 def _events(session_dir: Path) -> list[dict]:
     (path,) = (session_dir / "logs").glob("*.jsonl")
-    return [json.loads(line) for line in path.read_text().splitlines()]
+    return [json.loads(line) for line in read_data(path).decode().splitlines()]
 
 
 def test_process_exit_is_the_last_line(tmp_path: Path) -> None:

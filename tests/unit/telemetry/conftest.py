@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from tracedray import telemetry
+from tracedray.telemetry.append_file import read_data
 
 OTEL_VARIABLES = (
     "OTEL_SDK_DISABLED", "OTEL_SERVICE_NAME", "OTEL_RESOURCE_ATTRIBUTES", "OTEL_TRACES_SAMPLER",
@@ -39,7 +40,7 @@ def _run_python(code: str, *, env: dict[str, str] | None = None,
 def _trace_lines(session_dir: Path) -> list[str]:
     lines: list[str] = []
     for path in sorted((session_dir / "traces").glob("*.jsonl")):
-        lines.extend(path.read_text().splitlines())
+        lines.extend(read_data(path).decode().splitlines())
     return lines
 
 

@@ -17,6 +17,7 @@ import pytest
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
 
 from tracedray.telemetry import otlp_json
+from tracedray.telemetry.append_file import read_data
 
 
 def configure_code(component: str, session_dir: Path) -> str:
@@ -99,7 +100,7 @@ def test_dead_otlp_endpoint_never_raises_and_exit_is_bounded(tmp_path: Path, run
     assert elapsed < 15  # flush and shutdown are bounded, not the exporter's 10 s x retries
     assert len(_spans(tmp_path)) == 5  # the trace file is unaffected
     events = [json.loads(line)["event"] for path in (tmp_path / "logs").glob("*.jsonl")
-              for line in path.read_text().splitlines()]
+              for line in read_data(path).decode().splitlines()]
     assert "telemetry.export_failed" in events
 
 
@@ -124,7 +125,9 @@ def test_spans_reach_a_real_otlp_grpc_receiver(tmp_path: Path, run_python, proto
     try:
         code = configure_code("gcs", tmp_path) + (
             "with telemetry.span('gcs.flush', {'tracedray.gcs.table': 'tasks'}):\n"
-            "    pass\n"
+            "    import time\n"
+            "    telemetry.record_span('object.put', {'tracedray.object.size': 3},\n"
+            "                          start_ns=time.time_ns())\n"
         )
         result = run_python(
             code, env={"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": f"http://127.0.0.1:{port}",
@@ -135,7 +138,10 @@ def test_spans_reach_a_real_otlp_grpc_receiver(tmp_path: Path, run_python, proto
         server.stop(grace=None)
     spans = [span for request in receiver.requests for rs in request.resource_spans
              for ss in rs.scope_spans for span in ss.spans]
-    assert [span.name for span in spans] == ["gcs.flush"]
+    # record_span's fast path feeds the exporter too, under the current span.
+    assert sorted(span.name for span in spans) == ["gcs.flush", "object.put"]
+    put, flush = sorted(spans, key=lambda span: span.name != "object.put")
+    assert put.parent_span_id == flush.span_id and put.trace_id == flush.trace_id
     resource = {kv.key: kv.value.string_value
                 for kv in receiver.requests[0].resource_spans[0].resource.attributes}
     assert resource["service.name"] == "otlp-test"

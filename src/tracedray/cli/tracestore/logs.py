@@ -1,7 +1,9 @@
 """Read the session's structlog JSON lines from every process, merged in time order.
 
 Files are written line by line by processes that may be SIGKILLed, so the last
-line of a file can be half-written: it is reported as a warning, never raised.
+line of a file can be half-written: it is reported as a warning, never raised. A
+live or killed writer reserves its file ahead of the data (NUL bytes, see
+tracedray/telemetry/append_file.py): the data ends at the first NUL.
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ from datetime import datetime
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
+
+from tracedray.telemetry.append_file import read_data
 
 _EMPTY: Mapping[str, Any] = MappingProxyType({})
 
@@ -49,7 +53,7 @@ def read_log_file(path: Path, filters: Mapping[str, str]) -> tuple[list[LogRecor
     records: list[LogRecord] = []
     warnings: list[str] = []
     try:
-        lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+        lines = read_data(path).decode("utf-8", errors="replace").splitlines()
     except OSError as exc:
         return [], [f"cannot read {path}: {exc}"]
     for number, line in enumerate(lines, start=1):

@@ -26,6 +26,7 @@ import psutil
 
 from tracedray import logs
 from tracedray.core.gcs.launch import GcsLaunchSpec
+from tracedray.core.process import terminate
 from tracedray.exceptions import RayError
 from tracedray.telemetry import attributes as A
 from tracedray.telemetry import record_error, start_span
@@ -147,14 +148,8 @@ class GcsSupervisor:
         self.stop()
         with self._lock:
             child, self._child = self._child, None
-        if child is None or child.poll() is not None:
-            return
-        child.terminate()
-        try:
-            child.wait(_STOP_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            child.kill()
-            child.wait()
+        if child is not None:
+            terminate(child, _STOP_TIMEOUT_S)
 
     # --- the watch loop ------------------------------------------------------------------
 

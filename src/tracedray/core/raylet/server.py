@@ -26,6 +26,7 @@ from tracedray.core.raylet.transfers import TransferTable
 from tracedray.core.worker.flight_recorder import read_slot
 from tracedray.exceptions import ObjectStoreFullError, RaySystemError
 from tracedray.telemetry import attributes as A
+from tracedray.telemetry.append_file import read_data
 from tracedray.v1 import common_pb2, core_worker_pb2_grpc, gcs_pb2, raylet_pb2, raylet_pb2_grpc
 
 log = logs.get_logger(__name__)
@@ -159,7 +160,29 @@ class Raylet:
             except RaySystemError as exc:
                 log.warning("heartbeat.failed", error=str(exc))
             with self._lock:
+                self._respill()
                 self._dispatch()  # nodes may have joined: re-check infeasible requests
+
+    def _respill(self) -> None:
+        """Decide again for requests queued here, with the fresh view of the peers: a
+        request queued because no other node looked free (a stale view) moves to a node
+        that is free now instead of waiting for this one."""
+        for pending in list(self._pending):
+            request = pending.request
+            if pending.infeasible or pending.actor_id or request.grant_or_reject:
+                continue
+            local, others = self._view(request)
+            resources = dict(request.resources)
+            if scheduler.fits(self.available, resources):
+                continue  # _dispatch grants it here
+            decision = scheduler.decide(local, others, resources, may_spill=True)
+            if decision.action != "spillback" or decision.node_id not in self._peers:
+                continue
+            self._pending.remove(pending)
+            peer = self._peers[decision.node_id]
+            pending.reply = self._reply(decision, status=raylet_pb2.LeaseReply.SPILLBACK,
+                                        spillback=Address.from_proto(peer.info.raylet))
+            pending.done.set()
 
     def shutdown(self) -> None:
         if self._stopped.is_set():
@@ -411,7 +434,9 @@ class Raylet:
         if not self.store.contains(object_hex) and request.HasField("from_raylet"):
             source = Address.from_proto(request.from_raylet)
             try:
-                self.transfers.run(object_hex, lambda: self._pull(request.object_id, source))
+                if self.transfers.run(object_hex, lambda: self._pull(request.object_id, source)):
+                    log.info("object.transfer_shared", object_id=object_hex,
+                             from_node=source.node_id)
             except RaySystemError as exc:
                 # The holder is gone or lost the object: the owner decides whether it can
                 # be rebuilt (lineage), so say exactly what failed.
@@ -576,7 +601,8 @@ class _Servicer(raylet_pb2_grpc.RayletServiceServicer):
         if request.subdir not in ("logs", "traces") or not folder.is_dir():
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"no such folder {request.subdir!r}")
         for path in sorted(folder.glob("*.jsonl")):
-            yield raylet_pb2.FileChunk(name=path.name, data=path.read_bytes())
+            # Without the NUL tail a live writer reserves (telemetry/append_file.py).
+            yield raylet_pb2.FileChunk(name=path.name, data=read_data(path))
 
 
 def _shutdown_and_exit(raylet: Raylet) -> None:

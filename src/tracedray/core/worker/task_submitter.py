@@ -45,8 +45,9 @@ log = logs.get_logger(__name__)
 # not started.
 PIPELINE_DEPTH = 4
 MAX_PENDING_LEASE_REQUESTS = 16
-# Locality matters once inputs are big enough that moving them costs more than a lease.
-LOCALITY_MIN_BYTES = 1 << 20
+# Locality matters once inputs are big enough that moving them costs more than a lease
+# (benchmarks/locality.py: a 1 MB pull between nodes costs ~10 ms, a lease ~1 ms).
+LOCALITY_MIN_BYTES = 512 << 10
 
 
 @dataclass

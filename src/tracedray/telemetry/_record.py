@@ -1,0 +1,217 @@
+"""Spans without the SDK's span object: ``LightSpan`` and ``record_span``.
+
+The SDK's ``Tracer.start_span`` + ``Span.end`` cost ~13 µs before our processor
+even runs (attribute copies through BoundedAttributes, a lock per span, processor
+fan-out). Our spans go to one file and, optionally, one OTLP batch processor, so
+``LightSpan`` keeps what a span needs in plain attributes and, when it ends, writes
+the trace-file line straight from those fields (the same text the SDK path
+writes). Only when an OTLP exporter is configured is a ``ReadableSpan`` built, for
+it. It implements the OTel API's ``Span`` interface, so ``trace.get_current_span()``,
+W3C propagation, and user spans nested under ours all work unchanged.
+
+Sampling (``OTEL_TRACES_SAMPLER``) goes through the provider's sampler exactly as
+the SDK does: a dropped span is a ``NonRecordingSpan`` carrying its context, so its
+children follow the parent's decision.
+
+``record_span`` is for hot paths that time the work themselves: one call, no object
+to hold, at the end.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+import traceback as traceback_module
+from collections.abc import Mapping
+from typing import Any
+
+from opentelemetry import trace
+from opentelemetry.context import Context
+from opentelemetry.sdk.trace import Event, ReadableSpan, sampling
+from opentelemetry.trace import (
+    INVALID_SPAN,
+    Link,
+    NonRecordingSpan,
+    SpanContext,
+    SpanKind,
+    TraceFlags,
+    TraceState,
+)
+from opentelemetry.trace.status import Status, StatusCode
+from opentelemetry.util.types import Attributes, AttributeValue
+
+from tracedray.telemetry import _state
+from tracedray.telemetry import attributes as attrs
+from tracedray.telemetry._errors import is_error, mark_error, qualified_name
+from tracedray.telemetry.otlp_json import EventFields, record_span_json, span_line
+
+_SAMPLED = TraceFlags(TraceFlags.SAMPLED)
+_NOT_SAMPLED = TraceFlags(TraceFlags.DEFAULT)
+_NO_TRACE_STATE = TraceState()
+MAX_ATTRIBUTES = 128  # the SDK's default OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT
+MAX_EVENTS = 128
+
+
+class LightSpan(trace.Span):
+    """A recording span of this process's pipeline; thread-safe as far as the GIL makes
+    single dict/list operations atomic, which is all its methods use."""
+
+    __slots__ = ("_pipeline", "_name", "_context", "_parent", "_kind", "_attributes",
+                 "_events", "_links", "_start_ns", "_status", "_sampled", "_end_once")
+
+    def __init__(self, pipeline: _state.Pipeline, name: str, context: SpanContext,
+                 parent: SpanContext | None, kind: SpanKind, attributes: dict[str, Any],
+                 start_ns: int, sampled: bool) -> None:
+        self._pipeline = pipeline
+        self._name = name
+        self._context = context
+        self._parent = parent
+        self._kind = kind
+        self._attributes = attributes
+        self._events: list[EventFields] = []
+        self._links: list[Link] = []
+        self._start_ns = start_ns
+        self._status = Status(StatusCode.UNSET)
+        self._sampled = sampled
+        self._end_once = [True]  # list.pop() is atomic: exactly one end() wins
+
+    # --- the OTel Span API
+    def get_span_context(self) -> SpanContext:
+        return self._context
+
+    def is_recording(self) -> bool:
+        return bool(self._end_once)
+
+    def set_attribute(self, key: str, value: AttributeValue) -> None:
+        if self._end_once and (key in self._attributes
+                               or len(self._attributes) < MAX_ATTRIBUTES):
+            self._attributes[key] = value
+
+    def set_attributes(self, attributes: Mapping[str, AttributeValue]) -> None:
+        for key, value in attributes.items():
+            self.set_attribute(key, value)
+
+    def add_event(self, name: str, attributes: Attributes = None,
+                  timestamp: int | None = None) -> None:
+        if self._end_once and len(self._events) < MAX_EVENTS:
+            self._events.append((name, time.time_ns() if timestamp is None else timestamp,
+                                 dict(attributes or {})))
+
+    def add_link(self, context: SpanContext, attributes: Attributes = None) -> None:
+        if self._end_once and context.is_valid:
+            self._links.append(Link(context, attributes))
+
+    def update_name(self, name: str) -> None:
+        if self._end_once:
+            self._name = name
+
+    def set_status(self, status: Status | StatusCode, description: str | None = None) -> None:
+        # As the SDK: OK is final, UNSET never overrides.
+        if not self._end_once or self._status.status_code is StatusCode.OK:
+            return
+        if isinstance(status, StatusCode):
+            status = Status(status, description)
+        if status.status_code is not StatusCode.UNSET:
+            self._status = status
+
+    def record_exception(self, exception: BaseException, attributes: Attributes = None,
+                         timestamp: int | None = None, escaped: bool = False) -> None:
+        event_attributes: dict[str, AttributeValue] = {
+            attrs.EXCEPTION_TYPE: qualified_name(type(exception)),
+            attrs.EXCEPTION_MESSAGE: str(exception),
+            attrs.EXCEPTION_STACKTRACE: "".join(traceback_module.format_exception(
+                type(exception), exception, exception.__traceback__)),
+            "exception.escaped": str(escaped),
+        }
+        event_attributes.update(attributes or {})
+        self.add_event(attrs.EXCEPTION_EVENT, event_attributes, timestamp)
+
+    def end(self, end_time: int | None = None) -> None:
+        try:
+            self._end_once.pop()
+        except IndexError:
+            return  # ended already
+        with contextlib.suppress(Exception):  # telemetry must never break the caller
+            _emit(self, time.time_ns() if end_time is None else end_time)
+
+    def __repr__(self) -> str:
+        return (f"LightSpan({self._name!r}, span_id={self._context.span_id:016x}, "
+                f"recording={self.is_recording()})")
+
+
+def _emit(span: LightSpan, end_ns: int) -> None:
+    pipeline = span._pipeline
+    context = span._context
+    status = span._status
+    trace_state = context.trace_state
+    if pipeline.file_writer is not None:
+        parent = span._parent
+        pipeline.file_writer.write_line(span_line(pipeline.span_prefix, record_span_json(
+            context.trace_id, context.span_id, parent.span_id if parent is not None else 0,
+            span._name, span._kind.value, span._start_ns, end_ns, span._attributes,
+            status.status_code.value, status.description, span._events,
+            trace_state.to_header() if trace_state else "", span._links)))
+    if pipeline.otlp is not None and span._sampled:
+        assert pipeline.provider is not None
+        pipeline.otlp.processor.on_end(ReadableSpan(
+            name=span._name, context=context, parent=span._parent,
+            resource=pipeline.provider.resource, attributes=span._attributes,
+            events=[Event(name, attributes, timestamp)
+                    for name, timestamp, attributes in span._events],
+            links=span._links, kind=span._kind, status=status, start_time=span._start_ns,
+            end_time=end_ns, instrumentation_scope=pipeline.scope))
+
+
+def start_light_span(name: str, attributes: Mapping[str, AttributeValue] | None = None, *,
+                     context: Context | None = None, kind: SpanKind = SpanKind.INTERNAL,
+                     start_time: int | None = None) -> trace.Span:
+    """Start a span as ``Tracer.start_span`` would, without the SDK span object.
+
+    INVALID_SPAN before configure() or when the SDK is disabled.
+    """
+    pipeline = _state.current()
+    if pipeline is None or pipeline.provider is None:
+        return INVALID_SPAN
+    provider = pipeline.provider
+    parent = trace.get_current_span(context).get_span_context()
+    ids = provider.id_generator
+    valid_parent = parent.is_valid
+    trace_id = parent.trace_id if valid_parent else ids.generate_trace_id()
+    sampler = provider.sampler
+    if sampler is sampling.DEFAULT_ON:
+        # The default (no OTEL_TRACES_SAMPLER), decided inline: what ParentBased(ALWAYS_ON)
+        # returns, without building a SamplingResult per span.
+        recording = sampled = not valid_parent or parent.trace_flags.sampled
+        trace_state = parent.trace_state if valid_parent else _NO_TRACE_STATE
+    else:
+        result = sampler.should_sample(context, trace_id, name, kind, attributes)
+        recording, sampled = result.decision.is_recording(), result.decision.is_sampled()
+        trace_state = result.trace_state or _NO_TRACE_STATE
+    span_context = SpanContext(trace_id, ids.generate_span_id(), False,
+                               _SAMPLED if sampled else _NOT_SAMPLED, trace_state)
+    if not recording:
+        return NonRecordingSpan(span_context)
+    return LightSpan(pipeline, name, span_context, parent if valid_parent else None, kind,
+                     dict(attributes) if attributes else {},
+                     time.time_ns() if start_time is None else start_time, sampled)
+
+
+def record_span(name: str, attributes: Mapping[str, AttributeValue] | None = None, *,
+                start_ns: int, end_ns: int | None = None, context: Context | None = None,
+                kind: SpanKind = SpanKind.INTERNAL, error: BaseException | None = None,
+                traceback_str: str | None = None) -> None:
+    """Record a span that ran from ``start_ns`` to ``end_ns`` (``time.time_ns()``; now).
+
+    The parent is the current span (or the one in ``context``), as for ``span()``.
+    ``error`` marks it as ``span()`` marks an escaping exception (a GeneratorExit or
+    a clean SystemExit is control flow, not an error). Never raises.
+    """
+    end = time.time_ns() if end_ns is None else end_ns
+    try:
+        span = start_light_span(name, attributes, context=context, kind=kind,
+                                start_time=start_ns)
+        if error is not None and is_error(error) and isinstance(span, LightSpan):
+            mark_error(span, error, traceback_str, end)
+        span.end(end)
+    except Exception:
+        pass

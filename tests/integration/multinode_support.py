@@ -1,0 +1,127 @@
+"""Three nodes on one machine for the multi-node tests: head, b and c, each with a
+custom resource, separate raylets, ports and shared-memory stores; a driver
+connected with init(address=...). Helpers read what the cluster recorded."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+
+T = TypeVar("T")
+STORE = 300 << 20
+
+
+@dataclass
+class Cluster:
+    ray: Any
+    address: str
+    session_dir: Path
+    nodes: dict[str, Any]  # name -> NodeProcesses
+    names: dict[str, str] = field(default_factory=dict)  # node id -> name
+
+    def node_id(self, name: str) -> str:
+        return str(self.nodes[name].node_id)
+
+    def name_of(self, node_id: str) -> str:
+        return self.names.get(node_id, node_id[:8])
+
+    def raylet_pid(self, name: str) -> int:
+        return int(self.nodes[name].processes[-1].pid)
+
+    def join(self, name: str, **kwargs: Any) -> Any:
+        from tracedray.core.node import join_node
+        from tracedray.core.session import SessionPaths
+
+        processes = join_node(SessionPaths(self.session_dir), self.address,
+                              object_store_memory=STORE, detach=False, **kwargs)
+        self.nodes[name] = processes
+        self.names[processes.node_id] = name
+        return processes
+
+
+def wait_for(predicate: Callable[[], T], timeout_s: float, what: str) -> T:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.1)
+    raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
+
+
+@contextmanager
+def three_nodes(monkeypatch: pytest.MonkeyPatch, *, c_cpus: int = 2) -> Iterator[Cluster]:
+    """head (1 CPU, {"head": 1}), b (1 CPU, {"b": 1}), c (c_cpus, {"c": 1})."""
+    import tracedray
+    from tracedray.core.node import start_head
+    from tracedray.core.session import create_session
+
+    # Before any process starts: they inherit these (fast death detection for the tests).
+    monkeypatch.setenv("TRACEDRAY_HEARTBEAT_INTERVAL_S", "0.3")
+    monkeypatch.setenv("TRACEDRAY_NODE_DEATH_TIMEOUT_S", "4")
+    session = create_session()
+    head = start_head(session, num_cpus=1, resources={"head": 1}, object_store_memory=STORE)
+    cluster = Cluster(tracedray, head.gcs_address, session.root, {"head": head},
+                      {head.node_id: "head"})
+    try:
+        cluster.join("b", num_cpus=1, resources={"b": 1})
+        cluster.join("c", num_cpus=c_cpus, resources={"c": 1})
+        tracedray.init(address=head.gcs_address)
+        try:
+            yield cluster
+        finally:
+            tracedray.shutdown()
+    finally:
+        for name in reversed(list(cluster.nodes)):
+            cluster.nodes[name].stop()
+        # A SIGKILLed raylet cannot remove its store's files; `tracedray stop` would.
+        from tracedray.core.object_store.files import remove_orphans
+
+        remove_orphans(Path("/dev/shm"), f"tracedray-{session.root.name[-24:]}")
+
+
+def _value(raw: dict[str, Any]) -> Any:
+    (kind, value), = raw.items()
+    if kind == "intValue":
+        return int(value)
+    if kind == "arrayValue":
+        return [_value(v) for v in value.get("values", [])]
+    return value
+
+
+def spans_named(session_dir: Path, name: str) -> list[dict[str, Any]]:
+    """Attributes of every span called ``name`` in the session's OTLP JSON files."""
+    out = []
+    for path in sorted((session_dir / "traces").glob("*.jsonl")):
+        for line in _complete_lines(path):
+            for resource_spans in json.loads(line)["resourceSpans"]:
+                for scope_spans in resource_spans["scopeSpans"]:
+                    for raw in scope_spans["spans"]:
+                        if raw["name"] == name:
+                            out.append({a["key"]: _value(a["value"])
+                                        for a in raw.get("attributes", [])})
+    return out
+
+
+def log_events(session_dir: Path, event: str) -> list[dict[str, Any]]:
+    out = []
+    for path in sorted((session_dir / "logs").glob("*.jsonl")):
+        for line in _complete_lines(path):
+            if f'"{event}"' in line:
+                record = json.loads(line)
+                if record.get("event") == event:
+                    out.append(record)
+    return out
+
+
+def _complete_lines(path: Path) -> list[str]:
+    """Lines of a file other processes are appending to, without a half-written last one."""
+    text = path.read_text()
+    return text[: text.rfind("\n") + 1].splitlines()

@@ -1,0 +1,49 @@
+"""Node death verdicts and clock-offset estimates (pure functions)."""
+
+from __future__ import annotations
+
+import socket
+
+from tracedray.core.gcs import node_health as nh
+
+
+def test_a_silent_node_dies_at_the_timeout_whatever_the_probe() -> None:
+    reason = nh.death_reason(nh.Liveness(6.0, 1.0, 5.0, nh.UNREACHABLE))
+    assert reason.startswith("no heartbeat for 6.0s (timeout 5.0s)")
+
+
+def test_a_late_node_whose_port_refuses_dies_before_the_timeout() -> None:
+    assert "raylet exited" in nh.death_reason(nh.Liveness(2.5, 1.0, 30.0, nh.REFUSED))
+    # Not late enough, or still listening, or unreachable: alive until the timeout.
+    assert nh.death_reason(nh.Liveness(1.5, 1.0, 30.0, nh.REFUSED)) == ""
+    assert nh.death_reason(nh.Liveness(10.0, 1.0, 30.0, nh.LISTENING)) == ""
+    assert nh.death_reason(nh.Liveness(10.0, 1.0, 30.0, nh.UNREACHABLE)) == ""
+
+
+def test_probe_tells_listening_from_refused() -> None:
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        port = server.getsockname()[1]
+        assert nh.probe_port("127.0.0.1", port) == nh.LISTENING
+    assert nh.probe_port("127.0.0.1", port) == nh.REFUSED
+
+
+def test_clock_offset_uses_the_midpoint_of_the_round_trip() -> None:
+    # Node clock 10 s ahead of the GCS; 40 ms out, 10 ms back.
+    sent, server, received = 1000.0 + 10.0, 1000.040, 1000.050 + 10.0
+    offset, rtt = nh.clock_offset(sent, received, server)
+    assert abs(rtt - 0.050) < 1e-9
+    assert abs(offset - 10.0) <= rtt / 2
+    # The one-way difference would be off by the whole outbound delay.
+    assert abs((sent - server) - 10.0) > abs(offset - 10.0)
+
+
+def test_keep_better_prefers_short_round_trips_but_ages_old_ones() -> None:
+    best = nh.keep_better(None, (0.001, 0.002))
+    assert nh.keep_better(best, (0.5, 0.010)) == (0.001, 0.0022)  # kept, aged
+    assert nh.keep_better(best, (0.003, 0.001)) == (0.003, 0.001)  # tighter wins
+    estimate = best
+    for _ in range(40):  # slow samples keep coming: eventually they are taken
+        estimate = nh.keep_better(estimate, (0.7, 0.05))
+    assert estimate == (0.7, 0.05)

@@ -1,0 +1,166 @@
+"""AppendFile: mapped appends survive SIGKILL, grow, close cleanly, and readers skip the tail."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from tracedray.telemetry import append_file
+from tracedray.telemetry.append_file import (
+    AppendFile,
+    complete_length,
+    data_length,
+    read_data,
+)
+from tracedray.telemetry.otlp_json import end_offsets, scan_trace_file
+
+
+def test_mapped_file_reserves_ahead_and_close_cuts_to_the_data(tmp_path: Path) -> None:
+    path = tmp_path / "x.jsonl"
+    appender = AppendFile(path)
+    appender.append(b'{"a":1}\n')
+    stats = appender.statistics()
+    assert stats.mapped and stats.length == 8 and stats.reserved >= append_file.FIRST_CHUNK_BYTES
+    raw = path.read_bytes()
+    assert len(raw) == stats.reserved and raw[8:] == bytes(len(raw) - 8)
+    assert read_data(path) == b'{"a":1}\n'
+    appender.close()
+    assert path.read_bytes() == b'{"a":1}\n'
+
+
+def test_lines_larger_than_a_chunk_and_many_remaps(tmp_path: Path) -> None:
+    path = tmp_path / "x.jsonl"
+    appender = AppendFile(path)
+    lines = [(json.dumps({"i": i, "pad": "p" * (i * 997 % 70000)}) + "\n").encode()
+             for i in range(300)]
+    for line in lines:
+        appender.append(line)
+    assert appender.statistics().remaps > 0
+    assert read_data(path) == b"".join(lines)  # live: padded, but the data is whole
+    appender.close()
+    assert path.read_bytes() == b"".join(lines)
+
+
+def test_threads_never_interleave_inside_a_line(tmp_path: Path) -> None:
+    path = tmp_path / "x.jsonl"
+    appender = AppendFile(path)
+
+    def writer(tag: int) -> None:
+        for i in range(2000):
+            appender.append(f"{tag}:{i}:{'x' * (i % 50)}\n".encode())
+
+    threads = [threading.Thread(target=writer, args=(tag,)) for tag in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    appender.close()
+    lines = path.read_text().splitlines()
+    assert len(lines) == 8000
+    for tag in range(4):
+        mine = [line for line in lines if line.startswith(f"{tag}:")]
+        assert [int(line.split(":")[1]) for line in mine] == list(range(2000))
+        assert all(line.endswith("x" * (int(line.split(":")[1]) % 50)) for line in mine)
+
+
+def test_reopening_continues_after_the_data_and_drops_a_torn_line(tmp_path: Path) -> None:
+    path = tmp_path / "x.jsonl"
+    # What a writer killed mid-copy leaves: whole lines, a torn one, the reserved tail.
+    path.write_bytes(b'{"a":1}\n{"b":2}\n{"tor' + bytes(5000))
+    appender = AppendFile(path)
+    appender.append(b'{"c":3}\n')
+    assert read_data(path) == b'{"a":1}\n{"b":2}\n{"c":3}\n'
+    appender.close()
+    assert path.read_bytes() == b'{"a":1}\n{"b":2}\n{"c":3}\n'
+
+
+@pytest.mark.parametrize("mapped", [True, False])
+def test_write_mode_and_unmap_leave_a_plain_file(tmp_path: Path, mapped: bool) -> None:
+    path = tmp_path / "x.jsonl"
+    appender = AppendFile(path, mapped=mapped)
+    appender.append(b"one\n")
+    appender.unmap()
+    assert path.read_bytes() == b"one\n"  # no reserved tail once unmapped
+    appender.append(b"two\n")
+    assert path.read_bytes() == b"one\ntwo\n" and not appender.statistics().mapped
+    appender.close()
+    with pytest.raises(OSError):
+        appender.append(b"three\n")
+
+
+def test_reader_helpers_stop_at_the_first_nul() -> None:
+    assert data_length(b"ab\n\0\0") == 3 and data_length(b"ab\n") == 3
+    assert complete_length(b"a\nb\n") == 4
+    assert complete_length(b"a\nb") == 2  # last line still being written
+    assert complete_length(b"a\nb\0c\n\0\0") == 2  # a line whose copy is in progress
+    assert complete_length(b"\0\0\0") == 0
+
+
+def test_trace_reader_skips_the_reserved_tail_of_a_live_file(tmp_path: Path) -> None:
+    traces = tmp_path / "traces"
+    appender = AppendFile(traces / "worker-1.jsonl")
+    line = b'{"resourceSpans":[]}\n'
+    appender.append(line)
+    warnings: list[str] = []
+    objects, offset = scan_trace_file(traces / "worker-1.jsonl", warnings=warnings)
+    assert objects == [{"resourceSpans": []}] and offset == len(line) and warnings == []
+    assert end_offsets(traces) == {"worker-1.jsonl": len(line)}
+    appender.append(line)
+    objects, offset = scan_trace_file(traces / "worker-1.jsonl", start=offset)
+    assert len(objects) == 1 and offset == 2 * len(line)
+    appender.close()
+
+
+def test_lines_appended_before_sigkill_are_in_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "killed.jsonl"
+    code = (
+        "import sys, pathlib\n"
+        "from tracedray.telemetry.append_file import AppendFile\n"
+        f"appender = AppendFile(pathlib.Path({str(path)!r}))\n"
+        "for i in range(1000):\n"
+        "    appender.append(b'{\"i\":%d}\\n' % i)\n"
+        "print('appended', flush=True)\n"
+        "sys.stdin.read()\n"
+    )
+    child = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout is not None
+        assert child.stdout.readline().strip() == "appended"
+        child.send_signal(signal.SIGKILL)
+        assert child.wait(timeout=30) == -signal.SIGKILL
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+    lines = read_data(path).decode().splitlines()
+    assert [json.loads(line)["i"] for line in lines] == list(range(1000))
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_forked_child_writes_beside_the_parent_not_into_its_mapping(tmp_path: Path) -> None:
+    path = tmp_path / "driver-1.jsonl"
+    appender = AppendFile(path)
+    appender.append(b"parent-before\n")
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover -- runs in the child
+        code = 0
+        try:
+            appender.append(b"child\n")
+            appender.close()
+        except BaseException:
+            code = 1
+        os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    appender.append(b"parent-after\n")
+    appender.close()
+    assert path.read_bytes() == b"parent-before\nparent-after\n"
+    assert (tmp_path / f"driver-1.fork-{pid}.jsonl").read_bytes() == b"child\n"

@@ -1,0 +1,160 @@
+"""record_span: the SDK-free fast path writes what span() writes, and honours the same switches."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+from opentelemetry.trace.status import StatusCode
+
+from tracedray import telemetry
+from tracedray.telemetry import attributes as attrs
+from tracedray.telemetry import otlp_json
+
+ATTRIBUTES = {attrs.OBJECT_ID: "ab" * 20, attrs.OBJECT_SIZE: 76, "flag": True,
+              "ratio": 0.5, "names": ("a", "b")}
+
+
+def _spans(session_dir: Path) -> list:
+    resource_spans, warnings = otlp_json.read_trace_dir(session_dir / "traces")
+    assert warnings == []
+    return otlp_json.to_readable_spans(resource_spans)
+
+
+def _without_ids_and_times(line: str) -> dict:
+    span = json.loads(line)["resourceSpans"][0]["scopeSpans"][0]["spans"][0]
+    for key in ("traceId", "spanId", "parentSpanId", "startTimeUnixNano", "endTimeUnixNano"):
+        span.pop(key, None)
+    return json.loads(line) | {"span": span}
+
+
+def test_lines_are_the_ones_the_sdk_path_writes(tmp_path: Path, trace_lines) -> None:
+    telemetry.configure("driver", session_dir=tmp_path, node_id="n1", session_id="s1")
+    sdk_span = telemetry.tracer().start_span("object.get", attributes=ATTRIBUTES)
+    sdk_span.add_event("retry", {"attempt": 2})
+    sdk_span.set_status(StatusCode.ERROR, "boom")
+    sdk_span.end()
+    with telemetry.span("object.get", ATTRIBUTES) as light:
+        light.add_event("retry", {"attempt": 2})
+        light.set_status(StatusCode.ERROR, "boom")
+        light.set_status(StatusCode.UNSET)  # ignored, as by the SDK
+    telemetry.record_span("object.get", ATTRIBUTES, start_ns=time.time_ns())
+    via_sdk, via_span, direct = trace_lines(tmp_path)
+
+    def comparable(line: str) -> dict:
+        span = _without_ids_and_times(line)["span"]
+        for event in span.get("events", []):
+            event.pop("timeUnixNano")
+        return span
+
+    assert comparable(via_span) == comparable(via_sdk)
+    assert comparable(direct) == {key: value for key, value in comparable(via_sdk).items()
+                                  if key not in ("events", "status")} | {"status": {}}
+    # Same resource and scope prefix, byte for byte.
+    assert direct.split('"spans":[')[0] == via_span.split('"spans":[')[0] \
+        == via_sdk.split('"spans":[')[0]
+
+
+def test_light_span_api_surface(tmp_path: Path) -> None:
+    telemetry.configure("driver", session_dir=tmp_path)
+    span = telemetry.start_span("task.execute", {"a": 1})
+    assert span.is_recording() and span.get_span_context().trace_flags.sampled
+    span.set_attributes({"b": "x"})
+    span.update_name("task.execute.renamed")
+    span.set_status(StatusCode.OK)
+    span.set_status(StatusCode.ERROR, "ignored: OK is final")
+    try:
+        raise KeyError("k")
+    except KeyError as exc:
+        span.record_exception(exc)
+    span.end()
+    span.end()  # a second end is ignored
+    span.set_attribute("late", 1)  # after end: ignored
+    assert not span.is_recording()
+    (ended,) = _spans(tmp_path)
+    assert ended.name == "task.execute.renamed"
+    assert dict(ended.attributes) == {"a": 1, "b": "x"}
+    assert ended.status.status_code is StatusCode.OK
+    assert ended.events[0].attributes["exception.type"] == "KeyError"
+
+
+def test_parent_is_the_current_span_and_times_are_kept(tmp_path: Path) -> None:
+    telemetry.configure("driver", session_dir=tmp_path)
+    start = time.time_ns()
+    with telemetry.span("task.submit"):
+        telemetry.record_span("object.put", {attrs.OBJECT_SIZE: 3}, start_ns=start,
+                              end_ns=start + 1000)
+    put, submit = _spans(tmp_path)
+    assert put.name == "object.put" and put.parent is not None
+    assert put.parent.span_id == submit.context.span_id
+    assert put.context.trace_id == submit.context.trace_id
+    assert (put.start_time, put.end_time) == (start, start + 1000)
+    assert put.attributes[attrs.OBJECT_SIZE] == 3
+
+
+def test_root_span_gets_a_new_trace(tmp_path: Path) -> None:
+    telemetry.configure("driver", session_dir=tmp_path)
+    telemetry.record_span("object.put", start_ns=time.time_ns())
+    telemetry.record_span("object.put", start_ns=time.time_ns())
+    first, second = _spans(tmp_path)
+    assert first.parent is None and second.parent is None
+    assert first.context.trace_id != second.context.trace_id
+
+
+def test_error_is_recorded_as_span_records_it(tmp_path: Path) -> None:
+    telemetry.configure("driver", session_dir=tmp_path)
+    try:
+        raise ValueError("bad value")
+    except ValueError as exc:
+        telemetry.record_span("object.get", {}, start_ns=time.time_ns(), error=exc)
+    (span,) = _spans(tmp_path)
+    assert span.status.status_code is StatusCode.ERROR
+    assert span.status.description == "ValueError: bad value"
+    assert span.attributes[attrs.ERROR_TYPE] == "ValueError"
+    (event,) = span.events
+    assert event.name == attrs.EXCEPTION_EVENT
+    assert "raise ValueError" in event.attributes[attrs.EXCEPTION_STACKTRACE]
+
+
+def test_sampler_and_disabled_sdk_are_honoured(tmp_path: Path,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OTEL_TRACES_SAMPLER", "always_off")
+    telemetry.configure("driver", session_dir=tmp_path / "off")
+    telemetry.record_span("object.put", start_ns=time.time_ns())
+    assert _spans(tmp_path / "off") == []
+    monkeypatch.delenv("OTEL_TRACES_SAMPLER")
+    monkeypatch.setenv("OTEL_SDK_DISABLED", "true")
+    telemetry.configure("driver", session_dir=tmp_path / "disabled")
+    telemetry.record_span("object.put", start_ns=time.time_ns())
+    assert not (tmp_path / "disabled" / "traces").exists()
+
+
+def test_before_configure_it_is_a_no_op() -> None:
+    telemetry.record_span("object.put", start_ns=time.time_ns())  # must not raise
+    assert telemetry.statistics().spans_written == 0
+
+
+@pytest.mark.parametrize("sampler", [None, "parentbased_always_on"])
+def test_children_follow_a_sampled_out_parent(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                              sampler: str | None) -> None:
+    # None: the inline default decision; a named sampler: the provider's sampler object.
+    if sampler:
+        monkeypatch.setenv("OTEL_TRACES_SAMPLER", sampler)
+    telemetry.configure("worker", session_dir=tmp_path)
+    dropped = telemetry.context_from_carrier(
+        {"traceparent": "00-" + "1" * 32 + "-" + "2" * 16 + "-00"})
+    kept = telemetry.context_from_carrier(
+        {"traceparent": "00-" + "3" * 32 + "-" + "4" * 16 + "-01"})
+    with telemetry.span("task.execute", context=dropped) as span:
+        assert not span.is_recording()
+        assert format(span.get_span_context().trace_id, "032x") == "1" * 32
+        telemetry.record_span("object.get", start_ns=time.time_ns())
+        with telemetry.span("task.submit") as child:
+            assert not child.is_recording()
+    with telemetry.span("task.execute", context=kept):
+        telemetry.record_span("object.get", start_ns=time.time_ns())
+    names = sorted(span.name for span in _spans(tmp_path))
+    assert names == ["object.get", "task.execute"]
+    assert {format(span.context.trace_id, "032x") for span in _spans(tmp_path)} == {"3" * 32}
