@@ -32,8 +32,9 @@ from pathlib import Path
 
 FIRST_CHUNK_BYTES = 64 << 10  # most processes log little: keep a killed one's file small
 # Written pages of the mapped window count in the process's RSS (as file pages) until
-# the window moves on: 1 MiB bounds that, and a remap per ~600 spans costs nothing.
-MAX_CHUNK_BYTES = 1 << 20
+# the window moves on: 256 KiB bounds that (per file), and a remap every ~150 spans
+# (~20 µs: fallocate, mmap, munmap) adds ~0.15 µs per line.
+MAX_CHUNK_BYTES = 256 << 10
 _GRANULARITY = mmap.ALLOCATIONGRANULARITY
 _SCAN_BLOCK = 64 << 10
 

@@ -33,6 +33,7 @@ if TYPE_CHECKING:
 
 log = logs.get_logger(__name__)
 Respond = Callable[[common_pb2.TaskResult], None]
+MAX_EARLY_CANCELS = 10_000
 _KIND_NAMES = {common_pb2.NORMAL: "normal", common_pb2.ACTOR_CREATION: "actor_creation",
                common_pb2.ACTOR_METHOD: "actor_method"}
 
@@ -55,18 +56,27 @@ class TaskExecutor:
         self.actor_instance: Any = None
         self.actor_id: bytes = b""
         self._running: dict[bytes, int] = {}  # task id -> thread ident
+        self._cancelled_early: set[bytes] = set()
         self._executed = self._failed = self._requeued = 0
         self._thread = threading.Thread(target=self._loop, daemon=True, name="tracedray-executor")
         self._thread.start()
 
     # --- intake
     def push(self, spec: common_pb2.TaskSpec, respond: Respond) -> None:
-        if self._pool is not None and spec.kind == common_pb2.ACTOR_METHOD:
-            self._pool.submit(self._run_and_respond, spec, respond)
-            return
-        with self._cond:
-            self._queue.append((spec, respond))
-            self._cond.notify()
+        pool = self._pool if spec.kind == common_pb2.ACTOR_METHOD else None
+        with self._cond:  # the same lock as cancel(): a cancel is never missed in between
+            cancelled = spec.task_id in self._cancelled_early
+            if cancelled:
+                self._cancelled_early.discard(spec.task_id)
+            elif pool is None:
+                self._queue.append((spec, respond))
+                self._cond.notify()
+                return
+        if cancelled:
+            respond(_cancelled_result(spec))
+        else:
+            assert pool is not None  # a queued task returned above
+            pool.submit(self._run_and_respond, spec, respond)
 
     def _loop(self) -> None:
         while True:
@@ -231,15 +241,14 @@ class TaskExecutor:
                 if item[0].task_id == task_id:
                     self._queue.remove(item)
                     spec, respond = item
-                    result = common_pb2.TaskResult(task_id=task_id, attempt=spec.attempt,
-                                                   is_application_error=True, cancelled=True)
-                    result.returns.extend(error_value(oid, TaskCancelledError(task_id.hex()))
-                                          for oid in _return_ids(spec))
-                    respond(result)
+                    respond(_cancelled_result(spec))
                     return True
-        thread_ident = self._running.get(task_id)
-        if thread_ident is None:
-            return False
+            thread_ident = self._running.get(task_id)
+            if thread_ident is None:
+                # The cancel overtook the task on the wire: refuse it when it arrives.
+                if len(self._cancelled_early) < MAX_EARLY_CANCELS:
+                    self._cancelled_early.add(task_id)
+                return False
         if force:
             self._worker.exit_soon("force-cancelled", code=1)
             return True
@@ -250,6 +259,14 @@ class TaskExecutor:
     def statistics(self) -> ExecutorStatistics:
         return ExecutorStatistics(len(self._queue), len(self._running), self._executed,
                                   self._failed, self._requeued)
+
+
+def _cancelled_result(spec: common_pb2.TaskSpec) -> common_pb2.TaskResult:
+    result = common_pb2.TaskResult(task_id=spec.task_id, attempt=spec.attempt,
+                                   is_application_error=True, cancelled=True)
+    result.returns.extend(error_value(oid, TaskCancelledError(spec.task_id.hex()))
+                          for oid in _return_ids(spec))
+    return result
 
 
 def _return_ids(spec: common_pb2.TaskSpec) -> list[bytes]:
