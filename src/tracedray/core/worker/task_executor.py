@@ -57,26 +57,31 @@ class TaskExecutor:
         self.actor_id: bytes = b""
         self._running: dict[bytes, int] = {}  # task id -> thread ident
         self._cancelled_early: set[bytes] = set()
+        self._actor_lock = threading.Lock()  # a single-threaded actor runs one call at a time
         self._executed = self._failed = self._requeued = 0
         self._thread = threading.Thread(target=self._loop, daemon=True, name="tracedray-executor")
         self._thread.start()
 
     # --- intake
     def push(self, spec: common_pb2.TaskSpec, respond: Respond) -> None:
-        pool = self._pool if spec.kind == common_pb2.ACTOR_METHOD else None
+        is_method = spec.kind == common_pb2.ACTOR_METHOD
         with self._cond:  # the same lock as cancel(): a cancel is never missed in between
             cancelled = spec.task_id in self._cancelled_early
             if cancelled:
                 self._cancelled_early.discard(spec.task_id)
-            elif pool is None:
+            elif not is_method:
                 self._queue.append((spec, respond))
                 self._cond.notify()
                 return
         if cancelled:
             respond(_cancelled_result(spec))
+        elif self._pool is not None:
+            self._pool.submit(self._run_and_respond, spec, respond)
         else:
-            assert pool is not None  # a queued task returned above
-            pool.submit(self._run_and_respond, spec, respond)
+            # One call at a time, on the caller's stream reader thread: one thread handoff
+            # less per actor call than queueing; per-caller order is the stream's order.
+            with self._actor_lock:
+                self._run_and_respond(spec, respond)
 
     def _loop(self) -> None:
         while True:
