@@ -143,7 +143,8 @@ _encode = _make_encoder()
 
 def render_json(_: Any, __: str, event_dict: dict[str, Any]) -> bytes:
     """The line as UTF-8 bytes (no newline): what the sink appends."""
-    ordered = {key: event_dict.pop(key) for key in LEADING_FIELDS if key in event_dict}
+    # update() keeps the position of keys already present: the leading ones stay first.
+    ordered = {key: event_dict[key] for key in LEADING_FIELDS if key in event_dict}
     ordered.update(event_dict)
     return _encode(ordered)
 

@@ -5,6 +5,11 @@ OTLP JSON lines, written as each span ends, and (2) any OTLP endpoint named by
 the standard ``OTEL_EXPORTER_OTLP_*`` variables. ``OTEL_SDK_DISABLED=true`` turns
 every helper here into a cheap no-op. Nothing in this package raises into user
 code once :func:`configure` has returned. The span contract is in docs/telemetry.md.
+
+Cost: spans are ``LightSpan``s (see _record.py), not SDK span objects, and each ended
+span is copied into a shared mapping of its file (see append_file.py) without a
+system call. :func:`record_span` records an already-finished span in one call, for
+hot paths whose span needs no current context (``object.put``/``object.get``).
 """
 
 from __future__ import annotations

@@ -7,8 +7,11 @@ is off they cost one function call and return the API's invalid span.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Mapping
+from contextlib import AbstractContextManager
+from contextvars import Token
+from types import TracebackType
+from typing import cast
 
 from opentelemetry import context as context_api
 from opentelemetry import trace
@@ -26,32 +29,46 @@ from tracedray.telemetry._record import start_light_span
 _W3C = TraceContextTextMapPropagator()
 
 
-@contextmanager
-def span(name: str, attributes: Mapping[str, AttributeValue] | None = None, *,
-         context: Context | None = None,
-         kind: SpanKind = SpanKind.INTERNAL) -> Iterator[Span]:
-    """Start a span, make it current for the block, end it; record an escaping error."""
-    if not _state.enabled():
-        yield INVALID_SPAN
-        return
-    try:
-        current = start_light_span(name, attributes, context=context, kind=kind)
-        token = context_api.attach(trace.set_span_in_context(current))
-    except Exception:
-        yield INVALID_SPAN
-        return
-    try:
-        yield current
-    except BaseException as exc:
-        if is_error(exc):
+class _SpanScope:
+    """``with span(...)``: a class, not a generator-based context manager (half the cost)."""
+
+    __slots__ = ("_span", "_token")
+
+    def __init__(self, current: Span, token: object) -> None:
+        self._span = current
+        self._token = token
+
+    def __enter__(self) -> Span:
+        return self._span
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        current = self._span
+        if self._token is None:
+            return
+        if exc is not None and is_error(exc):
             record_error(current, exc)
-        raise
-    finally:
         try:
-            context_api.detach(token)
+            context_api.detach(cast(Token[Context], self._token))
             current.end()
         except Exception:
             pass
+
+
+_DISABLED_SCOPE = _SpanScope(INVALID_SPAN, None)
+
+
+def span(name: str, attributes: Mapping[str, AttributeValue] | None = None, *,
+         context: Context | None = None,
+         kind: SpanKind = SpanKind.INTERNAL) -> AbstractContextManager[Span]:
+    """Start a span, make it current for the block, end it; record an escaping error."""
+    if not _state.enabled():
+        return _DISABLED_SCOPE
+    try:
+        current = start_light_span(name, attributes, context=context, kind=kind)
+        return _SpanScope(current, context_api.attach(trace.set_span_in_context(current)))
+    except Exception:
+        return _DISABLED_SCOPE
 
 
 def start_span(name: str, attributes: Mapping[str, AttributeValue] | None = None, *,

@@ -43,6 +43,7 @@ from opentelemetry.util.types import Attributes, AttributeValue
 from tracedray.telemetry import _state
 from tracedray.telemetry import attributes as attrs
 from tracedray.telemetry._errors import is_error, mark_error, qualified_name
+from tracedray.telemetry._file_processor import SpanFileWriter
 from tracedray.telemetry.otlp_json import EventFields, record_span_json, span_line
 
 _SAMPLED = TraceFlags(TraceFlags.SAMPLED)
@@ -208,6 +209,14 @@ def record_span(name: str, attributes: Mapping[str, AttributeValue] | None = Non
     """
     end = time.time_ns() if end_ns is None else end_ns
     try:
+        pipeline = _state.current()
+        if pipeline is None or pipeline.provider is None:
+            return
+        if (error is None and pipeline.otlp is None and pipeline.file_writer is not None
+                and pipeline.provider.sampler is sampling.DEFAULT_ON):
+            _write_directly(pipeline, pipeline.file_writer, name, attributes, start_ns, end,
+                            context, kind)
+            return
         span = start_light_span(name, attributes, context=context, kind=kind,
                                 start_time=start_ns)
         if error is not None and is_error(error) and isinstance(span, LightSpan):
@@ -215,3 +224,19 @@ def record_span(name: str, attributes: Mapping[str, AttributeValue] | None = Non
         span.end(end)
     except Exception:
         pass
+
+
+def _write_directly(pipeline: _state.Pipeline, file_writer: SpanFileWriter, name: str,
+                    attributes: Mapping[str, AttributeValue] | None, start_ns: int,
+                    end_ns: int, context: Context | None, kind: SpanKind) -> None:
+    """The common case — file only, default sampler, no error — with no span object."""
+    parent = trace.get_current_span(context).get_span_context()
+    if parent.is_valid:
+        if not parent.trace_flags.sampled:
+            return  # ParentBased: a sampled-out parent drops its children
+        trace_id, parent_id, trace_state = parent.trace_id, parent.span_id, parent.trace_state
+    else:
+        trace_id, parent_id, trace_state = pipeline.ids.generate_trace_id(), 0, None
+    file_writer.write_line(span_line(pipeline.span_prefix, record_span_json(
+        trace_id, pipeline.ids.generate_span_id(), parent_id, name, kind.value, start_ns,
+        end_ns, attributes, trace_state=trace_state.to_header() if trace_state else "")))

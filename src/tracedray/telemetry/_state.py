@@ -11,11 +11,12 @@ import logging
 import os
 import threading
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.id_generator import IdGenerator, RandomIdGenerator
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
 from tracedray import config
@@ -52,9 +53,10 @@ class Pipeline:
     tracer: trace.Tracer
     file_writer: SpanFileWriter | None
     otlp: OtlpPipeline | None
-    # For record_span, which builds lines and ReadableSpans without the SDK tracer.
+    # For light spans, which build lines and ReadableSpans without the SDK tracer.
     scope: InstrumentationScope | None = None
     span_prefix: str = ""
+    ids: IdGenerator = field(default_factory=RandomIdGenerator)
 
 
 _NOOP_TRACER = trace.NoOpTracer()
@@ -174,7 +176,7 @@ def _build(key: tuple[object, ...], component: str, session_dir: Path | None, no
     tracer = provider.get_tracer(INSTRUMENTATION_NAME, __version__)
     scope = InstrumentationScope(INSTRUMENTATION_NAME, __version__)
     return Pipeline(key, pid, component, provider, tracer, file_writer, otlp, scope,
-                    line_prefix(resource, scope))
+                    line_prefix(resource, scope), provider.id_generator)
 
 
 def current() -> Pipeline | None:

@@ -130,17 +130,20 @@ class AppendFile:
         self._chunk = FIRST_CHUNK_BYTES
         self._remaps = 0
         self._fallback = ""
-        size = os.fstat(self._fd).st_size
-        self._end, stale_end = _tail_start(self._fd, size)
-        if mapped:
-            try:
-                self._map_window(0)
-                if stale_end > self._end:  # zero a killed writer's torn last line
-                    self._write_zeros(stale_end - self._end)
-            except OSError as exc:
-                self._fall_back(exc)
-        else:
-            os.ftruncate(self._fd, self._end)
+        try:
+            self._end, stale_end = _tail_start(self._fd, os.fstat(self._fd).st_size)
+            if mapped:
+                try:
+                    self._map_window(0)
+                    if stale_end > self._end:  # zero a killed writer's torn last line
+                        self._write_zeros(stale_end - self._end)
+                except OSError as exc:
+                    self._fall_back(exc)
+            else:
+                os.ftruncate(self._fd, self._end)
+        except BaseException:
+            os.close(self._fd)
+            raise
         _live.add(self)
 
     @property

@@ -164,3 +164,23 @@ def test_a_forked_child_writes_beside_the_parent_not_into_its_mapping(tmp_path: 
     appender.close()
     assert path.read_bytes() == b"parent-before\nparent-after\n"
     assert (tmp_path / f"driver-1.fork-{pid}.jsonl").read_bytes() == b"child\n"
+
+
+def test_a_full_disk_at_remap_falls_back_to_writes(tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "x.jsonl"
+    appender = AppendFile(path)
+
+    def no_space(fd: int, offset: int, length: int) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(append_file.os, "posix_fallocate", no_space)
+    line = b"y" * 1000 + b"\n"
+    count = append_file.FIRST_CHUNK_BYTES // len(line) + 5  # crosses the first window
+    for _ in range(count):
+        appender.append(line)
+    stats = appender.statistics()
+    assert not stats.mapped and "No space left" in stats.fallback_reason
+    assert path.read_bytes() == line * count  # cut to the data, nothing lost or doubled
+    appender.close()
+    assert path.read_bytes() == line * count
