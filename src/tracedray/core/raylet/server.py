@@ -3,6 +3,7 @@ heartbeats to the GCS, and records every worker exit."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import threading
 import time
@@ -167,11 +168,18 @@ class Raylet:
         """Decide again for requests queued here, with the fresh view of the peers: a
         request queued because no other node looked free (a stale view) moves to a node
         that is free now instead of waiting for this one."""
+        ahead = 0  # a request's queue is what is ahead of it, as when it first arrived
         for pending in list(self._pending):
             request = pending.request
-            if pending.infeasible or pending.actor_id or request.grant_or_reject:
+            if pending.infeasible:
+                continue
+            ahead += 1
+            # Requests spilled here earlier are re-decided too: the node that spilled them
+            # may have judged this one free from a stale heartbeat.
+            if pending.actor_id:
                 continue
             local, others = self._view(request)
+            local = dataclasses.replace(local, queue_length=ahead - 1)
             resources = dict(request.resources)
             if scheduler.fits(self.available, resources):
                 continue  # _dispatch grants it here
