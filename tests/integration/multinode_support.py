@@ -14,6 +14,8 @@ from typing import Any, TypeVar
 
 import pytest
 
+from tracedray.telemetry.otlp_json import decode_attributes
+
 T = TypeVar("T")
 STORE = 300 << 20
 
@@ -87,15 +89,6 @@ def three_nodes(monkeypatch: pytest.MonkeyPatch, *, c_cpus: int = 2) -> Iterator
         remove_orphans(Path("/dev/shm"), f"tracedray-{session.root.name[-24:]}")
 
 
-def _value(raw: dict[str, Any]) -> Any:
-    (kind, value), = raw.items()
-    if kind == "intValue":
-        return int(value)
-    if kind == "arrayValue":
-        return [_value(v) for v in value.get("values", [])]
-    return value
-
-
 def spans_named(session_dir: Path, name: str) -> list[dict[str, Any]]:
     """Attributes of every span called ``name`` in the session's OTLP JSON files."""
     out = []
@@ -105,8 +98,7 @@ def spans_named(session_dir: Path, name: str) -> list[dict[str, Any]]:
                 for scope_spans in resource_spans["scopeSpans"]:
                     for raw in scope_spans["spans"]:
                         if raw["name"] == name:
-                            out.append({a["key"]: _value(a["value"])
-                                        for a in raw.get("attributes", [])})
+                            out.append(decode_attributes(raw.get("attributes")))
     return out
 
 

@@ -26,6 +26,7 @@ import pytest
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
 
 from tracedray.telemetry.append_file import read_data  # live files end in NULs
+from tracedray.telemetry.otlp_json import decode_attributes
 
 PROGRAM = textwrap.dedent('''
     import json
@@ -216,17 +217,8 @@ class Run:
     log_files: dict[str, list[dict[str, Any]]]  # file name -> lines
 
 
-def _value(raw: dict[str, Any]) -> Any:
-    (kind, value), = raw.items()
-    if kind == "intValue":
-        return int(value)
-    if kind == "arrayValue":
-        return [_value(v) for v in value.get("values", [])]
-    return value
-
-
 def _attributes(items: list[dict[str, Any]] | None) -> dict[str, Any]:
-    return {item["key"]: _value(item["value"]) for item in items or []}
+    return decode_attributes(items)
 
 
 def read_spans(traces_dir: Path) -> list[Span]:
