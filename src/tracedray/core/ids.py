@@ -52,10 +52,6 @@ def task_id_of(object_id: bytes) -> bytes:
     return object_id[:TASK_ID_BYTES]
 
 
-def nil_id(size: int) -> bytes:
-    return b"\x00" * size
-
-
 class UniqueId:
     """A small immutable id with ``hex()`` / ``binary()`` (for TaskID, ActorID, JobID...)."""
 
@@ -88,12 +84,4 @@ class UniqueId:
 
 
 class TaskID(UniqueId):
-    pass
-
-
-class ActorID(UniqueId):
-    pass
-
-
-class JobID(UniqueId):
     pass

@@ -99,8 +99,5 @@ class ObjectRef:
 
 
 def _rebuild(object_id: bytes, owner: tuple[Any, ...] | None, call_site: str) -> ObjectRef:
-    from tracedray.core import serialization
-
-    ref = ObjectRef(object_id, Address(*owner) if owner else None, call_site)
-    serialization.note_deserialized_ref(ref)
-    return ref
+    # The reference table registers this process as a borrower (ObjectRef.__init__).
+    return ObjectRef(object_id, Address(*owner) if owner else None, call_site)

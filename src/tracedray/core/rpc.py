@@ -10,16 +10,13 @@ from __future__ import annotations
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from concurrent import futures
 from contextlib import contextmanager
-from typing import TypeVar
 
 import grpc
 
 from tracedray.exceptions import ClusterConnectionError, ConfigError, RaySystemError
-
-T = TypeVar("T")
 
 # Large objects travel in 4 MiB chunks; inline values are far below this.
 MAX_MESSAGE_BYTES = 512 * 1024 * 1024
@@ -108,13 +105,6 @@ def bind(server: grpc.Server, host: str = "127.0.0.1", port: int = 0) -> int:
     return bound
 
 
-def is_unavailable(exc: BaseException) -> bool:
-    return isinstance(exc, grpc.RpcError) and exc.code() in (
-        grpc.StatusCode.UNAVAILABLE,
-        grpc.StatusCode.CANCELLED,
-    )
-
-
 @contextmanager
 def translate(what: str, address: str) -> Iterator[None]:
     """Translate grpc errors raised inside the block into tracedray's tree."""
@@ -129,7 +119,3 @@ def translate(what: str, address: str) -> Iterator[None]:
             ) from exc
         raise RaySystemError(f"the {what} at {address} failed: {code}: {details}") from exc
 
-
-def call(what: str, address: str, fn: Callable[..., T], *args: object, **kwargs: object) -> T:
-    with translate(what, address):
-        return fn(*args, **kwargs)

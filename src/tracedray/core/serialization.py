@@ -44,10 +44,6 @@ def note_serialized_ref(ref: ObjectRef) -> None:
         refs.append(ref)
 
 
-def note_deserialized_ref(ref: ObjectRef) -> None:
-    """Hook for refs rebuilt from a pickle; the reference table does the bookkeeping."""
-
-
 def serialize(value: Any, *, what: str = "value") -> Serialized:
     buffers: list[pickle.PickleBuffer] = []
     refs: list[ObjectRef] = []

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from tracedray.core import rpc
-from tracedray.v1 import common_pb2, raylet_pb2, raylet_pb2_grpc
+from tracedray.v1 import raylet_pb2, raylet_pb2_grpc
 
 
 class RayletClient:
@@ -75,5 +75,3 @@ class RayletClient:
             request = raylet_pb2.ReadSessionFilesRequest(subdir=subdir)
             yield from self._stub.ReadSessionFiles(request, timeout=120.0)
 
-
-_EMPTY = common_pb2.Empty

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import socket
 import sys
 import threading
 import time
@@ -562,16 +561,6 @@ class _Servicer(core_worker_pb2_grpc.CoreWorkerServiceServicer):
                 stream.write(f"{prefix} {line.line}\n")
             sys.stdout.flush()
         return common_pb2.Empty()
-
-
-def local_ip() -> str:
-    """The address other nodes can reach this one at (loopback on a single machine)."""
-    try:
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
-            probe.connect(("10.255.255.255", 1))
-            return str(probe.getsockname()[0])
-    except OSError:
-        return "127.0.0.1"
 
 
 def echo_name(function_name: str, kind: int) -> str:
