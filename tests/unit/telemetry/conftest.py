@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -37,6 +38,26 @@ def _run_python(code: str, *, env: dict[str, str] | None = None,
                           text=True, timeout=timeout, check=False)
 
 
+def _sigkill_after(code: str, ready_line: str) -> int:
+    """Run ``code`` until it prints ``ready_line``, then SIGKILL it; returns its pid.
+
+    The code should block afterwards (e.g. ``sys.stdin.read()``) so that no flush or
+    exit handler can run before the kill.
+    """
+    child = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout is not None
+        assert child.stdout.readline().strip() == ready_line
+        child.send_signal(signal.SIGKILL)
+        assert child.wait(timeout=30) == -signal.SIGKILL
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+    return child.pid
+
+
 def _trace_lines(session_dir: Path) -> list[str]:
     lines: list[str] = []
     for path in sorted((session_dir / "traces").glob("*.jsonl")):
@@ -54,3 +75,9 @@ def run_python():  # type: ignore[no-untyped-def]
 def trace_lines():  # type: ignore[no-untyped-def]
     """All lines of all trace files under a session directory."""
     return _trace_lines
+
+
+@pytest.fixture
+def sigkill_after():  # type: ignore[no-untyped-def]
+    """Run code in a child until it prints a line, then SIGKILL it (returns the pid)."""
+    return _sigkill_after

@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import subprocess
-import sys
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -118,7 +116,8 @@ def test_trace_reader_skips_the_reserved_tail_of_a_live_file(tmp_path: Path) -> 
     appender.close()
 
 
-def test_lines_appended_before_sigkill_are_in_the_file(tmp_path: Path) -> None:
+def test_lines_appended_before_sigkill_are_in_the_file(tmp_path: Path,
+                                                       sigkill_after: Any) -> None:
     path = tmp_path / "killed.jsonl"
     code = (
         "import sys, pathlib\n"
@@ -129,17 +128,7 @@ def test_lines_appended_before_sigkill_are_in_the_file(tmp_path: Path) -> None:
         "print('appended', flush=True)\n"
         "sys.stdin.read()\n"
     )
-    child = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE,
-                             stdout=subprocess.PIPE, text=True)
-    try:
-        assert child.stdout is not None
-        assert child.stdout.readline().strip() == "appended"
-        child.send_signal(signal.SIGKILL)
-        assert child.wait(timeout=30) == -signal.SIGKILL
-    finally:
-        if child.poll() is None:
-            child.kill()
-            child.wait()
+    sigkill_after(code, "appended")
     lines = read_data(path).decode().splitlines()
     assert [json.loads(line)["i"] for line in lines] == list(range(1000))
 

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import threading
 import time
 from concurrent import futures
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
@@ -34,27 +34,17 @@ def _spans(session_dir: Path) -> list:
     return otlp_json.to_readable_spans(resource_spans)
 
 
-def test_span_ended_before_sigkill_is_on_disk(tmp_path: Path) -> None:
+def test_span_ended_before_sigkill_is_on_disk(tmp_path: Path, sigkill_after: Any) -> None:
     code = configure_code("worker", tmp_path) + (
         "with telemetry.span('task.execute', {'tracedray.task.id': 'abc'}):\n"
         "    pass\n"
         "print('ended', flush=True)\n"
         "sys.stdin.read()\n"  # block until killed; no flush or exit handler can run
     )
-    child = subprocess.Popen([sys.executable, "-c", code],
-                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-    try:
-        assert child.stdout is not None
-        assert child.stdout.readline().strip() == "ended"
-        child.send_signal(signal.SIGKILL)
-        assert child.wait(timeout=30) == -signal.SIGKILL
-    finally:
-        if child.poll() is None:
-            child.kill()
-            child.wait()
+    pid = sigkill_after(code, "ended")
     (span,) = _spans(tmp_path)
     assert span.name == "task.execute" and span.attributes["tracedray.task.id"] == "abc"
-    assert span.resource.attributes["process.pid"] == child.pid
+    assert span.resource.attributes["process.pid"] == pid
 
 
 def test_carrier_continues_the_trace_in_another_process(tmp_path: Path, run_python) -> None:
