@@ -8,21 +8,11 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
 from cli_support import isolated_root, run, run_json, start_head
-
-
-def _wait_for(predicate, timeout_s: float, what: str):  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
+from multinode_support import wait_for
 
 
 def test_start_writes_address_and_status_sees_it(tmp_path: Path) -> None:
@@ -52,7 +42,7 @@ def test_joined_node_then_killed_shows_dead(tmp_path: Path,
             rows = {n["node_id"]: n for n in run_json("list", "nodes")}
             return rows[joined_id] if rows[joined_id]["state"] == "DEAD" else None
 
-        row = _wait_for(dead, 30, "the killed node to be marked DEAD")
+        row = wait_for(dead, 30, "the killed node to be marked DEAD")
         assert set(row) >= {"node_id", "ip", "state", "resources", "pid"}
         assert row["pid"] == raylet_pid and "heartbeat" in row["death_reason"]
         status = run_json("status")
