@@ -4,6 +4,7 @@ infeasible work, and objects moving between nodes (one transfer per object)."""
 from __future__ import annotations
 
 import hashlib
+import pathlib
 from typing import Any
 
 import numpy as np
@@ -95,12 +96,18 @@ def test_tasks_follow_their_data_and_spill_back_when_busy(
         # b busy (its only CPU held by a long task): a backlog spills to other nodes,
         # which pull the input; results stay correct.
         @ray.remote(resources={"b": 1})
-        def hold(seconds: float) -> None:
+        def hold(started: str, seconds: float) -> None:
+            import pathlib
             import time
 
+            pathlib.Path(started).touch()
             time.sleep(seconds)
 
-        blocker = hold.remote(3.0)
+        # Submit the backlog only once the blocker really runs: otherwise a consumer's
+        # lease can reach b first and the blocker waits behind the whole backlog.
+        started = pathlib.Path(str(tmp_path)) / "hold-started"
+        blocker = hold.remote(str(started), 5.0)
+        wait_for(started.exists, 30, "the blocker to start on b")
         spilled = ray.get([consume.remote(data) for _ in range(8)])
         ray.get(blocker)
         assert {total for _, total in spilled} == {expected}
