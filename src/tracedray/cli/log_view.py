@@ -1,8 +1,9 @@
 """Selecting and printing session log lines for ``tracedray logs`` (pure functions).
 
 Records come from ``tracedray.cli.tracestore.logs`` (every process's JSON lines,
-merged in time order). A ``task.output`` record is what user code printed; it
-is shown as the printed text, everything else as ``event key=value ...``.
+merged in time order, each node's moved onto the head's clock by
+``tracestore.clock``). A ``task.output`` record is what user code printed; it is
+shown as the printed text, everything else as ``event key=value ...``.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
-from tracedray.cli.tracestore.logs import LogRecord
+from tracedray.cli.tracestore.logs import LogRecord, format_timestamp_ns
 from tracedray.exceptions import ConfigError
 
 LEVELS = ("debug", "info", "warning", "error", "critical")
@@ -89,4 +90,12 @@ def _short(value: Any) -> str:
 
 
 def record_json(record: LogRecord) -> dict[str, Any]:
-    return dict(record.fields)
+    """The line as written; a line moved onto the head's clock gets that time as its
+    ``timestamp`` (so the merged order is the timestamps' order), its own as
+    ``node_timestamp``, and the ``clock_offset_s`` that was subtracted."""
+    data = dict(record.fields)
+    if record.clock_offset_ns:
+        data["node_timestamp"] = data.get("timestamp")
+        data["timestamp"] = format_timestamp_ns(record.time_ns)
+        data["clock_offset_s"] = record.clock_offset_ns / 1e9
+    return data

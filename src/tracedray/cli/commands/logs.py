@@ -2,12 +2,15 @@
 
 Reads the session's JSON log files, so it works after a node or the whole cluster
 has died. Nodes on other machines that are alive now are asked for their files
-through their raylet. Lines from all processes merge in time order.
+through their raylet. Lines from all processes merge in time order, each node's
+moved onto the head's clock first (its raylet's ``node.clock_offset`` lines, or the
+live GCS node table for a node without them); stderr says which offsets moved lines.
 """
 
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -18,6 +21,7 @@ from tracedray.cli.output import ADDRESS_HELP
 
 if TYPE_CHECKING:
     from tracedray.cli.log_view import LogFilter
+    from tracedray.cli.tracestore.clock import Clocks
     from tracedray.cli.tracestore.logs import LogRecord
     from tracedray.core.session import SessionPaths
 
@@ -30,8 +34,15 @@ class LogFormat(str, Enum):
     json = "json"
 
 
-def remote_log_records(session: SessionPaths, address: str | None) -> tuple[list[LogRecord],
-                                                                             list[str]]:
+@dataclass(frozen=True)
+class RemoteLogs:
+    records: list[LogRecord]
+    warnings: list[str]
+    # The GCS node table's clock offsets (node clock minus head clock); {} without a cluster.
+    clock_offsets_s: dict[str, float]
+
+
+def remote_logs(session: SessionPaths, address: str | None) -> RemoteLogs:
     """Log lines of alive nodes on other machines (asked through their raylets)."""
     import tempfile
 
@@ -44,7 +55,8 @@ def remote_log_records(session: SessionPaths, address: str | None) -> tuple[list
                                  timeout_s=REMOTE_CONNECT_TIMEOUT_S)
         nodes = client.nodes()
     except RayError:
-        return [], []  # cluster not running: the local files are all there is
+        return RemoteLogs([], [], {})  # cluster not running: the local files are all there is
+    offsets = {n.info.node_id: n.info.clock_offset_s for n in nodes}
     here = os.uname().nodename
     remote = [n for n in nodes if n.info.state == "ALIVE" and n.info.hostname != here]
     records: list[LogRecord] = []
@@ -64,7 +76,7 @@ def remote_log_records(session: SessionPaths, address: str | None) -> tuple[list
             batch = read_logs(Path(folder))
             records.extend(batch.records)
             warnings.extend(f"node {node.info.node_id[:12]}: {w}" for w in batch.warnings)
-    return records, warnings
+    return RemoteLogs(records, warnings, offsets)
 
 
 def _print(records: list[LogRecord], output_format: LogFormat) -> None:
@@ -79,18 +91,34 @@ def _print(records: list[LogRecord], output_format: LogFormat) -> None:
             typer.echo(format_pretty(record))
 
 
+def _note_offsets(records: list[LogRecord], noted: set[tuple[str, float]]) -> None:
+    """Say (stderr) which clock offsets moved these lines, once per node and offset."""
+    from tracedray.cli.output import note
+    from tracedray.cli.tracestore.clock import applied_offsets, offsets_note
+
+    fresh = {node: tuple(o for o in offsets if (node, o) not in noted)
+             for node, offsets in applied_offsets(records).items()}
+    fresh = {node: offsets for node, offsets in fresh.items() if offsets}
+    if fresh:
+        note(offsets_note(fresh))
+        noted.update((node, o) for node, offsets in fresh.items() for o in offsets)
+
+
 def _follow(session: SessionPaths, wanted: LogFilter, output_format: LogFormat,
-            seen: dict[str, int]) -> None:
+            seen: dict[str, int], clocks: Clocks | None,
+            live_offsets_s: dict[str, float], noted: set[tuple[str, float]]) -> None:
     """Print lines as they are appended, until Ctrl-C or SIGTERM.
 
     Files only grow, so the n-th matching record of a file stays the n-th: per file
     we remember how many were printed. A half-written last line is skipped until
-    it is complete, then printed.
+    it is complete, then printed. ``clocks`` None: no clock correction; otherwise it is
+    rebuilt from each poll's lines (a node's estimate may have changed).
     """
     import signal
     import threading
 
     from tracedray.cli.log_view import select
+    from tracedray.cli.tracestore.clock import Clocks, clock_lines
     from tracedray.cli.tracestore.logs import read_log_file
 
     stop = threading.Event()
@@ -98,13 +126,19 @@ def _follow(session: SessionPaths, wanted: LogFilter, output_format: LogFormat,
     try:
         while not stop.wait(FOLLOW_POLL_S):
             fresh: list[LogRecord] = []
+            lines: list[LogRecord] = []
             for path in sorted(session.logs_dir.glob("*.jsonl")):
                 records, _ = read_log_file(path, {})
+                lines.extend(clock_lines(records))
                 matching = select(records, wanted)
                 fresh.extend(matching[seen.get(path.name, 0):])
                 seen[path.name] = len(matching)
+            if clocks is not None:
+                clocks, _ = Clocks.from_logs(lines, live_offsets_s)
+                fresh = clocks.logs(fresh)
             fresh.sort(key=lambda r: r.time_ns)
             _print(fresh, output_format)
+            _note_offsets(fresh, noted)
     except KeyboardInterrupt:
         pass
     finally:
@@ -125,11 +159,16 @@ def logs(
     output_format: LogFormat = typer.Option(LogFormat.pretty, "--format",
                                             help="pretty for people, json (one object per "
                                                  "line) for scripts."),
+    clock_correction: bool = typer.Option(
+        True, "--clock-correction/--no-clock-correction",
+        help="Move each node's lines onto the head's clock (its offset, estimated at "
+             "heartbeats) before merging; off: every line keeps its node's timestamp."),
 ) -> None:
     """Print the session's log lines, merged across processes and nodes in time order."""
     from tracedray.cli.commands.trace import resolve_session
     from tracedray.cli.log_view import LogFilter, select, tail
     from tracedray.cli.output import fail, warn
+    from tracedray.cli.tracestore.clock import Clocks, clock_lines
     from tracedray.cli.tracestore.logs import read_log_file
     from tracedray.cli.tracestore.story import close_matches
     from tracedray.exceptions import RayError
@@ -145,17 +184,25 @@ def logs(
     if not session.logs_dir.is_dir():
         raise fail(f"no log folder at {session.logs_dir}")
     records: list[LogRecord] = []
+    lines: list[LogRecord] = []  # what the clock offsets are read from (every node's)
     warnings: list[str] = []
     seen: dict[str, int] = {}
     for path in sorted(session.logs_dir.glob("*.jsonl")):
         file_records, file_warnings = read_log_file(path, {})
+        lines.extend(clock_lines(file_records))
         matching = select(file_records, wanted)
         seen[path.name] = len(matching)
         records.extend(matching)
         warnings.extend(file_warnings)
-    remote, remote_warnings = remote_log_records(session, address)
-    records.extend(select(remote, wanted))
-    warnings.extend(remote_warnings)
+    remote = remote_logs(session, address)
+    lines.extend(clock_lines(remote.records))
+    records.extend(select(remote.records, wanted))
+    warnings.extend(remote.warnings)
+    clocks: Clocks | None = None
+    if clock_correction:
+        clocks, clock_warnings = Clocks.from_logs(lines, remote.clock_offsets_s)
+        warnings.extend(clock_warnings)
+        records = clocks.logs(records)
     records.sort(key=lambda r: r.time_ns)
     for warning in warnings:
         warn(warning)
@@ -165,9 +212,12 @@ def logs(
         suggestions = close_matches(wanted.task_id, known)
         hint = f"; did you mean {', '.join(suggestions)}?" if suggestions else ""
         raise fail(f"no task with id {wanted.task_id} in the logs of {session.root}{hint}")
-    _print(tail(records, tail_lines), output_format)
+    shown = tail(records, tail_lines)
+    _print(shown, output_format)
+    noted: set[tuple[str, float]] = set()
+    _note_offsets(shown, noted)
     if follow:
-        _follow(session, wanted, output_format, seen)
+        _follow(session, wanted, output_format, seen, clocks, remote.clock_offsets_s, noted)
 
 
 def register(app: typer.Typer) -> None:

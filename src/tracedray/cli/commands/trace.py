@@ -3,6 +3,8 @@
 Both read a session that may belong to a cluster that has already died: spans
 come from Jaeger when a URL is configured (falling back to the session's files
 when Jaeger does not answer) and from the session's OTLP JSON files otherwise.
+Every node's spans and lines are moved onto the head's clock before they are
+merged, with the offsets its raylet logged (``tracestore.clock``).
 Heavy imports live inside the command bodies so ``tracedray --help`` stays fast.
 """
 
@@ -19,8 +21,12 @@ import typer
 from tracedray import config
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from rich.console import Console
 
+    from tracedray.cli.tracestore.clock import Clocks
+    from tracedray.cli.tracestore.logs import LogRecord
     from tracedray.cli.tracestore.model import SpanRecord
     from tracedray.cli.tracestore.sources import TraceSource
     from tracedray.core.session import SessionPaths
@@ -32,6 +38,8 @@ class StoryFormat(str, Enum):
 
 
 ADDRESS_HELP = "GCS address (host:port) of the cluster; default: the newest session."
+CLOCK_HELP = ("Move each node's spans and lines onto the head's clock (its offset, estimated at "
+              "heartbeats) before merging; off: every node's own timestamps.")
 
 
 def resolve_session(address: str | None) -> SessionPaths:
@@ -58,6 +66,17 @@ def _session_start_ns(session: SessionPaths) -> int | None:
         return None
 
 
+def _clocks(console: Console, records: Sequence[LogRecord], enabled: bool) -> Clocks:
+    """How to move each node's records onto the head's clock (nothing moves if disabled)."""
+    from tracedray.cli.tracestore.clock import Clocks, clock_lines
+
+    if not enabled:
+        return Clocks()
+    clocks, warnings = Clocks.from_logs(clock_lines(records))
+    _warn(console, warnings)
+    return clocks
+
+
 def _fail(console: Console, message: str) -> typer.Exit:
     console.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
     return typer.Exit(code=1)
@@ -78,11 +97,14 @@ def trace(
              "print a link to the trace."),
     output_format: StoryFormat = typer.Option(StoryFormat.text, "--format",
                                               help="text for people, json for scripts."),
+    clock_correction: bool = typer.Option(True, "--clock-correction/--no-clock-correction",
+                                          help=CLOCK_HELP),
 ) -> None:
     """Tell a task's story: submit, scheduling, dispatch, output, every attempt's end."""
     from rich.console import Console
     from rich.markup import escape
 
+    from tracedray.cli.tracestore.clock import applied_offsets, offsets_note
     from tracedray.cli.tracestore.logs import read_logs
     from tracedray.cli.tracestore.render import print_story, story_json
     from tracedray.cli.tracestore.sources import (
@@ -92,6 +114,7 @@ def trace(
     )
     from tracedray.cli.tracestore.story import TaskStory, UnknownTask, task_story
     from tracedray.exceptions import RayError, RaySystemError
+    from tracedray.telemetry.attributes import TASK_ID
 
     err = Console(stderr=True)
     try:
@@ -104,7 +127,9 @@ def trace(
         sources.append(JaegerSource(jaeger_url))
     sources.append(SessionFileSource(session))
 
-    logs = read_logs(session.logs_dir, task_id=task_id.strip())
+    logs = read_logs(session.logs_dir)
+    clocks = _clocks(err, logs.records, clock_correction)
+    task_logs = clocks.logs(r for r in logs.records if str(r.get("task_id", "")) == task_id.strip())
     start = _session_start_ns(session)
     query = SpanQuery(task_id=task_id.strip(),
                       start_min_ns=None if start is None else start - 60 * 10**9)
@@ -117,22 +142,26 @@ def trace(
             _warn(err, [f"{exc}; falling back to the session files"])
             continue
         _warn(err, batch.warnings)
-        seen.extend(batch.spans)
-        result = task_story(batch.spans, logs.records, task_id, jaeger_url)
+        spans = clocks.spans(batch.spans)
+        seen.extend(spans)
+        result = task_story(spans, task_logs, task_id, jaeger_url)
         if isinstance(result, TaskStory):
             break
     _warn(err, logs.warnings)
     if not isinstance(result, TaskStory):
         # Suggestions come from every span any source returned.
-        result = task_story(seen, logs.records, task_id, jaeger_url)
+        result = task_story(seen, task_logs, task_id, jaeger_url)
+    wanted = task_id.strip().lower()
+    applied = applied_offsets([*(s for s in seen if str(s.get(TASK_ID, "")).lower() == wanted),
+                               *task_logs])
     if output_format is StoryFormat.json:
-        typer.echo(story_json(result))
+        typer.echo(story_json(result, applied))
         if isinstance(result, UnknownTask):
             raise typer.Exit(code=1)
         return
     if isinstance(result, UnknownTask):
         raise _fail(err, escape(result.message) + f" (searched {escape(session.root.name)})")
-    print_story(result, Console(soft_wrap=True))
+    print_story(result, Console(soft_wrap=True), offsets_note(applied))
 
 
 def timeline(
@@ -141,12 +170,16 @@ def timeline(
         help="File to write (default: tracedray-timeline-<session>.json here; '-' for stdout)."),
     task: str | None = typer.Option(None, "--task", help="Only the trace of this task."),
     address: str | None = typer.Option(None, "--address", help=ADDRESS_HELP),
+    clock_correction: bool = typer.Option(True, "--clock-correction/--no-clock-correction",
+                                          help=CLOCK_HELP),
 ) -> None:
     """Write a Chrome trace (Perfetto, chrome://tracing): a row per node and per worker."""
     from rich.console import Console
     from rich.markup import escape
 
     from tracedray.cli.tracestore.chrome_trace import build_chrome_trace
+    from tracedray.cli.tracestore.clock import offsets_note
+    from tracedray.cli.tracestore.logs import read_logs
     from tracedray.cli.tracestore.sources import SessionFileSource, SpanQuery
     from tracedray.cli.tracestore.story import UnknownTask, close_matches, known_task_ids
     from tracedray.exceptions import RayError
@@ -162,8 +195,13 @@ def timeline(
     if task_id and task_id.lower() not in {i.lower() for i in known_task_ids(batch.spans)}:
         unknown = UnknownTask(task_id, close_matches(task_id, known_task_ids(batch.spans)))
         raise _fail(err, escape(unknown.message))
-    document = build_chrome_trace(batch.spans, task_id=task_id)
+    # The logs only give the clock offsets here: their own warnings belong to `tracedray logs`.
+    clocks = _clocks(err, read_logs(session.logs_dir).records, clock_correction)
+    document = build_chrome_trace(clocks.spans(batch.spans), task_id=task_id)
     text = json.dumps(document)
+    clock_note = offsets_note(document["otherData"]["clock_offsets_s"])
+    if clock_note:
+        err.print(clock_note, highlight=False, markup=False, soft_wrap=True)
     if output == "-":
         sys.stdout.write(text + "\n")
         return

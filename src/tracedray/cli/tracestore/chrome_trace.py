@@ -7,6 +7,8 @@ arrows (``s`` → ``f``) from each ``task.submit`` to every ``task.execute`` of
 that task. Perfetto requires slices on one thread to nest strictly, so spans
 that overlap without nesting (concurrent submits from one driver) are moved to
 extra "lane" rows of the same process instead of being dropped by the viewer.
+Spans are expected on the head's clock already (``tracestore.clock``); a moved
+span's args and ``otherData.clock_offsets_s`` say by how much.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from tracedray.cli.tracestore.clock import applied_offsets
 from tracedray.cli.tracestore.model import SpanRecord
 from tracedray.telemetry import attributes as attr
 
@@ -111,6 +114,8 @@ def _args(span: SpanRecord) -> dict[str, Any]:
         args["parent_span_id"] = span.parent_id
     if span.is_error:
         args["status"] = "ERROR" + (f": {span.status_message}" if span.status_message else "")
+    if span.clock_offset_ns:
+        args["clock_offset_s"] = span.clock_offset_ns / 1e9  # subtracted: now head-clock time
     return args
 
 
@@ -173,4 +178,6 @@ def build_chrome_trace(spans: Sequence[SpanRecord], *, task_id: str = "") -> dic
     events.extend(_flows(placed))
     return {"traceEvents": events, "displayTimeUnit": "ms",
             "otherData": {"generator": "tracedray timeline", "task_id": task_id or None,
-                          "span_count": len(chosen)}}
+                          "span_count": len(chosen),
+                          "clock_offsets_s": {node: list(offsets) for node, offsets
+                                              in applied_offsets(chosen).items()}}}

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -19,6 +19,7 @@ from typing import Any
 from tracedray.telemetry.append_file import read_data
 
 _EMPTY: Mapping[str, Any] = MappingProxyType({})
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
 
 @dataclass(frozen=True)
@@ -28,6 +29,10 @@ class LogRecord:
     event: str
     fields: Mapping[str, Any] = field(default_factory=lambda: _EMPTY)
     source: str = ""  # file name, so a user can find the raw line
+    # Set by tracestore.clock when the line was moved onto the head's clock: time_ns is then
+    # the head's time, the line's own timestamp field is the node's.
+    clock_offset_ns: int = 0  # node clock minus head clock, subtracted from the timestamp
+    clock_node_id: str = ""  # the node whose offset that was
 
     def get(self, key: str, default: Any = None) -> Any:
         return self.fields.get(key, default)
@@ -37,6 +42,12 @@ class LogRecord:
 class LogBatch:
     records: tuple[LogRecord, ...]
     warnings: tuple[str, ...]
+
+
+def format_timestamp_ns(time_ns: int) -> str:
+    """Integer nanoseconds to the log files' ISO 8601 UTC form (µs precision, ``Z``)."""
+    moment = _EPOCH + timedelta(microseconds=time_ns // 1000)  # integers: no float rounding
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.%f") + "Z"
 
 
 def parse_timestamp_ns(text: str) -> int:

@@ -47,6 +47,10 @@ class SpanRecord:
     status_code: int = STATUS_UNSET
     status_message: str = ""
     resource: Mapping[str, Any] = field(default_factory=lambda: _EMPTY)
+    # Set by tracestore.clock when the span was moved onto the head's clock (times above are
+    # then the head's): node clock minus head clock, and the node whose offset it was.
+    clock_offset_ns: int = 0
+    clock_node_id: str = ""
 
     @property
     def duration_ns(self) -> int:

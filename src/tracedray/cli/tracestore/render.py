@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from rich.console import Console
@@ -34,7 +34,10 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def story_to_dict(story: TaskStory) -> dict[str, Any]:
+def story_to_dict(story: TaskStory,
+                  clock_offsets: Mapping[str, Sequence[float]] | None = None) -> dict[str, Any]:
+    """``clock_offsets``: per node, the offsets (s) that moved its records onto the head's
+    clock (``tracestore.clock.applied_offsets``)."""
     return {
         "task_id": story.task_id,
         "function": story.function,
@@ -51,6 +54,8 @@ def story_to_dict(story: TaskStory) -> dict[str, Any]:
                     "duration_s": None if e.duration_ns is None else e.duration_ns / 1e9,
                     "details": _plain(e.details), "traceback": e.traceback or None}
                    for e in story.events],
+        "clock_offsets_s": {node: list(offsets)
+                            for node, offsets in (clock_offsets or {}).items()},
     }
 
 
@@ -59,12 +64,15 @@ def unknown_to_dict(unknown: UnknownTask) -> dict[str, Any]:
             "suggestions": list(unknown.suggestions)}
 
 
-def story_json(story: TaskStory | UnknownTask) -> str:
-    data = story_to_dict(story) if isinstance(story, TaskStory) else unknown_to_dict(story)
+def story_json(story: TaskStory | UnknownTask,
+               clock_offsets: Mapping[str, Sequence[float]] | None = None) -> str:
+    data = story_to_dict(story, clock_offsets) if isinstance(story, TaskStory) \
+        else unknown_to_dict(story)
     return json.dumps(data, indent=2, default=str)
 
 
-def print_story(story: TaskStory, console: Console) -> None:
+def print_story(story: TaskStory, console: Console, clock_note: str = "") -> None:
+    """``clock_note``: which clock offsets moved records (``tracestore.clock.offsets_note``)."""
     state_style = _STATE_STYLE.get(story.final_state, "yellow")
     console.print(Text.assemble(("task ", "bold"), (story.task_id, "bold cyan"),
                                 f"  {story.function}  ", (story.final_state, state_style)))
@@ -72,6 +80,8 @@ def print_story(story: TaskStory, console: Console) -> None:
                   + (f"  {escape(story.jaeger_link)}" if story.jaeger_link else ""))
     console.print(f"{utc_text(story.start_ns)} → {utc_text(story.end_ns)} "
                   f"({duration_text(story.end_ns - story.start_ns)}), times in UTC")
+    if clock_note:
+        console.print(Text(clock_note, style="dim"), soft_wrap=True)
     console.print()
     for event in story.events:
         style = _KIND_STYLE.get(event.kind, "")

@@ -6,12 +6,19 @@ connections (the process exited: on a reachable host nobody listens there any mo
 which is noticed within a couple of heartbeat intervals instead of the full timeout.
 A probe that times out proves nothing (a busy or partitioned node), so only the
 timeout can kill such a node.
+
+Each raylet also estimates its clock's offset to the head's (node clock minus head
+clock) from its heartbeat round trips; the GCS node table keeps the latest, and the
+raylet logs it (``node.clock_offset``) when it changes, for the CLI's merged views.
 """
 
 from __future__ import annotations
 
+import math
 import socket
 from dataclasses import dataclass
+
+from tracedray import config
 
 REFUSED, UNREACHABLE, LISTENING = "refused", "unreachable", "listening"
 # Heartbeats this many intervals late make the GCS look at the raylet's port.
@@ -77,3 +84,42 @@ def keep_better(current: tuple[float, float] | None,
         return sample
     aged = (current[0], current[1] * 1.1)
     return sample if sample[1] <= aged[1] else aged
+
+
+# --- telling the CLI about the estimate
+# The raylet logs a `node.clock_offset` line (the CLI puts every node's records on the
+# head's clock from these lines, also after the cluster stopped) when its first estimate
+# is made and afterwards only when the estimate moved by more than the error bound of the
+# one last logged (half its round trip), and by at least this much: rare, not per heartbeat.
+REPORT_MIN_CHANGE_S = 0.001
+# An offset this large is logged as a warning: the node's clock should be synchronized (NTP).
+WARN_OFFSET_S = 0.1
+
+TESTING_CLOCK_SKEW_S: config.Variable[float] = config.Variable(
+    "TRACEDRAY_TESTING_CLOCK_SKEW_S",
+    lambda text: _finite(float(text)),
+    lambda: 0.0,
+    "For tests only: seconds added to this node's measured clock offset (node clock minus "
+    "head clock), so the CLI's clock correction can be exercised on one machine, where real "
+    "offsets are ~0. Never set it on a real cluster: every record of the node would be "
+    "shifted by it.",
+)
+
+
+def _finite(value: float) -> float:
+    if not math.isfinite(value):
+        raise ValueError(f"expected a finite number, got {value!r}")
+    return value
+
+
+def report_due(reported: tuple[float, float] | None, estimate: tuple[float, float]) -> bool:
+    """Whether the raylet should log ``estimate`` (offset, rtt), given the one it logged
+    last (pure)."""
+    if reported is None:
+        return True
+    return abs(estimate[0] - reported[0]) > max(REPORT_MIN_CHANGE_S, reported[1] / 2.0)
+
+
+def with_skew(sample: tuple[float, float], skew_s: float) -> tuple[float, float]:
+    """A measured (offset, rtt) as if this node's clock were ``skew_s`` further ahead."""
+    return sample[0] + skew_s, sample[1]

@@ -136,10 +136,17 @@ class Raylet:
 
     def _heartbeat_loop(self) -> None:
         from tracedray import config
-        from tracedray.core.gcs.node_health import clock_offset, keep_better
+        from tracedray.core.gcs import node_health
+        from tracedray.exceptions import ConfigError
 
         interval = config.HEARTBEAT_INTERVAL_S.get()
         estimate: tuple[float, float] | None = None
+        reported: tuple[float, float] | None = None  # the estimate last logged
+        try:
+            skew = node_health.TESTING_CLOCK_SKEW_S.get()
+        except ConfigError as exc:  # a test hook's typo must not stop the heartbeats
+            log.error("node.clock_skew_invalid", error=str(exc))
+            skew = 0.0
         while not self._stopped.wait(interval):
             with self._lock:
                 request = gcs_pb2.HeartbeatRequest(
@@ -152,8 +159,13 @@ class Raylet:
                 request.has_clock_estimate = True
             try:
                 reply = self.gcs.heartbeat(request)
-                estimate = keep_better(estimate, clock_offset(request.sent_at, time.time(),
-                                                              reply.gcs_time))
+                sample = node_health.clock_offset(request.sent_at, time.time(), reply.gcs_time)
+                estimate = node_health.keep_better(estimate, node_health.with_skew(sample, skew))
+                if node_health.report_due(reported, estimate):
+                    reported = estimate
+                    (log.warning if abs(estimate[0]) >= node_health.WARN_OFFSET_S else log.info)(
+                        "node.clock_offset", node_id=self.node_id, offset_s=estimate[0],
+                        rtt_s=estimate[1])
                 if reply.unknown_node:
                     log.warning("node.reregister", reason="the GCS does not know this node")
                     self.gcs.register_node(self._node_info())
