@@ -15,6 +15,7 @@ hot paths whose span needs no current context (``object.put``/``object.get``).
 from __future__ import annotations
 
 from tracedray.telemetry._api import (
+    carrier_for,
     carrier_from_current,
     context_from_carrier,
     current_trace_ids,
@@ -35,6 +36,7 @@ from tracedray.telemetry._state import (
 
 __all__ = [
     "TelemetryStatistics",
+    "carrier_for",
     "carrier_from_current",
     "configure",
     "context_from_carrier",

@@ -7,6 +7,7 @@ is off they cost one function call and return the API's invalid span.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from contextlib import AbstractContextManager
 from contextvars import Token
@@ -16,7 +17,14 @@ from typing import cast
 from opentelemetry import context as context_api
 from opentelemetry import trace
 from opentelemetry.context import Context
-from opentelemetry.trace import INVALID_SPAN, Span, SpanKind
+from opentelemetry.trace import (
+    INVALID_SPAN,
+    NonRecordingSpan,
+    Span,
+    SpanContext,
+    SpanKind,
+    TraceFlags,
+)
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 from opentelemetry.util.types import AttributeValue
 
@@ -100,20 +108,51 @@ def record_error(span: Span, exc: BaseException, traceback_str: str | None = Non
 def carrier_from_current() -> dict[str, str]:
     """W3C ``traceparent`` (and ``tracestate``) of the current span; ``{}`` if there is none."""
     try:
-        if not trace.get_current_span().get_span_context().is_valid:
+        return carrier_for(trace.get_current_span())
+    except Exception:
+        return {}
+
+
+def carrier_for(span: Span) -> dict[str, str]:
+    """W3C ``traceparent`` (and ``tracestate``) of ``span``; ``{}`` if it is invalid.
+
+    Formatted here rather than through the propagator: the caller need not make the
+    span current first (``use_span`` + ``inject`` cost ~9 µs per task, this ~1 µs).
+    """
+    try:
+        span_context = span.get_span_context()
+        if not span_context.is_valid:
             return {}
-        carrier: dict[str, str] = {}
-        _W3C.inject(carrier)
+        carrier = {"traceparent": f"00-{span_context.trace_id:032x}-"
+                                  f"{span_context.span_id:016x}-{span_context.trace_flags:02x}"}
+        if span_context.trace_state:
+            carrier["tracestate"] = span_context.trace_state.to_header()
         return carrier
     except Exception:
         return {}
 
 
+# What our own producers write (version 00, lowercase hex): parsed inline. Anything
+# else — another version, a tracestate — goes through the propagator, which knows
+# every rule of the W3C format.
+_TRACEPARENT_00 = re.compile(r"00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})")
+
+
 def context_from_carrier(carrier: Mapping[str, str]) -> Context | None:
     """A context whose parent is the remote span in ``carrier``; None if it holds none."""
     try:
-        if not carrier or "traceparent" not in carrier:
+        if not carrier:
             return None
+        header = carrier.get("traceparent")
+        if not header:
+            return None
+        match = _TRACEPARENT_00.fullmatch(header) if "tracestate" not in carrier else None
+        if match is not None:
+            trace_id, span_id = int(match.group(1), 16), int(match.group(2), 16)
+            if not trace_id or not span_id:
+                return None  # all-zero ids are invalid (W3C)
+            return trace.set_span_in_context(NonRecordingSpan(SpanContext(
+                trace_id, span_id, True, TraceFlags(int(match.group(3), 16) & 0xFF))))
         extracted = _W3C.extract(dict(carrier))
         if not trace.get_current_span(extracted).get_span_context().is_valid:
             return None

@@ -83,5 +83,6 @@ GCS_RESTART_ATTEMPTS = "tracedray.gcs.restart_attempts"
 NODE_DEATH_REASON = "tracedray.node.death_reason"
 NODE_VERSION_DRIFT = "tracedray.node.version_drift"  # list of "pkg: head X, node Y"
 NODE_CLOCK_OFFSET_S = "tracedray.node.clock_offset_s"
+LEASE_ID = "tracedray.lease.id"  # the worker lease a task was dispatched on
 TRANSFER_SHARED = "tracedray.transfer.shared"  # this pull joined one already in progress
 OBJECT_RECONSTRUCTION_CAUSE = "tracedray.object.reconstruction_cause"

@@ -175,30 +175,34 @@ class TaskSubmitter:
         task.lease = lease
         lease.inflight[spec.task_id] = task
         lease.dispatched += 1
-        reason = lease.decision.get(A.SCHEDULING_REASON, "")
-        if lease.dispatched > 1:
-            reason = f"reused lease {lease.lease_id[:8]} on node {lease.worker.node_id[:12]}"
-        parent = telemetry.context_from_carrier(spec.trace_context)
-        common: dict[str, Any] = {A.TASK_ID: spec.task_id.hex(), A.TASK_ATTEMPT: spec.attempt}
+        # A scheduling decision is made once per lease (by the raylet that granted it);
+        # later tasks of the same shape reuse the worker without a new decision. So the
+        # decision's span and log line come with the lease's first task only, and every
+        # dispatch names the lease it went out on.
+        decided = lease.dispatched == 1
+        reason = str(lease.decision.get(A.SCHEDULING_REASON, "")) if decided else \
+            f"reused lease {lease.lease_id[:8]} on node {lease.worker.node_id[:12]}"
         if telemetry.enabled():
-            decision: dict[str, Any] = lease.decision
-            schedule = telemetry.start_span("task.schedule", {**common, **decision,
-                                                              A.SCHEDULING_REASON: str(reason)},
-                                            context=parent)
-            schedule.end()
+            parent = telemetry.context_from_carrier(spec.trace_context)
+            common: dict[str, Any] = {A.TASK_ID: spec.task_id.hex(), A.TASK_ATTEMPT: spec.attempt}
+            if decided:
+                decision: dict[str, Any] = lease.decision
+                telemetry.start_span("task.schedule", {**common, **decision,
+                                                       A.SCHEDULING_REASON: reason},
+                                     context=parent).end()
             task.dispatch_span = telemetry.start_span("task.dispatch", {
                 **common, A.NODE_ID: lease.worker.node_id, A.NODE_IP: lease.worker.ip,
-                A.WORKER_ID: lease.worker.worker_id, A.WORKER_PID: lease.worker.pid},
-                context=parent)
+                A.WORKER_ID: lease.worker.worker_id, A.WORKER_PID: lease.worker.pid,
+                A.LEASE_ID: lease.lease_id, A.SCHEDULING_REASON: reason}, context=parent)
         self._worker.task_events.record(spec, "SUBMITTED_TO_WORKER", node_id=lease.worker.node_id,
                                         worker_id=lease.worker.worker_id,
                                         worker_pid=lease.worker.pid)
-        # One line for the scheduling decision and the dispatch it led to.
-        with otel_trace.use_span(task.dispatch_span or otel_trace.INVALID_SPAN, end_on_exit=False):
-            log.info("task.dispatch", task_id=spec.task_id.hex(), job_id=spec.job_id.hex(),
-                     attempt=spec.attempt,
-                     node_id=lease.worker.node_id, worker_pid=lease.worker.pid,
-                     reason=str(reason))
+        if decided:  # one line for the decision and the dispatch it led to
+            with otel_trace.use_span(task.dispatch_span or otel_trace.INVALID_SPAN,
+                                     end_on_exit=False):
+                log.info("task.dispatch", task_id=spec.task_id.hex(), job_id=spec.job_id.hex(),
+                         attempt=spec.attempt, node_id=lease.worker.node_id,
+                         worker_pid=lease.worker.pid, lease_id=lease.lease_id, reason=reason)
         lease.conn.send(spec)
 
     # --- leases
