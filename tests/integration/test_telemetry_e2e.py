@@ -316,6 +316,24 @@ def test_printed_output_is_attributed_to_its_task_and_echoed(run: Run) -> None:
                      re.MULTILINE), run.stdout
 
 
+def test_submissions_puts_gets_and_flushes_each_have_a_log_line(run: Run) -> None:
+    lines = [line for lines in run.log_files.values() for line in lines]
+    events: dict[str, list[dict[str, Any]]] = {}
+    for line in lines:
+        events.setdefault(line["event"], []).append(line)
+    submitted = {line["task_id"] for line in events.get("task.submit", [])}
+    assert {s.attributes["tracedray.task.id"] for s in _by_name(run, "task.submit")} <= submitted
+    put_ids = {line["object_id"] for line in events.get("object.put", [])}
+    assert {s.attributes["tracedray.object.id"] for s in _by_name(run, "object.put")} <= put_ids
+    assert all(line["size"] >= 0 and line["call_site"] for line in events["object.put"])
+    assert len(events.get("object.get", [])) == len(_by_name(run, "object.get"))
+    # the get of the failing task raised: its line says so
+    assert any(line.get("error_type") for line in events["object.get"])
+    decided = {s.attributes["tracedray.task.id"] for s in _by_name(run, "task.schedule")}
+    assert decided <= {line["task_id"] for line in events.get("task.dispatch", [])}
+    assert events.get("gcs.flush"), "no gcs.flush line"
+
+
 # --- spans -------------------------------------------------------------------------------
 def test_every_event_kind_has_spans_with_its_attributes(run: Run) -> None:
     for name, keys in EXPECTED_SPANS.items():

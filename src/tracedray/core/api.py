@@ -239,11 +239,15 @@ def put(value: Any, *, _owner: Any = None) -> ObjectRef:
             worker.add_captured(inner, object_id)
     except BaseException as exc:
         telemetry.record_span("object.put", attributes, start_ns=start_ns, error=exc)
+        log.info("object.put", object_id=attributes[A.OBJECT_ID], call_site=site,
+                 error_type=type(exc).__qualname__)
         raise
     attributes[A.OBJECT_SIZE] = stored.size
-    attributes[A.OBJECT_LOCATION] = "shm" if stored.store_node_id else "inline"
+    attributes[A.OBJECT_LOCATION] = location = "shm" if stored.store_node_id else "inline"
     attributes[A.NODE_ID] = worker.node_id
     telemetry.record_span("object.put", attributes, start_ns=start_ns)
+    log.info("object.put", object_id=attributes[A.OBJECT_ID], size=stored.size,
+             location=location, call_site=site)
     return ref
 
 
@@ -276,8 +280,12 @@ def get(object_refs: ObjectRef | Sequence[ObjectRef], *, timeout: float | None =
         values = [worker.objects.load(value) for value in stored]
     except BaseException as exc:
         telemetry.record_span("object.get", attributes, start_ns=start_ns, error=exc)
+        log.info("object.get", object_id=attributes[A.OBJECT_ID], count=len(refs),
+                 size=attributes.get(A.OBJECT_SIZE, 0), error_type=type(exc).__qualname__)
         raise
     telemetry.record_span("object.get", attributes, start_ns=start_ns)
+    log.info("object.get", object_id=attributes[A.OBJECT_ID], count=len(refs),
+             size=attributes[A.OBJECT_SIZE])
     return values[0] if single else values
 
 
