@@ -110,3 +110,56 @@ def _children_of(pid: int) -> list[int]:
                 and str(pid) in cmdline and "tracedray.core.worker.main" in cmdline):
             out.append(process.pid)
     return out
+
+
+def test_a_driver_that_only_borrows_a_lost_object_gets_it_rebuilt(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path, no_leaks: None) -> None:
+    """The owner (an actor on b) rebuilds an object whose only copy died with c; the
+    driver, which only borrows it, waits for that instead of raising ObjectLostError."""
+    from tracedray.core.api import global_worker
+
+    with three_nodes(monkeypatch, c_cpus=2) as cluster:
+        ray = cluster.ray
+        gate = _gate_task(ray)
+        c_id = cluster.node_id("c")
+
+        @ray.remote
+        def make(seed: int) -> np.ndarray:
+            return np.random.default_rng(seed).integers(0, 255, 2_000_000, dtype=np.uint8)
+
+        @ray.remote
+        class Owner:
+            def make(self, seed: int) -> list[Any]:
+                return [make.remote(seed)]  # owned by this actor; the caller borrows it
+
+            def location(self, refs: list[Any]) -> str:
+                from tracedray.core.api import global_worker
+
+                ray.wait(refs, timeout=60)  # no pull: the only copy stays where it was made
+                entry = global_worker().references.get(refs[0].binary())
+                return entry.store_node_id if entry is not None else ""
+
+        # The owner lives on b without a CPU; the blockers hold the head's and b's CPUs,
+        # so make can only run on c.
+        owner = Owner.options(num_cpus=0, resources={"b": 0.5}).remote()
+        blockers = [gate.options(resources={"head": 1}).remote(str(tmp_path), "block-head"),
+                    gate.options(resources={"b": 0.5}).remote(str(tmp_path), "block-b")]
+        wait_for(lambda: _started(tmp_path, "block-head") and _started(tmp_path, "block-b"),
+                 30, "the blockers to run")
+        [borrowed] = ray.get(owner.make.remote(7), timeout=60)
+        entry = global_worker().references.get(borrowed.binary())
+        assert entry is not None and not entry.owned
+        # Its only copy is on c (the driver must not get it yet: a copy on the head
+        # would survive the node).
+        assert ray.get(owner.location.remote([borrowed]), timeout=60) == c_id
+
+        raylet_pid = cluster.raylet_pid("c")
+        os.kill(raylet_pid, signal.SIGKILL)
+        wait_for(lambda: not _children_of(raylet_pid), 15, "c's workers to exit")
+        (tmp_path / "open").touch()  # CPUs on the head and b free up for the rebuild
+
+        expected = np.random.default_rng(7).integers(0, 255, 2_000_000, dtype=np.uint8)
+        assert np.array_equal(ray.get(borrowed, timeout=120), expected)
+        assert len(ray.get(blockers, timeout=60)) == 2
+        rebuilt = log_events(cluster.session_dir, "object.reconstruct")
+        assert borrowed.hex() in {e["object_id"] for e in rebuilt}

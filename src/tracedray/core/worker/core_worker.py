@@ -22,7 +22,7 @@ from typing import Any
 
 import grpc
 
-from tracedray import logs
+from tracedray import config, logs
 from tracedray.core import rpc
 from tracedray.core.address import Address
 from tracedray.core.functions import FunctionManager
@@ -161,18 +161,43 @@ class CoreWorker:
         self.submitter.submit(task)
 
     def value_after_loss(self, value: common_pb2.ObjectValue) -> common_pb2.ObjectValue | None:
-        """An owned object could not be read from its node: if that node died, wait for
-        the rebuilt value (or the error saying why it cannot be); None: nothing to do."""
+        """An object could not be read from its node: if that node died, wait for the
+        rebuilt value (or the error saying why it cannot be); None: nothing to do.
+
+        The owner rebuilds (see recovery.py); a borrower waits for the same verdict on
+        the node and then asks the owner again until it hands out the new copy.
+        """
         object_id, node_id = value.object_id, value.store_node_id
-        if not node_id or node_id == self.node_id or not self.references.owns(object_id):
+        if not node_id or node_id == self.node_id:
+            return None
+        entry = self.references.get(object_id)
+        if entry is None or (not entry.owned and entry.owner is None):
             return None
         if not self.recovery.await_verdict(node_id):
             return None
+        if not entry.owned:
+            assert entry.owner is not None
+            return self._rebuilt_by_owner(object_id, entry.owner, node_id)
         self.wait_values([object_id], 1, None)
         fresh = self.memory_store.get_if_ready(object_id)
-        if fresh is None or (fresh.store_node_id == node_id and not fresh.HasField("inline_value")):
-            return None
-        return fresh
+        return None if fresh is None or _still_on(fresh, node_id) else fresh
+
+    def _rebuilt_by_owner(self, object_id: bytes, owner: Address,
+                          dead_node: str) -> common_pb2.ObjectValue | None:
+        # The owner learns of the death from the GCS as we did, possibly a moment later:
+        # until then it still hands out the lost copy.
+        deadline = time.monotonic() + config.NODE_DEATH_TIMEOUT_S.get() + 10.0
+        while True:
+            fresh = self.fetch_from_owner(object_id, owner, timeout_s=None)
+            if not _still_on(fresh, dead_node):
+                if self.references.get(object_id) is not None:
+                    self.memory_store.put(object_id, fresh)
+                return fresh
+            if time.monotonic() > deadline:
+                log.warning("object.rebuild_not_seen", object_id=object_id.hex(),
+                            owner_pid=owner.pid, dead_node=dead_node)
+                return None
+            time.sleep(0.1)
 
     def current_job_id(self) -> bytes:
         spec = self.current_task
@@ -572,3 +597,8 @@ def echo_name(function_name: str, kind: int) -> str:
     if kind in (common_pb2.ACTOR_METHOD, common_pb2.ACTOR_CREATION):
         return function_name.rsplit(".", 1)[0].rsplit(".", 1)[-1]
     return function_name.rsplit(".", 1)[-1]
+
+
+def _still_on(value: common_pb2.ObjectValue, node_id: str) -> bool:
+    """The value is the copy that lived on ``node_id`` (not a rebuilt or inline one)."""
+    return value.store_node_id == node_id and not value.HasField("inline_value")
