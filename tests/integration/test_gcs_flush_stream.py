@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import statistics
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -13,9 +14,8 @@ import pytest
 from tracedray.core.gcs.client import GcsClient
 from tracedray.telemetry.append_file import read_data  # live files end in NULs
 
-TASKS = 20_000
+TASKS = 24_000
 BATCH = 1_000
-WARMUP_BATCHES = 3
 
 
 @pytest.fixture
@@ -75,14 +75,19 @@ def test_task_stream_keeps_gcs_rss_bounded_and_old_tasks_queryable(
     assert len(old.tasks) == len(first_ids)
     assert all(t.state == "FINISHED" and t.function_name.endswith("noop") for t in old.tasks)
 
-    # Bounded: after warm-up RSS grows by well under what keeping the records would take.
+    # Bounded: once the hot set has settled (its size depends on how fast tasks finish),
+    # RSS stops growing, where keeping every record would grow it batch after batch. So
+    # the last third of the run is compared with the middle third, by medians: a sample
+    # taken while a batch of task events is being ingested spikes by several MiB.
     record_bytes = old.tasks[0].ByteSize()
-    payload = (TASKS - WARMUP_BATCHES * BATCH) * record_bytes
-    warm = min(samples[WARMUP_BATCHES - 1:])
-    growth = max(samples[WARMUP_BATCHES:]) - warm
-    assert growth < payload / 2, (
-        f"GCS RSS grew {growth / 2**20:.1f} MiB over {TASKS} tasks; keeping the records "
-        f"would take {payload / 2**20:.1f} MiB. Samples (MiB): {[s >> 20 for s in samples]}")
+    third = len(samples) // 3
+    middle = statistics.median(samples[third:2 * third])
+    late = statistics.median(samples[-third:])
+    kept = third * BATCH * record_bytes
+    assert late - middle < kept * 0.6, (
+        f"GCS RSS grew {(late - middle) / 2**20:.1f} MiB (medians, middle to last third); "
+        f"keeping those records would take {kept / 2**20:.1f} MiB. Samples (MiB): "
+        f"{[s >> 20 for s in samples]}")
 
     flushes = [json.loads(line) for path in Path(info["session_dir"], "logs").glob("gcs*.jsonl")
                for line in read_data(path).decode().splitlines() if '"gcs.flush"' in line]

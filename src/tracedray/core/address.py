@@ -13,6 +13,7 @@ class Address(NamedTuple):
     port: int
     worker_id: str = ""
     pid: int = 0
+    task_port: int = 0  # a worker's task stream (plain TCP); 0 for drivers, raylets, GCS
 
     @property
     def target(self) -> str:
@@ -20,11 +21,12 @@ class Address(NamedTuple):
 
     def to_proto(self) -> common_pb2.Address:
         return common_pb2.Address(node_id=self.node_id, ip=self.ip, port=self.port,
-                                  worker_id=self.worker_id, pid=self.pid)
+                                  worker_id=self.worker_id, pid=self.pid,
+                                  task_port=self.task_port)
 
     @classmethod
     def from_proto(cls, msg: common_pb2.Address) -> Address:
-        return cls(msg.node_id, msg.ip, msg.port, msg.worker_id, msg.pid)
+        return cls(msg.node_id, msg.ip, msg.port, msg.worker_id, msg.pid, msg.task_port)
 
 
 def parse_host_port(text: str) -> tuple[str, int]:

@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19tracedray/v1/common.proto\x12\x0ctracedray.v1\"T\n\x07\x41\x64\x64ress\x12\x0f\n\x07node_id\x18\x01 \x01(\t\x12\n\n\x02ip\x18\x02 \x01(\t\x12\x0c\n\x04port\x18\x03 \x01(\x05\x12\x11\n\tworker_id\x18\x04 \x01(\t\x12\x0b\n\x03pid\x18\x05 \x01(\x05\"D\n\x0fSerializedValue\x12\x0e\n\x06inband\x18\x01 \x01(\x0c\x12\x0f\n\x07\x62uffers\x18\x02 \x03(\x0c\x12\x10\n\x08is_error\x18\x03 \x01(\x08\"[\n\rObjectRefInfo\x12\x11\n\tobject_id\x18\x01 \x01(\x0c\x12$\n\x05owner\x18\x02 \x01(\x0b\x32\x15.tracedray.v1.Address\x12\x11\n\tcall_site\x18\x03 \x01(\t\"\xe9\x01\n\x0bObjectValue\x12\x11\n\tobject_id\x18\x01 \x01(\x0c\x12\x35\n\x0cinline_value\x18\x02 \x01(\x0b\x32\x1d.tracedray.v1.SerializedValueH\x00\x12\x17\n\rstore_node_id\x18\x03 \x01(\tH\x00\x12\x0c\n\x04size\x18\x04 \x01(\x03\x12\x33\n\x0e\x63ontained_refs\x18\x05 \x03(\x0b\x32\x1b.tracedray.v1.ObjectRefInfo\x12+\n\x0cstore_raylet\x18\x06 \x01(\x0b\x32\x15.tracedray.v1.AddressB\x07\n\x05where\"\x9e\x01\n\x0c\x41\x63torOptions\x12\x14\n\x0cmax_restarts\x18\x01 \x01(\x05\x12\x18\n\x10max_task_retries\x18\x02 \x01(\x05\x12\x17\n\x0fmax_concurrency\x18\x03 \x01(\x05\x12\x0c\n\x04name\x18\x04 \x01(\t\x12\x11\n\tnamespace\x18\x05 \x01(\t\x12\x10\n\x08\x64\x65tached\x18\x06 \x01(\x08\x12\x12\n\nclass_name\x18\x07 \x01(\t\"C\n\x07TaskArg\x12(\n\x05value\x18\x01 \x01(\x0b\x32\x19.tracedray.v1.ObjectValue\x12\x0e\n\x06is_ref\x18\x02 \x01(\x08\"\xd5\x05\n\x08TaskSpec\x12\x0f\n\x07task_id\x18\x01 \x01(\x0c\x12\x0e\n\x06job_id\x18\x02 \x01(\x0c\x12$\n\x04kind\x18\x03 \x01(\x0e\x32\x16.tracedray.v1.TaskKind\x12\x13\n\x0b\x66unction_id\x18\x04 \x01(\t\x12\x15\n\rfunction_name\x18\x05 \x01(\t\x12#\n\x04\x61rgs\x18\x06 \x03(\x0b\x32\x15.tracedray.v1.TaskArg\x12\x13\n\x0bkwarg_names\x18\x07 \x03(\t\x12\x13\n\x0bnum_returns\x18\x08 \x01(\x05\x12\x38\n\tresources\x18\t \x03(\x0b\x32%.tracedray.v1.TaskSpec.ResourcesEntry\x12\x13\n\x0bmax_retries\x18\n \x01(\x05\x12\x18\n\x10retry_exceptions\x18\x0b \x01(\x08\x12\x0f\n\x07\x61ttempt\x18\x0c \x01(\x05\x12%\n\x06\x63\x61ller\x18\r \x01(\x0b\x32\x15.tracedray.v1.Address\x12?\n\rtrace_context\x18\x0e \x03(\x0b\x32(.tracedray.v1.TaskSpec.TraceContextEntry\x12\x11\n\tcall_site\x18\x0f \x01(\t\x12\x10\n\x08\x61\x63tor_id\x18\x10 \x01(\x0c\x12\x13\n\x0bmethod_name\x18\x11 \x01(\t\x12\x17\n\x0fsequence_number\x18\x12 \x01(\x03\x12\x31\n\ractor_options\x18\x13 \x01(\x0b\x32\x1a.tracedray.v1.ActorOptions\x12\x16\n\x0eparent_task_id\x18\x14 \x01(\x0c\x12\r\n\x05\x64\x65pth\x18\x15 \x01(\x05\x12\x11\n\tnamespace\x18\x16 \x01(\t\x1a\x30\n\x0eResourcesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01\x1a\x33\n\x11TraceContextEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\xee\x01\n\nTaskResult\x12\x0f\n\x07task_id\x18\x01 \x01(\x0c\x12\x0f\n\x07\x61ttempt\x18\x02 \x01(\x05\x12*\n\x07returns\x18\x03 \x03(\x0b\x32\x19.tracedray.v1.ObjectValue\x12\x1c\n\x14is_application_error\x18\x04 \x01(\x08\x12\x10\n\x08requeued\x18\x05 \x01(\x08\x12\x11\n\tworker_id\x18\x06 \x01(\t\x12\x12\n\nworker_pid\x18\x07 \x01(\x05\x12\x0f\n\x07node_id\x18\x08 \x01(\t\x12\x17\n\x0fretryable_error\x18\t \x01(\x08\x12\x11\n\tcancelled\x18\n \x01(\x08\"\x07\n\x05\x45mpty*<\n\x08TaskKind\x12\n\n\x06NORMAL\x10\x00\x12\x12\n\x0e\x41\x43TOR_CREATION\x10\x01\x12\x10\n\x0c\x41\x43TOR_METHOD\x10\x02\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19tracedray/v1/common.proto\x12\x0ctracedray.v1\"g\n\x07\x41\x64\x64ress\x12\x0f\n\x07node_id\x18\x01 \x01(\t\x12\n\n\x02ip\x18\x02 \x01(\t\x12\x0c\n\x04port\x18\x03 \x01(\x05\x12\x11\n\tworker_id\x18\x04 \x01(\t\x12\x0b\n\x03pid\x18\x05 \x01(\x05\x12\x11\n\ttask_port\x18\x06 \x01(\x05\"D\n\x0fSerializedValue\x12\x0e\n\x06inband\x18\x01 \x01(\x0c\x12\x0f\n\x07\x62uffers\x18\x02 \x03(\x0c\x12\x10\n\x08is_error\x18\x03 \x01(\x08\"[\n\rObjectRefInfo\x12\x11\n\tobject_id\x18\x01 \x01(\x0c\x12$\n\x05owner\x18\x02 \x01(\x0b\x32\x15.tracedray.v1.Address\x12\x11\n\tcall_site\x18\x03 \x01(\t\"\xe9\x01\n\x0bObjectValue\x12\x11\n\tobject_id\x18\x01 \x01(\x0c\x12\x35\n\x0cinline_value\x18\x02 \x01(\x0b\x32\x1d.tracedray.v1.SerializedValueH\x00\x12\x17\n\rstore_node_id\x18\x03 \x01(\tH\x00\x12\x0c\n\x04size\x18\x04 \x01(\x03\x12\x33\n\x0e\x63ontained_refs\x18\x05 \x03(\x0b\x32\x1b.tracedray.v1.ObjectRefInfo\x12+\n\x0cstore_raylet\x18\x06 \x01(\x0b\x32\x15.tracedray.v1.AddressB\x07\n\x05where\"\x9e\x01\n\x0c\x41\x63torOptions\x12\x14\n\x0cmax_restarts\x18\x01 \x01(\x05\x12\x18\n\x10max_task_retries\x18\x02 \x01(\x05\x12\x17\n\x0fmax_concurrency\x18\x03 \x01(\x05\x12\x0c\n\x04name\x18\x04 \x01(\t\x12\x11\n\tnamespace\x18\x05 \x01(\t\x12\x10\n\x08\x64\x65tached\x18\x06 \x01(\x08\x12\x12\n\nclass_name\x18\x07 \x01(\t\"C\n\x07TaskArg\x12(\n\x05value\x18\x01 \x01(\x0b\x32\x19.tracedray.v1.ObjectValue\x12\x0e\n\x06is_ref\x18\x02 \x01(\x08\"\xd5\x05\n\x08TaskSpec\x12\x0f\n\x07task_id\x18\x01 \x01(\x0c\x12\x0e\n\x06job_id\x18\x02 \x01(\x0c\x12$\n\x04kind\x18\x03 \x01(\x0e\x32\x16.tracedray.v1.TaskKind\x12\x13\n\x0b\x66unction_id\x18\x04 \x01(\t\x12\x15\n\rfunction_name\x18\x05 \x01(\t\x12#\n\x04\x61rgs\x18\x06 \x03(\x0b\x32\x15.tracedray.v1.TaskArg\x12\x13\n\x0bkwarg_names\x18\x07 \x03(\t\x12\x13\n\x0bnum_returns\x18\x08 \x01(\x05\x12\x38\n\tresources\x18\t \x03(\x0b\x32%.tracedray.v1.TaskSpec.ResourcesEntry\x12\x13\n\x0bmax_retries\x18\n \x01(\x05\x12\x18\n\x10retry_exceptions\x18\x0b \x01(\x08\x12\x0f\n\x07\x61ttempt\x18\x0c \x01(\x05\x12%\n\x06\x63\x61ller\x18\r \x01(\x0b\x32\x15.tracedray.v1.Address\x12?\n\rtrace_context\x18\x0e \x03(\x0b\x32(.tracedray.v1.TaskSpec.TraceContextEntry\x12\x11\n\tcall_site\x18\x0f \x01(\t\x12\x10\n\x08\x61\x63tor_id\x18\x10 \x01(\x0c\x12\x13\n\x0bmethod_name\x18\x11 \x01(\t\x12\x17\n\x0fsequence_number\x18\x12 \x01(\x03\x12\x31\n\ractor_options\x18\x13 \x01(\x0b\x32\x1a.tracedray.v1.ActorOptions\x12\x16\n\x0eparent_task_id\x18\x14 \x01(\x0c\x12\r\n\x05\x64\x65pth\x18\x15 \x01(\x05\x12\x11\n\tnamespace\x18\x16 \x01(\t\x1a\x30\n\x0eResourcesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01\x1a\x33\n\x11TraceContextEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\xee\x01\n\nTaskResult\x12\x0f\n\x07task_id\x18\x01 \x01(\x0c\x12\x0f\n\x07\x61ttempt\x18\x02 \x01(\x05\x12*\n\x07returns\x18\x03 \x03(\x0b\x32\x19.tracedray.v1.ObjectValue\x12\x1c\n\x14is_application_error\x18\x04 \x01(\x08\x12\x10\n\x08requeued\x18\x05 \x01(\x08\x12\x11\n\tworker_id\x18\x06 \x01(\t\x12\x12\n\nworker_pid\x18\x07 \x01(\x05\x12\x0f\n\x07node_id\x18\x08 \x01(\t\x12\x17\n\x0fretryable_error\x18\t \x01(\x08\x12\x11\n\tcancelled\x18\n \x01(\x08\"\x07\n\x05\x45mpty*<\n\x08TaskKind\x12\n\n\x06NORMAL\x10\x00\x12\x12\n\x0e\x41\x43TOR_CREATION\x10\x01\x12\x10\n\x0c\x41\x43TOR_METHOD\x10\x02\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -35,28 +35,28 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_TASKSPEC_RESOURCESENTRY']._serialized_options = b'8\001'
   _globals['_TASKSPEC_TRACECONTEXTENTRY']._loaded_options = None
   _globals['_TASKSPEC_TRACECONTEXTENTRY']._serialized_options = b'8\001'
-  _globals['_TASKKIND']._serialized_start=1736
-  _globals['_TASKKIND']._serialized_end=1796
+  _globals['_TASKKIND']._serialized_start=1755
+  _globals['_TASKKIND']._serialized_end=1815
   _globals['_ADDRESS']._serialized_start=43
-  _globals['_ADDRESS']._serialized_end=127
-  _globals['_SERIALIZEDVALUE']._serialized_start=129
-  _globals['_SERIALIZEDVALUE']._serialized_end=197
-  _globals['_OBJECTREFINFO']._serialized_start=199
-  _globals['_OBJECTREFINFO']._serialized_end=290
-  _globals['_OBJECTVALUE']._serialized_start=293
-  _globals['_OBJECTVALUE']._serialized_end=526
-  _globals['_ACTOROPTIONS']._serialized_start=529
-  _globals['_ACTOROPTIONS']._serialized_end=687
-  _globals['_TASKARG']._serialized_start=689
-  _globals['_TASKARG']._serialized_end=756
-  _globals['_TASKSPEC']._serialized_start=759
-  _globals['_TASKSPEC']._serialized_end=1484
-  _globals['_TASKSPEC_RESOURCESENTRY']._serialized_start=1383
-  _globals['_TASKSPEC_RESOURCESENTRY']._serialized_end=1431
-  _globals['_TASKSPEC_TRACECONTEXTENTRY']._serialized_start=1433
-  _globals['_TASKSPEC_TRACECONTEXTENTRY']._serialized_end=1484
-  _globals['_TASKRESULT']._serialized_start=1487
-  _globals['_TASKRESULT']._serialized_end=1725
-  _globals['_EMPTY']._serialized_start=1727
-  _globals['_EMPTY']._serialized_end=1734
+  _globals['_ADDRESS']._serialized_end=146
+  _globals['_SERIALIZEDVALUE']._serialized_start=148
+  _globals['_SERIALIZEDVALUE']._serialized_end=216
+  _globals['_OBJECTREFINFO']._serialized_start=218
+  _globals['_OBJECTREFINFO']._serialized_end=309
+  _globals['_OBJECTVALUE']._serialized_start=312
+  _globals['_OBJECTVALUE']._serialized_end=545
+  _globals['_ACTOROPTIONS']._serialized_start=548
+  _globals['_ACTOROPTIONS']._serialized_end=706
+  _globals['_TASKARG']._serialized_start=708
+  _globals['_TASKARG']._serialized_end=775
+  _globals['_TASKSPEC']._serialized_start=778
+  _globals['_TASKSPEC']._serialized_end=1503
+  _globals['_TASKSPEC_RESOURCESENTRY']._serialized_start=1402
+  _globals['_TASKSPEC_RESOURCESENTRY']._serialized_end=1450
+  _globals['_TASKSPEC_TRACECONTEXTENTRY']._serialized_start=1452
+  _globals['_TASKSPEC_TRACECONTEXTENTRY']._serialized_end=1503
+  _globals['_TASKRESULT']._serialized_start=1506
+  _globals['_TASKRESULT']._serialized_end=1744
+  _globals['_EMPTY']._serialized_start=1746
+  _globals['_EMPTY']._serialized_end=1753
 # @@protoc_insertion_point(module_scope)

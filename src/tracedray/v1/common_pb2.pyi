@@ -17,18 +17,20 @@ ACTOR_CREATION: TaskKind
 ACTOR_METHOD: TaskKind
 
 class Address(_message.Message):
-    __slots__ = ("node_id", "ip", "port", "worker_id", "pid")
+    __slots__ = ("node_id", "ip", "port", "worker_id", "pid", "task_port")
     NODE_ID_FIELD_NUMBER: _ClassVar[int]
     IP_FIELD_NUMBER: _ClassVar[int]
     PORT_FIELD_NUMBER: _ClassVar[int]
     WORKER_ID_FIELD_NUMBER: _ClassVar[int]
     PID_FIELD_NUMBER: _ClassVar[int]
+    TASK_PORT_FIELD_NUMBER: _ClassVar[int]
     node_id: str
     ip: str
     port: int
     worker_id: str
     pid: int
-    def __init__(self, node_id: _Optional[str] = ..., ip: _Optional[str] = ..., port: _Optional[int] = ..., worker_id: _Optional[str] = ..., pid: _Optional[int] = ...) -> None: ...
+    task_port: int
+    def __init__(self, node_id: _Optional[str] = ..., ip: _Optional[str] = ..., port: _Optional[int] = ..., worker_id: _Optional[str] = ..., pid: _Optional[int] = ..., task_port: _Optional[int] = ...) -> None: ...
 
 class SerializedValue(_message.Message):
     __slots__ = ("inband", "buffers", "is_error")

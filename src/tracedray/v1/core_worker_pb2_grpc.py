@@ -27,8 +27,10 @@ if _version_not_supported:
 
 
 class CoreWorkerServiceStub:
-    """Served by every driver and worker process: tasks are pushed here directly by their
-    caller (after a lease from a raylet), and owners answer for the objects they own.
+    """Served by every driver and worker process: owners answer for the objects they own,
+    workers take cancellations and exit requests. Tasks themselves do not travel over
+    gRPC: a caller (after a lease from a raylet) opens a plain TCP task stream to the
+    worker's Address.task_port (src/tracedray/core/worker/task_stream.py).
     """
 
     def __init__(self, channel):
@@ -37,11 +39,6 @@ class CoreWorkerServiceStub:
         Args:
             channel: A grpc.Channel.
         """
-        self.PushTasks = channel.stream_stream(
-                '/tracedray.v1.CoreWorkerService/PushTasks',
-                request_serializer=tracedray_dot_v1_dot_core__worker__pb2.TaskBatch.SerializeToString,
-                response_deserializer=tracedray_dot_v1_dot_core__worker__pb2.ResultBatch.FromString,
-                _registered_method=True)
         self.GetObject = channel.unary_unary(
                 '/tracedray.v1.CoreWorkerService/GetObject',
                 request_serializer=tracedray_dot_v1_dot_core__worker__pb2.GetObjectRequest.SerializeToString,
@@ -75,16 +72,11 @@ class CoreWorkerServiceStub:
 
 
 class CoreWorkerServiceServicer:
-    """Served by every driver and worker process: tasks are pushed here directly by their
-    caller (after a lease from a raylet), and owners answer for the objects they own.
+    """Served by every driver and worker process: owners answer for the objects they own,
+    workers take cancellations and exit requests. Tasks themselves do not travel over
+    gRPC: a caller (after a lease from a raylet) opens a plain TCP task stream to the
+    worker's Address.task_port (src/tracedray/core/worker/task_stream.py).
     """
-
-    def PushTasks(self, request_iterator, context):
-        """The hot path: a caller streams batches of tasks and receives batches of results.
-        """
-        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
-        context.set_details('Method not implemented!')
-        raise NotImplementedError('Method not implemented!')
 
     def GetObject(self, request, context):
         """Owner side: wait until an owned object is ready and return it (inline) or where it is.
@@ -128,11 +120,6 @@ class CoreWorkerServiceServicer:
 
 def add_CoreWorkerServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
-            'PushTasks': grpc.stream_stream_rpc_method_handler(
-                    servicer.PushTasks,
-                    request_deserializer=tracedray_dot_v1_dot_core__worker__pb2.TaskBatch.FromString,
-                    response_serializer=tracedray_dot_v1_dot_core__worker__pb2.ResultBatch.SerializeToString,
-            ),
             'GetObject': grpc.unary_unary_rpc_method_handler(
                     servicer.GetObject,
                     request_deserializer=tracedray_dot_v1_dot_core__worker__pb2.GetObjectRequest.FromString,
@@ -172,36 +159,11 @@ def add_CoreWorkerServiceServicer_to_server(servicer, server):
 
  # This class is part of an EXPERIMENTAL API.
 class CoreWorkerService:
-    """Served by every driver and worker process: tasks are pushed here directly by their
-    caller (after a lease from a raylet), and owners answer for the objects they own.
+    """Served by every driver and worker process: owners answer for the objects they own,
+    workers take cancellations and exit requests. Tasks themselves do not travel over
+    gRPC: a caller (after a lease from a raylet) opens a plain TCP task stream to the
+    worker's Address.task_port (src/tracedray/core/worker/task_stream.py).
     """
-
-    @staticmethod
-    def PushTasks(request_iterator,
-            target,
-            options=(),
-            channel_credentials=None,
-            call_credentials=None,
-            insecure=False,
-            compression=None,
-            wait_for_ready=None,
-            timeout=None,
-            metadata=None):
-        return grpc.experimental.stream_stream(
-            request_iterator,
-            target,
-            '/tracedray.v1.CoreWorkerService/PushTasks',
-            tracedray_dot_v1_dot_core__worker__pb2.TaskBatch.SerializeToString,
-            tracedray_dot_v1_dot_core__worker__pb2.ResultBatch.FromString,
-            options,
-            channel_credentials,
-            insecure,
-            call_credentials,
-            compression,
-            wait_for_ready,
-            timeout,
-            metadata,
-            _registered_method=True)
 
     @staticmethod
     def GetObject(request,

@@ -26,10 +26,10 @@ class RayletClient:
         self._call("ReturnWorker", raylet_pb2.ReturnWorkerRequest(
             lease_id=lease_id, worker_failed=worker_failed, disconnect=disconnect))
 
-    def register_worker(self, worker_id: str, port: int, pid: int,
-                        is_driver: bool = False) -> raylet_pb2.RegisterWorkerReply:
+    def register_worker(self, worker_id: str, port: int, pid: int, is_driver: bool = False,
+                        task_port: int = 0) -> raylet_pb2.RegisterWorkerReply:
         return self._call("RegisterWorker", raylet_pb2.RegisterWorkerRequest(  # type: ignore[return-value]
-            worker_id=worker_id, port=port, pid=pid, is_driver=is_driver))
+            worker_id=worker_id, port=port, pid=pid, is_driver=is_driver, task_port=task_port))
 
     def notify_blocked(self, worker_id: str, blocked: bool) -> None:
         self._call("NotifyBlocked", raylet_pb2.NotifyBlockedRequest(worker_id=worker_id,

@@ -342,12 +342,12 @@ class Raylet:
                 worker.state = wp.IDLE
             self._dispatch()
 
-    def register_worker(self, worker_id: str, port: int) -> None:
+    def register_worker(self, worker_id: str, port: int, task_port: int) -> None:
         with self._lock:
             worker = self.pool.workers.get(worker_id)
             if worker is None:
                 raise RaySystemError(f"unknown worker {worker_id}")
-            worker.port = port
+            worker.port, worker.task_port = port, task_port
             worker.state = wp.IDLE
             worker.registered.set()
             if telemetry.enabled():
@@ -555,7 +555,7 @@ class _Servicer(raylet_pb2_grpc.RayletServiceServicer):
                                                          request.worker_id, request.pid)
         else:
             try:
-                raylet.register_worker(request.worker_id, request.port)
+                raylet.register_worker(request.worker_id, request.port, request.task_port)
             except RaySystemError as exc:
                 context.abort(grpc.StatusCode.NOT_FOUND, str(exc))
         return raylet_pb2.RegisterWorkerReply(node_id=raylet.node_id,

@@ -30,6 +30,7 @@ class WorkerProcess:
     process: subprocess.Popen[bytes]
     state: str = STARTING
     port: int = 0
+    task_port: int = 0  # where callers open task streams to it
     lease_id: str = ""
     resources: dict[str, float] = field(default_factory=dict)
     actor_id: bytes = b""
@@ -99,7 +100,8 @@ class WorkerPool:
         self._on_exit(worker)
 
     def address_of(self, worker: WorkerProcess) -> Address:
-        return Address(self._node_id, self._ip, worker.port, worker.worker_id, worker.pid)
+        return Address(self._node_id, self._ip, worker.port, worker.worker_id, worker.pid,
+                       worker.task_port)
 
     def idle_worker(self) -> WorkerProcess | None:
         for worker in self.workers.values():

@@ -2,8 +2,8 @@
 
 It owns the objects this process creates (reference table + memory store),
 submits tasks and actor calls, serves its owned objects to borrowers, and in
-worker processes executes pushed tasks. I/O to the GCS and raylets happens via
-the typed clients; background work (freeing objects, task events, output echo)
+worker processes executes tasks pushed over task streams. I/O to the GCS and
+raylets happens via the typed clients; background work (freeing objects, task events, output echo)
 runs on one flusher thread.
 """
 
@@ -38,6 +38,7 @@ from tracedray.core.worker.pending_task import DependencyResolver, PendingTask
 from tracedray.core.worker.recovery import Recovery
 from tracedray.core.worker.task_events import TaskEventBuffer
 from tracedray.core.worker.task_executor import TaskExecutor
+from tracedray.core.worker.task_stream_server import TaskStreamServer
 from tracedray.core.worker.task_submitter import TaskSubmitter, crash_error
 from tracedray.exceptions import (
     GetTimeoutError,
@@ -89,7 +90,12 @@ class CoreWorker:
         core_worker_pb2_grpc.add_CoreWorkerServiceServicer_to_server(_Servicer(self), self._server)
         port_bound = rpc.bind(self._server, listen_host, 0)
         self._server.start()
-        self.address = Address(node_id, ip, port_bound, worker_id, os.getpid())
+        # Tasks arrive on plain TCP task streams, not gRPC (task_stream.py says why);
+        # a driver runs no tasks and listens for none.
+        self.task_stream = (TaskStreamServer(listen_host, self._push_task)
+                            if mode == "worker" else None)
+        self.address = Address(node_id, ip, port_bound, worker_id, os.getpid(),
+                               self.task_stream.port if self.task_stream else 0)
         self.lineage = Lineage()
         self.recovery = Recovery(self)
         self.submitter = TaskSubmitter(self)
@@ -100,6 +106,12 @@ class CoreWorker:
         self._flusher.start()
         threading.Thread(target=self.recovery.watch_loop, args=(self._stopped,), daemon=True,
                          name="tracedray-node-watch").start()
+
+    def _push_task(self, spec: common_pb2.TaskSpec,
+                   reply: Callable[[common_pb2.TaskResult], None]) -> None:
+        # Streams open only after the worker registered, by when the executor exists.
+        assert self.executor is not None
+        self.executor.push(spec, reply)
 
     # --- small services used by the submitters and executor
     def background(self, fn: Callable[..., Any], *args: Any) -> None:
@@ -437,6 +449,8 @@ class CoreWorker:
         self.submitter.fail_all(RaySystemError("tracedray is shutting down"))
         self.actor_submitter.close()
         self._server.stop(grace=0.5)
+        if self.task_stream is not None:
+            self.task_stream.stop()
         self._pool.shutdown(wait=False, cancel_futures=True)
 
     def statistics(self) -> dict[str, Any]:
@@ -446,7 +460,8 @@ class CoreWorker:
                 "actors": self.actor_submitter.statistics(),
                 "lineage": self.lineage.statistics(),
                 "recovery": self.recovery.statistics(),
-                "executor": self.executor.statistics() if self.executor else None}
+                "executor": self.executor.statistics() if self.executor else None,
+                "task_stream": self.task_stream.statistics() if self.task_stream else None}
 
     def __repr__(self) -> str:
         return f"<CoreWorker {self.mode} {self.address.target} {self.references!r}>"
@@ -503,42 +518,6 @@ def _logged(fn: Callable[..., Any], *args: Any) -> None:
 class _Servicer(core_worker_pb2_grpc.CoreWorkerServiceServicer):
     def __init__(self, worker: CoreWorker) -> None:
         self._w = worker
-
-    def PushTasks(self, request_iterator: Any, context: grpc.ServicerContext) -> Any:
-        import queue
-
-        executor = self._w.executor
-        outbox: queue.SimpleQueue[common_pb2.TaskResult | None] = queue.SimpleQueue()
-        if executor is None:
-            context.abort(grpc.StatusCode.FAILED_PRECONDITION, "a driver does not run tasks")
-            return
-
-        def read() -> None:
-            try:
-                for batch in request_iterator:
-                    for spec in batch.tasks:
-                        executor.push(spec, outbox.put)
-            except grpc.RpcError:
-                pass
-            finally:
-                outbox.put(None)
-
-        threading.Thread(target=read, daemon=True, name="tracedray-push-reader").start()
-        while True:
-            item = outbox.get()
-            if item is None:
-                return
-            batch = core_worker_pb2.ResultBatch(results=[item])
-            while True:
-                try:
-                    more = outbox.get_nowait()
-                except queue.Empty:
-                    break
-                if more is None:
-                    yield batch
-                    return
-                batch.results.append(more)
-            yield batch
 
     def GetObject(self, request: Any, context: grpc.ServicerContext) -> Any:
         worker = self._w

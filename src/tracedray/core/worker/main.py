@@ -36,7 +36,8 @@ def main() -> None:
     # spans flushed, like every other process (partial printed lines become records).
     exit_on_sigterm(logs.uninstall_output_capture)
     exit_with_parent(args.parent_pid)
-    worker.raylet.register_worker(args.worker_id, worker.address.port, worker.address.pid)
+    worker.raylet.register_worker(args.worker_id, worker.address.port, worker.address.pid,
+                                  task_port=worker.address.task_port)
     threading.Event().wait()
 
 
