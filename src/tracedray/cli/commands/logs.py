@@ -10,6 +10,8 @@ live GCS node table for a node without them); stderr says which offsets moved li
 from __future__ import annotations
 
 import os
+import signal
+import threading
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
@@ -106,7 +108,8 @@ def _note_offsets(records: list[LogRecord], noted: set[tuple[str, float]]) -> No
 
 def _follow(session: SessionPaths, wanted: LogFilter, output_format: LogFormat,
             seen: dict[str, int], clocks: Clocks | None,
-            live_offsets_s: dict[str, float], noted: set[tuple[str, float]]) -> None:
+            live_offsets_s: dict[str, float], noted: set[tuple[str, float]],
+            stop: threading.Event) -> None:
     """Print lines as they are appended, until Ctrl-C or SIGTERM.
 
     Files only grow, so the n-th matching record of a file stays the n-th: per file
@@ -114,15 +117,10 @@ def _follow(session: SessionPaths, wanted: LogFilter, output_format: LogFormat,
     it is complete, then printed. ``clocks`` None: no clock correction; otherwise it is
     rebuilt from each poll's lines (a node's estimate may have changed).
     """
-    import signal
-    import threading
-
     from tracedray.cli.log_view import select
     from tracedray.cli.tracestore.clock import Clocks, clock_lines
     from tracedray.cli.tracestore.logs import read_log_file
 
-    stop = threading.Event()
-    previous = signal.signal(signal.SIGTERM, lambda signum, frame: stop.set())
     try:
         while not stop.wait(FOLLOW_POLL_S):
             fresh: list[LogRecord] = []
@@ -141,8 +139,6 @@ def _follow(session: SessionPaths, wanted: LogFilter, output_format: LogFormat,
             _note_offsets(fresh, noted)
     except KeyboardInterrupt:
         pass
-    finally:
-        signal.signal(signal.SIGTERM, previous)
 
 
 def logs(
@@ -165,6 +161,22 @@ def logs(
              "heartbeats) before merging; off: every line keeps its node's timestamp."),
 ) -> None:
     """Print the session's log lines, merged across processes and nodes in time order."""
+    # With --follow, SIGTERM ends the command cleanly (exit 0) from the first moment, also
+    # while the lines already there are printed: a supervisor may stop it at any time.
+    stop = threading.Event()
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: stop.set()) if follow \
+        else None
+    try:
+        _logs(stop, task, actor, node, worker, level, tail_lines, follow, address,
+              output_format, clock_correction)
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _logs(stop: threading.Event, task: str | None, actor: str | None, node: str | None,
+          worker: int | None, level: str | None, tail_lines: int | None, follow: bool,
+          address: str | None, output_format: LogFormat, clock_correction: bool) -> None:
     from tracedray.cli.commands.trace import resolve_session
     from tracedray.cli.log_view import LogFilter, select, tail
     from tracedray.cli.output import fail, warn
@@ -217,7 +229,8 @@ def logs(
     noted: set[tuple[str, float]] = set()
     _note_offsets(shown, noted)
     if follow:
-        _follow(session, wanted, output_format, seen, clocks, remote.clock_offsets_s, noted)
+        _follow(session, wanted, output_format, seen, clocks, remote.clock_offsets_s, noted,
+                stop)
 
 
 def register(app: typer.Typer) -> None:
