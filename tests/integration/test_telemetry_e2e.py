@@ -349,6 +349,8 @@ def test_every_event_kind_has_spans_with_its_attributes(run: Run) -> None:
         missing = [key for key in RESOURCE_KEYS if key not in span.resource]
         assert not missing, f"{span.name} resource lacks {missing}"
         components.add(span.resource["tracedray.component"])
+        if span.resource["tracedray.component"] != "gcs":  # the GCS serves no one node
+            assert span.resource["tracedray.node.id"], f"{span.name}: no node in its resource"
     assert {"driver", "gcs", "raylet", "worker"} <= components
 
 

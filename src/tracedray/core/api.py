@@ -159,6 +159,10 @@ def _connect_driver(gcs_address: str, paths: session.SessionPaths,
                                      start_time=time.time(), entrypoint=" ".join(sys.argv),
                                      namespace=ns))
     logs.set_process_context(job_id=job_id.hex(), node_id=node_id, worker_id=worker_id)
+    # Now that the driver knows its node, its spans say so (resource tracedray.node.id),
+    # as every other process's do: the CLI groups spans by node.
+    telemetry.configure("driver", session_dir=paths.root, session_id=paths.session_id,
+                        node_id=node_id)
     runtime.set_current(worker)
     log.info("driver.connected", gcs=gcs_address, raylet=raylet_address, job_id=job_id.hex(),
              session=str(paths.root))
