@@ -39,26 +39,25 @@ def _parse_resources(text: str | None) -> dict[str, float] | None:
 
 def _block_until_signalled(processes: NodeProcesses) -> int:
     """Foreground mode: wait for Ctrl-C/SIGTERM or a node process exiting; then stop."""
-    import signal
-    import threading
+    import time
 
     from tracedray.cli.output import note, warn
+    from tracedray.cli.stop_request import StopRequest
 
-    stop = threading.Event()
-    previous = signal.signal(signal.SIGTERM, lambda signum, frame: stop.set())
     exit_code = 0
     try:
-        while not stop.wait(0.5):
-            exited = [p for p in processes.processes if p.poll() is not None]
-            if exited:
-                warn(f"a node process exited (pid {exited[0].pid}, code "
-                     f"{exited[0].returncode}); stopping the node")
-                exit_code = 1
-                break
+        with StopRequest() as stop:
+            while not stop.requested:
+                time.sleep(0.5)  # SIGTERM cuts it short
+                exited = [p for p in processes.processes if p.poll() is not None]
+                if exited and not stop.requested:
+                    warn(f"a node process exited (pid {exited[0].pid}, code "
+                         f"{exited[0].returncode}); stopping the node")
+                    exit_code = 1
+                    break
     except KeyboardInterrupt:
         pass
     finally:
-        signal.signal(signal.SIGTERM, previous)
         note("stopping the node")
         processes.stop(timeout_s=10.0)
     return exit_code

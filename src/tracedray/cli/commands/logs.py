@@ -9,9 +9,9 @@ live GCS node table for a node without them); stderr says which offsets moved li
 
 from __future__ import annotations
 
+import contextlib
 import os
-import signal
-import threading
+import time
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 import typer
 
 from tracedray.cli.output import ADDRESS_HELP
+from tracedray.cli.stop_request import StopRequest
 
 if TYPE_CHECKING:
     from tracedray.cli.log_view import LogFilter
@@ -109,7 +110,7 @@ def _note_offsets(records: list[LogRecord], noted: set[tuple[str, float]]) -> No
 def _follow(session: SessionPaths, wanted: LogFilter, output_format: LogFormat,
             seen: dict[str, int], clocks: Clocks | None,
             live_offsets_s: dict[str, float], noted: set[tuple[str, float]],
-            stop: threading.Event) -> None:
+            stop: StopRequest) -> None:
     """Print lines as they are appended, until Ctrl-C or SIGTERM.
 
     Files only grow, so the n-th matching record of a file stays the n-th: per file
@@ -122,7 +123,10 @@ def _follow(session: SessionPaths, wanted: LogFilter, output_format: LogFormat,
     from tracedray.cli.tracestore.logs import read_log_file
 
     try:
-        while not stop.wait(FOLLOW_POLL_S):
+        while not stop.requested:
+            time.sleep(FOLLOW_POLL_S)  # a signal interrupts it; the handler sets the flag
+            if stop.requested:
+                break
             fresh: list[LogRecord] = []
             lines: list[LogRecord] = []
             for path in sorted(session.logs_dir.glob("*.jsonl")):
@@ -163,18 +167,12 @@ def logs(
     """Print the session's log lines, merged across processes and nodes in time order."""
     # With --follow, SIGTERM ends the command cleanly (exit 0) from the first moment, also
     # while the lines already there are printed: a supervisor may stop it at any time.
-    stop = threading.Event()
-    previous = signal.signal(signal.SIGTERM, lambda signum, frame: stop.set()) if follow \
-        else None
-    try:
+    with StopRequest() if follow else contextlib.nullcontext(StopRequest()) as stop:
         _logs(stop, task, actor, node, worker, level, tail_lines, follow, address,
               output_format, clock_correction)
-    finally:
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
 
 
-def _logs(stop: threading.Event, task: str | None, actor: str | None, node: str | None,
+def _logs(stop: StopRequest, task: str | None, actor: str | None, node: str | None,
           worker: int | None, level: str | None, tail_lines: int | None, follow: bool,
           address: str | None, output_format: LogFormat, clock_correction: bool) -> None:
     from tracedray.cli.commands.trace import resolve_session
