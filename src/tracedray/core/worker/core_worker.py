@@ -293,7 +293,7 @@ class CoreWorker:
                                                                               -1))
                 else:
                     releases[inner_owner].append((inner_id, borrower, -1))
-        self.memory_store.delete(deleted)
+        deleted = self.references.forget_unreferenced(deleted, self.memory_store.delete)
         self.lineage.forget(deleted)
         for raylet_address, object_ids in frees.items():
             client = self.raylet if raylet_address is None else RayletClient(raylet_address.target)

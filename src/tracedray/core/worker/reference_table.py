@@ -19,6 +19,7 @@ from __future__ import annotations
 import collections
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from tracedray.core.address import Address
@@ -156,6 +157,17 @@ class ReferenceTable:
                 return []
             entry.borrowers.discard(borrower)
             return self._maybe_release_locked(object_id, entry)
+
+    def forget_unreferenced(self, object_ids: list[bytes],
+                            forget: Callable[[list[bytes]], None]) -> list[bytes]:
+        """Call ``forget`` (e.g. dropping cached values) with the ids that still have no
+        entry, atomically with respect to new references: a release handled late must
+        not drop the value fetched for a reference made again since (a task that gets the
+        same borrowed ref its predecessor on this worker had). Returns those ids."""
+        with self._lock:
+            gone = [oid for oid in object_ids if oid not in self._entries]
+            forget(gone)
+            return gone
 
     # --- queries
     def get(self, object_id: bytes) -> RefEntry | None:
