@@ -53,15 +53,14 @@ def build_task(worker: CoreWorker, *, kind: int, function_id: str, function_name
         # The span is not made current: its context goes into the spec and the log
         # line directly (cheaper than use_span + the propagator, on every task).
         carrier = telemetry.carrier_for(span)
+        trace_ids: dict[str, str] = {}
         if carrier:
             spec.trace_context.update(carrier)
             span_context = span.get_span_context()
-            log.info("task.submit", task_id=task_id.hex(), function=function_name,
-                     call_site=site, attempt=0, trace_id=f"{span_context.trace_id:032x}",
-                     span_id=f"{span_context.span_id:016x}")
-        else:
-            log.info("task.submit", task_id=task_id.hex(), function=function_name,
-                     call_site=site, attempt=0)
+            trace_ids = {"trace_id": f"{span_context.trace_id:032x}",
+                         "span_id": f"{span_context.span_id:016x}"}
+        log.info("task.submit", task_id=task_id.hex(), function=function_name, call_site=site,
+                 attempt=0, **trace_ids)
         task = _attach_args(worker, spec, args, kwargs, max_retries)
     except BaseException as exc:
         telemetry.record_error(span, exc)
