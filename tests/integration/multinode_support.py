@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 import pytest
 
 from tracedray.telemetry.otlp_json import decode_attributes
+from tracedray.telemetry.spool_convert import sync_traces_dir
 
 T = TypeVar("T")
 STORE = 300 << 20
@@ -92,6 +93,7 @@ def three_nodes(monkeypatch: pytest.MonkeyPatch, *, c_cpus: int = 2) -> Iterator
 def spans_named(session_dir: Path, name: str) -> list[dict[str, Any]]:
     """Attributes of every span called ``name`` in the session's OTLP JSON files."""
     out = []
+    sync_traces_dir(session_dir / "traces")  # what every reader does first: spools -> lines
     for path in sorted((session_dir / "traces").glob("*.jsonl")):
         for line in _complete_lines(path):
             for resource_spans in json.loads(line)["resourceSpans"]:

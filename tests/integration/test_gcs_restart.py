@@ -15,6 +15,7 @@ import pytest
 
 from tracedray.core.gcs.client import GcsClient
 from tracedray.telemetry.append_file import read_data  # live files end in NULs
+from tracedray.telemetry.spool_convert import sync_traces_dir
 from tracedray.testing.redis_server import RedisServer
 
 RESTART_DEADLINE_S = 30.0
@@ -63,6 +64,7 @@ def log_events(session_dir: str, component: str) -> list[dict[str, Any]]:
 
 def span_names(session_dir: str) -> set[str]:
     names: set[str] = set()
+    sync_traces_dir(Path(session_dir, "traces"))  # what every reader does first
     for path in Path(session_dir, "traces").glob("*.jsonl"):
         for line in read_data(path).decode().splitlines():
             if not line.strip():

@@ -122,8 +122,10 @@ PROGRAM = textwrap.dedent('''
         except ray.exceptions.WorkerCrashedError as exc:
             out["crash"] = str(exc)
         gcs_traces = Path(info["session_dir"]) / "traces"
-        wait_for(lambda: any('"gcs.flush"' in p.read_text() for p in gcs_traces.glob("gcs-*")),
-                 "the GCS never flushed")
+        # Read as a log shipper would: the agent, not this reader, converts the spool.
+        wait_for(lambda: any('"gcs.flush"' in p.read_text()
+                             for p in gcs_traces.glob("gcs-*.jsonl")),
+                 "the GCS never flushed (or its spans never reached the JSON file)")
         ray.shutdown()
         (out_dir / "result.json").write_text(json.dumps(out))
 

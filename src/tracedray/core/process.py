@@ -31,7 +31,7 @@ def exit_with_parent(parent_pid: int, on_exit: Any = None, interval_s: float = 0
     def watch() -> None:
         while True:
             time.sleep(interval_s)
-            if os.getppid() != parent_pid and not _alive(parent_pid):
+            if os.getppid() != parent_pid and not process_alive(parent_pid):
                 if on_exit is not None:
                     with contextlib.suppress(Exception):  # we are exiting anyway
                         on_exit()
@@ -42,7 +42,8 @@ def exit_with_parent(parent_pid: int, on_exit: Any = None, interval_s: float = 0
     threading.Thread(target=watch, daemon=True, name="tracedray-parent-watch").start()
 
 
-def _alive(pid: int) -> bool:
+def process_alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie does not count)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

@@ -1,9 +1,12 @@
-"""Span processor that appends each ended span to the session's trace file.
+"""Span processor that records each ended span in the session's traces folder.
 
-Written synchronously in ``on_end``: one complete line copied into the file's
-shared mapping (see append_file.py), so there is no buffer in this process to
-lose: a worker killed by SIGKILL or the OOM killer still leaves every span that
-had ended on disk, and concurrent writers (threads) never interleave within a line.
+A span goes, as ``marshal``-ed fields, into this process's spool
+(``traces/<component>-<pid>.spool``, see spool_format.py) synchronously when it ends:
+one record copied into the file's shared mapping, so there is no buffer in this
+process to lose (a worker killed by SIGKILL or the OOM killer leaves every span that
+had ended) and concurrent threads never interleave within a record. The OTLP JSON
+lines of ``<component>-<pid>.jsonl`` are made from the spool off the hot path
+(spool_convert.py); at shutdown this writer converts what is left itself.
 """
 
 from __future__ import annotations
@@ -11,32 +14,38 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from opentelemetry.context import Context
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 
-from tracedray.telemetry.append_file import AppendFile
-from tracedray.telemetry.otlp_json import SpanLineEncoder
+from tracedray.telemetry import spool_format
+from tracedray.telemetry.otlp_json import span_object_json
+from tracedray.telemetry.spool_convert import convert_spool
+from tracedray.telemetry.spool_writer import SpoolStatistics, SpoolWriter
 
 
 @dataclass(frozen=True)
 class FileWriterStatistics:
-    path: str
-    spans_written: int
-    bytes_written: int
+    path: str  # the JSON lines file the spans end up in
+    spool_path: str
+    spans_written: int  # spans recorded in the spool
+    bytes_written: int  # spool bytes of those spans
     write_errors: int
     last_error: str
     mapped: bool
 
 
 class SpanFileWriter(SpanProcessor):
-    def __init__(self, path: Path, *, mapped: bool = True) -> None:
-        self._file: AppendFile | None = AppendFile(path, mapped=mapped)
+    def __init__(self, path: Path, line_prefix: str, *, mapped: bool = True) -> None:
         self._path = path
-        self._encoder = SpanLineEncoder()
+        self._spool: SpoolWriter | None = SpoolWriter(
+            path.with_name(path.stem + spool_format.SUFFIX), line_prefix, mapped=mapped)
+        self._spool_path = self._spool.path
+        self._prefix_bytes = spool_format.record_size(
+            len(spool_format.prefix_payload(line_prefix)))
+        self._final: SpoolStatistics | None = None  # the spool's figures once it closed
         self._lock = threading.Lock()
-        self._spans = 0
-        self._bytes = 0
         self._errors = 0
         self._last_error = ""
 
@@ -44,35 +53,41 @@ class SpanFileWriter(SpanProcessor):
     def path(self) -> Path:
         return self._path
 
-    @property
-    def encoder(self) -> SpanLineEncoder:
-        return self._encoder
-
     def on_start(self, span: Span, parent_context: Context | None = None) -> None:
         return None
 
     def on_end(self, span: ReadableSpan) -> None:
+        """Spans of the SDK tracer (not on the runtime's hot paths): stored encoded."""
         try:
-            line = self._encoder.encode(span)
+            span_json = span_object_json(span)  # the converter adds resource and scope
         except Exception as exc:  # an odd attribute must never reach user code
             self._count_error(exc)
             return
-        self.write_line(line)
+        self._append(spool_format.line_payload(span_json))
 
-    def write_line(self, line: str) -> None:
-        """Append one encoded span line (no newline); also the fast path of record_span."""
-        file = self._file
-        if file is None:
+    def write_span(self, trace_id: int, span_id: int, parent_span_id: int, name: str,
+                   kind: int, start_ns: int, end_ns: int, attributes: Any,
+                   status_code: int = 0, status_message: str | None = None,
+                   events: Any = (), trace_state: str = "", links: Any = ()) -> None:
+        """Record one span from its fields (the arguments of otlp_json.record_span_json)."""
+        spool = self._spool
+        if spool is None:
             return
         try:
-            data = (line + "\n").encode("utf-8", "surrogateescape")
-            file.append(data)
+            spool.append(spool_format.span_payload(
+                trace_id, span_id, parent_span_id, name, kind, start_ns, end_ns, attributes,
+                status_code, status_message, events, trace_state, links))
+        except Exception as exc:  # a full disk or an odd value must never reach user code
+            self._count_error(exc)
+
+    def _append(self, payload: bytes) -> None:
+        spool = self._spool
+        if spool is None:
+            return
+        try:
+            spool.append(payload)
         except Exception as exc:  # a full disk must never reach user code
             self._count_error(exc)
-            return
-        with self._lock:
-            self._spans += 1
-            self._bytes += len(data)
 
     def _count_error(self, exc: Exception) -> None:
         with self._lock:
@@ -84,13 +99,21 @@ class SpanFileWriter(SpanProcessor):
         return True
 
     def shutdown(self) -> None:
-        file, self._file = self._file, None
-        if file is not None:
-            file.close()
+        """Close the spool and convert what the agent has not (it is deleted then)."""
+        spool, self._spool = self._spool, None
+        if spool is not None:
+            spool.close()
+            self._final = spool.statistics()
+            convert_spool(spool.path)
 
     def statistics(self) -> FileWriterStatistics:
-        file = self._file
-        mapped = file is not None and file.statistics().mapped
+        spool = self._spool
+        stats = spool.statistics() if spool is not None else self._final
         with self._lock:
-            return FileWriterStatistics(str(self._path), self._spans, self._bytes,
-                                        self._errors, self._last_error, mapped)
+            errors, last_error = self._errors, self._last_error
+        if stats is None:
+            return FileWriterStatistics(str(self._path), str(self._spool_path), 0, 0, errors,
+                                        last_error, False)
+        return FileWriterStatistics(str(self._path), stats.path, max(stats.records - 1, 0),
+                                    max(stats.bytes - self._prefix_bytes, 0), errors, last_error,
+                                    spool is not None and stats.mapped)

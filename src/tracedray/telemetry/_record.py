@@ -3,9 +3,9 @@
 The SDK's ``Tracer.start_span`` + ``Span.end`` cost ~13 µs before our processor
 even runs (attribute copies through BoundedAttributes, a lock per span, processor
 fan-out). Our spans go to one file and, optionally, one OTLP batch processor, so
-``LightSpan`` keeps what a span needs in plain attributes and, when it ends, writes
-the trace-file line straight from those fields (the same text the SDK path
-writes). Only when an OTLP exporter is configured is a ``ReadableSpan`` built, for
+``LightSpan`` keeps what a span needs in plain attributes and, when it ends, hands
+those fields to the spool (see spool_format.py; they become the same JSON line the
+SDK path would write). Only when an OTLP exporter is configured is a ``ReadableSpan`` built, for
 it. It implements the OTel API's ``Span`` interface, so ``trace.get_current_span()``,
 W3C propagation, and user spans nested under ours all work unchanged.
 
@@ -19,7 +19,6 @@ to hold, at the end.
 
 from __future__ import annotations
 
-import contextlib
 import time
 import traceback as traceback_module
 from collections.abc import Mapping
@@ -44,11 +43,13 @@ from tracedray.telemetry import _state
 from tracedray.telemetry import attributes as attrs
 from tracedray.telemetry._errors import is_error, mark_error, qualified_name
 from tracedray.telemetry._file_processor import SpanFileWriter
-from tracedray.telemetry.otlp_json import EventFields, record_span_json, span_line
+from tracedray.telemetry.otlp_json import EventFields
 
 _SAMPLED = TraceFlags(TraceFlags.SAMPLED)
 _NOT_SAMPLED = TraceFlags(TraceFlags.DEFAULT)
 _NO_TRACE_STATE = TraceState()
+_INTERNAL = SpanKind.INTERNAL
+_UNSET_STATUS = Status(StatusCode.UNSET)
 MAX_ATTRIBUTES = 128  # the SDK's default OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT
 MAX_EVENTS = 128
 
@@ -72,7 +73,7 @@ class LightSpan(trace.Span):
         self._events: list[EventFields] = []
         self._links: list[Link] = []
         self._start_ns = start_ns
-        self._status = Status(StatusCode.UNSET)
+        self._status = _UNSET_STATUS  # replaced, never changed, by set_status
         self._sampled = sampled
         self._end_once = [True]  # list.pop() is atomic: exactly one end() wins
 
@@ -132,8 +133,10 @@ class LightSpan(trace.Span):
             self._end_once.pop()
         except IndexError:
             return  # ended already
-        with contextlib.suppress(Exception):  # telemetry must never break the caller
+        try:  # noqa: SIM105 -- suppress() costs a context manager object per span
             _emit(self, time.time_ns() if end_time is None else end_time)
+        except Exception:  # telemetry must never break the caller
+            pass
 
     def __repr__(self) -> str:
         return (f"LightSpan({self._name!r}, span_id={self._context.span_id:016x}, "
@@ -147,11 +150,13 @@ def _emit(span: LightSpan, end_ns: int) -> None:
     trace_state = context.trace_state
     if pipeline.file_writer is not None:
         parent = span._parent
-        pipeline.file_writer.write_line(span_line(pipeline.span_prefix, record_span_json(
+        kind = span._kind
+        pipeline.file_writer.write_span(
             context.trace_id, context.span_id, parent.span_id if parent is not None else 0,
-            span._name, span._kind.value, span._start_ns, end_ns, span._attributes,
-            status.status_code.value, status.description, span._events,
-            trace_state.to_header() if trace_state else "", span._links)))
+            span._name, 0 if kind is _INTERNAL else kind.value, span._start_ns, end_ns,
+            span._attributes,
+            0 if status is _UNSET_STATUS else status.status_code.value, status.description,
+            span._events, trace_state.to_header() if trace_state else "", span._links)
     if pipeline.otlp is not None and span._sampled:
         assert pipeline.provider is not None
         pipeline.otlp.processor.on_end(ReadableSpan(
@@ -237,6 +242,6 @@ def _write_directly(pipeline: _state.Pipeline, file_writer: SpanFileWriter, name
         trace_id, parent_id, trace_state = parent.trace_id, parent.span_id, parent.trace_state
     else:
         trace_id, parent_id, trace_state = pipeline.ids.generate_trace_id(), 0, None
-    file_writer.write_line(span_line(pipeline.span_prefix, record_span_json(
+    file_writer.write_span(
         trace_id, pipeline.ids.generate_span_id(), parent_id, name, kind.value, start_ns,
-        end_ns, attributes, trace_state=trace_state.to_header() if trace_state else "")))
+        end_ns, attributes, trace_state=trace_state.to_header() if trace_state else "")

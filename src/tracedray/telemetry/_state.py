@@ -156,10 +156,12 @@ def _build(key: tuple[object, ...], component: str, session_dir: Path | None, no
                               extra=extra_resource, environ=environ)
     # Sampler from OTEL_TRACES_SAMPLER/_ARG (the SDK reads them when sampler is None).
     provider = TracerProvider(resource=resource, shutdown_on_exit=False)
+    scope = InstrumentationScope(INSTRUMENTATION_NAME, __version__)
+    prefix = line_prefix(resource, scope)
     file_writer = None
     if session_dir is not None:
         file_writer = SpanFileWriter(session_dir / "traces" / trace_file_name(component, pid),
-                                     mapped=mapped)
+                                     prefix, mapped=mapped)
         provider.add_span_processor(file_writer)
     otlp = None
     settings = otlp_settings(environ)
@@ -174,9 +176,8 @@ def _build(key: tuple[object, ...], component: str, session_dir: Path | None, no
             _warn("telemetry.otlp_unavailable", {"endpoint": settings.endpoint,
                                                  "error": f"{type(exc).__name__}: {exc}"})
     tracer = provider.get_tracer(INSTRUMENTATION_NAME, __version__)
-    scope = InstrumentationScope(INSTRUMENTATION_NAME, __version__)
     return Pipeline(key, pid, component, provider, tracer, file_writer, otlp, scope,
-                    line_prefix(resource, scope), provider.id_generator)
+                    prefix, provider.id_generator)
 
 
 def current() -> Pipeline | None:

@@ -29,6 +29,7 @@ import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 FIRST_CHUNK_BYTES = 64 << 10  # most processes log little: keep a killed one's file small
 # Written pages of the mapped window count in the process's RSS (as file pages) until
@@ -98,30 +99,49 @@ def _rfind(fd: int, end: int, find: Callable[[bytes], int]) -> int:
 
 # --------------------------------------------------------------------------- writing
 
-_live: weakref.WeakSet[AppendFile] = weakref.WeakSet()
+class ForkAware(Protocol):
+    def _forked(self) -> None: ...
+
+
+# Writers that own a shared mapping: a forked child must stop writing into its
+# parent's pages (see AppendFile._forked); spool_writer.py registers here too.
+live_writers: weakref.WeakSet[ForkAware] = weakref.WeakSet()
 
 
 def _after_fork_in_child() -> None:
-    for appender in list(_live):
-        appender._forked()
+    for writer in list(live_writers):
+        writer._forked()
 
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
-class AppendFile:
-    """One process's append-only line file; ``append`` is thread-safe and never buffers.
+def map_window(fd: int, end: int, chunk: int, need: int) -> tuple[mmap.mmap, int, int]:
+    """Reserve (``posix_fallocate``) and map a window of ``fd`` for appending at ``end``.
 
-    Errors (``OSError``) propagate from ``append``: the caller counts them.
+    The window starts at ``end`` rounded down to the mapping granularity and holds at
+    least ``chunk`` bytes and ``need`` bytes past ``end``. Returns (mapping, base, size).
+    """
+    base = end - end % _GRANULARITY
+    size = max(chunk, end - base + need)
+    size += -size % _GRANULARITY
+    os.posix_fallocate(fd, base, size)
+    mapping = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE,
+                        offset=base)
+    return mapping, base, size
+
+
+class MappedAppender:
+    """What both appenders (this file's and spool_writer.py's) share: a descriptor, and
+    a shared mapping of the window at the end of the file — or, after a fallback,
+    plain ``pwrite`` at ``_end``. Subclasses hold ``_lock`` around every use of it.
     """
 
-    def __init__(self, path: Path, *, mapped: bool = True) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
+    def __init__(self, path: Path, fd: int) -> None:
         self._path = path
         self._lock = threading.Lock()
-        self._fd: int | None = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-        self._forked_path = ""
+        self._fd: int | None = fd
         self._map: mmap.mmap | None = None
         self._base = 0  # file offset of the mapping
         self._pos = 0  # write position inside the mapping
@@ -130,8 +150,79 @@ class AppendFile:
         self._chunk = FIRST_CHUNK_BYTES
         self._remaps = 0
         self._fallback = ""
+
+    @property
+    def path(self) -> Path:
+        return self._path
+
+    def _map_window(self, need: int) -> None:
+        """Map a fresh window that starts at the data's end (page-aligned down)."""
+        fd = self._fd
+        assert fd is not None
+        end = self._data_end()
+        if self._map is not None:
+            self._chunk = min(self._chunk * 2, MAX_CHUNK_BYTES)
+        mapping, base, size = map_window(fd, end, self._chunk, need)
+        old, self._map = self._map, mapping
+        if old is not None:
+            old.close()
+            self._remaps += 1
+        self._base, self._size, self._pos = base, size, end - base
+
+    def _data_end(self) -> int:
+        return self._base + self._pos if self._map is not None else self._end
+
+    def _fall_back(self, exc: OSError | None) -> None:
+        """Unmap, cut the file to its data, and append with pwrite from now on."""
+        end = self._data_end()
+        if self._map is not None:
+            with contextlib.suppress(Exception):
+                self._map.close()
+            self._map = None
+        self._end = end
+        if exc is not None:
+            self._fallback = f"{type(exc).__name__}: {exc}"
+        if self._fd is not None:
+            with contextlib.suppress(OSError):
+                os.ftruncate(self._fd, end)
+
+    def _pwrite_all(self, data: bytes, offset: int) -> None:
+        fd = self._fd
+        assert fd is not None
+        written = 0
+        while written < len(data):  # regular files write fully unless the disk is full
+            count = os.pwrite(fd, data[written:], offset + written)
+            if count <= 0:
+                raise OSError(f"short write to {self._path}")
+            written += count
+
+    def _let_go_after_fork(self) -> None:
+        """In a forked child: drop the parent's mapping and descriptor, untouched."""
+        self._lock = threading.Lock()  # the parent's may have been held at fork time
+        if self._map is not None:
+            with contextlib.suppress(Exception):
+                self._map.close()
+            self._map = None
+        old_fd, self._fd = self._fd, None
+        if old_fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(old_fd)
+        self._base = self._pos = self._size = 0
+
+
+class AppendFile(MappedAppender):
+    """One process's append-only line file; ``append`` is thread-safe and never buffers.
+
+    Errors (``OSError``) propagate from ``append``: the caller counts them.
+    """
+
+    def __init__(self, path: Path, *, mapped: bool = True) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        super().__init__(path, fd)
+        self._forked_path = ""
         try:
-            self._end, stale_end = _tail_start(self._fd, os.fstat(self._fd).st_size)
+            self._end, stale_end = _tail_start(fd, os.fstat(fd).st_size)
             if mapped:
                 try:
                     self._map_window(0)
@@ -140,15 +231,11 @@ class AppendFile:
                 except OSError as exc:
                     self._fall_back(exc)
             else:
-                os.ftruncate(self._fd, self._end)
+                os.ftruncate(fd, self._end)
         except BaseException:
-            os.close(self._fd)
+            os.close(fd)
             raise
-        _live.add(self)
-
-    @property
-    def path(self) -> Path:
-        return self._path
+        live_writers.add(self)
 
     def append(self, data: bytes) -> None:
         with self._lock:
@@ -174,52 +261,13 @@ class AppendFile:
             self._append_written(fd, data)
 
     def _append_written(self, fd: int, data: bytes) -> None:
-        written = os.pwrite(fd, data, self._end)
-        while written < len(data):  # regular files write fully unless the disk is full
-            more = os.pwrite(fd, data[written:], self._end + written)
-            if more <= 0:
-                raise OSError(f"short write to {self._path}")
-            written += more
-        self._end += written
-
-    def _map_window(self, need: int) -> None:
-        """Map a fresh window that starts at the data's end (page-aligned down)."""
-        fd = self._fd
-        assert fd is not None
-        end = self._data_end()
-        base = end - end % _GRANULARITY
-        if self._map is not None:
-            self._chunk = min(self._chunk * 2, MAX_CHUNK_BYTES)
-        size = max(self._chunk, end - base + need)
-        size += -size % _GRANULARITY
-        os.posix_fallocate(fd, base, size)
-        mapping = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE,
-                            offset=base)
-        old, self._map = self._map, mapping
-        if old is not None:
-            old.close()
-            self._remaps += 1
-        self._base, self._size, self._pos = base, size, end - base
+        self._pwrite_all(data, self._end)
+        self._end += len(data)
 
     def _write_zeros(self, count: int) -> None:
         assert self._map is not None
         stop = min(self._pos + count, self._size)
         self._map[self._pos:stop] = bytes(stop - self._pos)
-
-    def _data_end(self) -> int:
-        return self._base + self._pos if self._map is not None else self._end
-
-    def _fall_back(self, exc: OSError | None) -> None:
-        end = self._data_end()
-        if self._map is not None:
-            self._map.close()
-            self._map = None
-        self._end = end
-        if exc is not None:
-            self._fallback = f"{type(exc).__name__}: {exc}"
-        if self._fd is not None:
-            with contextlib.suppress(OSError):
-                os.ftruncate(self._fd, end)
 
     def unmap(self) -> None:
         """Cut the file to its data and append with write() from now on.
@@ -237,15 +285,7 @@ class AppendFile:
         Its lines go, with plain writes, to ``<name>.fork-<pid><suffix>`` next to the
         parent's file (readers glob ``*.jsonl``), until the owner reconfigures.
         """
-        self._lock = threading.Lock()  # the parent's may have been held at fork time
-        if self._map is not None:
-            with contextlib.suppress(Exception):
-                self._map.close()
-            self._map = None
-        old_fd, self._fd = self._fd, None
-        if old_fd is not None:
-            with contextlib.suppress(OSError):
-                os.close(old_fd)
+        self._let_go_after_fork()
         path = self._path.with_name(f"{self._path.stem}.fork-{os.getpid()}{self._path.suffix}")
         try:
             self._fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
@@ -269,7 +309,7 @@ class AppendFile:
                 os.ftruncate(fd, end)
             with contextlib.suppress(OSError):
                 os.close(fd)
-        _live.discard(self)
+        live_writers.discard(self)
 
     def statistics(self) -> AppendFileStatistics:
         with self._lock:

@@ -134,6 +134,11 @@ def _span_json(span: ReadableSpan) -> str:
     return "".join(out)
 
 
+def span_object_json(span: ReadableSpan) -> str:
+    """The JSON of one SDK span object, without the resource and scope around it."""
+    return _span_json(span)
+
+
 EventFields = tuple[str, int, "Mapping[str, AttributeValue] | None"]  # name, time ns, attributes
 
 
@@ -325,11 +330,18 @@ def read_trace_dir(traces_dir: Path, offsets: Mapping[str, int] | None = None,
                    ) -> tuple[list[dict[str, Any]], list[str]]:
     """Every ``resourceSpans`` entry of every ``*.jsonl`` file in ``traces_dir``.
 
+    Span spools are converted first (see spool_convert.py), so every span that had
+    ended is included; spools this process may not write are decoded in memory.
     ``offsets`` maps file names to byte offsets to start from (see
     :func:`scan_trace_file`); files not named start at 0.
     """
-    warnings: list[str] = []
+    from tracedray.telemetry.spool_convert import sync_traces_dir
+
+    synced = sync_traces_dir(traces_dir)
+    warnings: list[str] = list(synced.warnings)
     resource_spans: list[dict[str, Any]] = []
+    for line in synced.lines:
+        resource_spans.extend(json.loads(line)["resourceSpans"])
     for path in trace_files(traces_dir):
         start = (offsets or {}).get(path.name, 0)
         objects, _ = scan_trace_file(path, start=start, warnings=warnings)
@@ -339,7 +351,13 @@ def read_trace_dir(traces_dir: Path, offsets: Mapping[str, int] | None = None,
 
 
 def end_offsets(traces_dir: Path) -> dict[str, int]:
-    """Per file, the offset after its last complete line: a high-water mark for later reads."""
+    """Per file, the offset after its last complete line: a high-water mark for later reads.
+
+    Spools are converted first, so the mark is after every span that had ended.
+    """
+    from tracedray.telemetry.spool_convert import sync_traces_dir
+
+    sync_traces_dir(traces_dir)
     result: dict[str, int] = {}
     for path in trace_files(traces_dir):
         try:

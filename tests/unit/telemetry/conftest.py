@@ -11,6 +11,7 @@ import pytest
 
 from tracedray import telemetry
 from tracedray.telemetry.append_file import read_data
+from tracedray.telemetry.spool_convert import sync_traces_dir
 
 OTEL_VARIABLES = (
     "OTEL_SDK_DISABLED", "OTEL_SERVICE_NAME", "OTEL_RESOURCE_ATTRIBUTES", "OTEL_TRACES_SAMPLER",
@@ -60,6 +61,7 @@ def _sigkill_after(code: str, ready_line: str) -> int:
 
 def _trace_lines(session_dir: Path) -> list[str]:
     lines: list[str] = []
+    sync_traces_dir(session_dir / "traces")  # what every reader does first: spools -> lines
     for path in sorted((session_dir / "traces").glob("*.jsonl")):
         lines.extend(read_data(path).decode().splitlines())
     return lines
@@ -81,3 +83,4 @@ def trace_lines():  # type: ignore[no-untyped-def]
 def sigkill_after():  # type: ignore[no-untyped-def]
     """Run code in a child until it prints a line, then SIGKILL it (returns the pid)."""
     return _sigkill_after
+

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from fork_support import run_in_forked_child
 
 from tracedray.telemetry import append_file
 from tracedray.telemetry.append_file import (
@@ -138,17 +139,7 @@ def test_a_forked_child_writes_beside_the_parent_not_into_its_mapping(tmp_path: 
     path = tmp_path / "driver-1.jsonl"
     appender = AppendFile(path)
     appender.append(b"parent-before\n")
-    pid = os.fork()
-    if pid == 0:  # pragma: no cover -- runs in the child
-        code = 0
-        try:
-            appender.append(b"child\n")
-            appender.close()
-        except BaseException:
-            code = 1
-        os._exit(code)
-    _, status = os.waitpid(pid, 0)
-    assert os.waitstatus_to_exitcode(status) == 0
+    pid = run_in_forked_child(lambda: (appender.append(b"child\n"), appender.close()))
     appender.append(b"parent-after\n")
     appender.close()
     assert path.read_bytes() == b"parent-before\nparent-after\n"

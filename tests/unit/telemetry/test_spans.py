@@ -66,7 +66,9 @@ def test_each_span_is_one_otlp_line_written_at_end(trace_lines, tmp_path: Path) 
     assert schedule.parent is not None and schedule.parent.span_id == submit.context.span_id
     assert submit.attributes[attrs.TASK_ID] == "ab" * 12
     stats = telemetry.statistics()
-    assert stats.spans_written == 2 and stats.bytes_written == sum(len(x) + 1 for x in lines)
+    # Counted in the spool, whose records are a fraction of the JSON lines they become.
+    assert stats.spans_written == 2
+    assert 0 < stats.bytes_written < sum(len(x) + 1 for x in lines) / 2
 
 
 def test_configure_is_idempotent(tmp_path: Path) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import subprocess
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -23,11 +24,13 @@ from tracedray.core.object_store.store import ObjectStore
 from tracedray.core.raylet import scheduler
 from tracedray.core.raylet import worker_pool as wp
 from tracedray.core.raylet.client import RayletClient
+from tracedray.core.raylet.telemetry_agent import start_agent, stop_agent
 from tracedray.core.raylet.transfers import TransferTable
 from tracedray.core.worker.flight_recorder import read_slot
 from tracedray.exceptions import ObjectStoreFullError, RaySystemError
 from tracedray.telemetry import attributes as A
 from tracedray.telemetry.append_file import read_data
+from tracedray.telemetry.spool_convert import sync_traces_dir
 from tracedray.v1 import common_pb2, core_worker_pb2_grpc, gcs_pb2, raylet_pb2, raylet_pb2_grpc
 
 log = logs.get_logger(__name__)
@@ -85,6 +88,7 @@ class Raylet:
         self._peers: dict[str, gcs_pb2.NodeWithLoad] = {}
         self._bg = ThreadPoolExecutor(max_workers=8, thread_name_prefix="tracedray-raylet-bg")
         self.transfers = TransferTable()
+        self._agent: subprocess.Popen[bytes] | None = None
 
     @property
     def address(self) -> Address:
@@ -93,6 +97,7 @@ class Raylet:
     # --- lifecycle
     def start(self, prestart_workers: int) -> None:
         self._server.start()
+        self._agent = start_agent(self.session_dir, self.node_id)
         with telemetry.span("node.start", {A.NODE_ID: self.node_id, A.NODE_IP: self.ip}) as span:
             info = self._node_info()
             self.gcs.register_node(info)
@@ -218,6 +223,8 @@ class Raylet:
         self.pool.kill_all()
         self.store.shutdown()
         self._server.stop(grace=0.5)
+        if self._agent is not None:
+            stop_agent(self._agent)  # after the workers: it converts what they left
 
     # --- leasing
     def _view(self, request: raylet_pb2.LeaseRequest) -> tuple[scheduler.NodeView,
@@ -620,6 +627,8 @@ class _Servicer(raylet_pb2_grpc.RayletServiceServicer):
         folder = self._r.session_dir / request.subdir
         if request.subdir not in ("logs", "traces") or not folder.is_dir():
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"no such folder {request.subdir!r}")
+        if request.subdir == "traces":
+            sync_traces_dir(folder)  # every span that had ended, not only what the agent did
         for path in sorted(folder.glob("*.jsonl")):
             # Without the NUL tail a live writer reserves (telemetry/append_file.py).
             yield raylet_pb2.FileChunk(name=path.name, data=read_data(path))

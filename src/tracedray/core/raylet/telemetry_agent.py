@@ -1,0 +1,149 @@
+"""The node's telemetry agent: span spools in, OTLP JSON lines out, off the hot path.
+
+Every process of the node records its spans in a spool (telemetry/spool_format.py);
+this process, started by the raylet, converts them into the ``traces/*.jsonl`` files
+every ``--interval`` seconds. It runs at the lowest CPU priority (nice 19): while
+tasks keep every core busy it falls behind, and readers convert what it has not
+(telemetry/spool_convert.py), so no span is ever missing; when the cores have a
+moment, it catches up. It never takes a lock another converter holds, so it cannot
+slow a reader down. On SIGTERM, or when the raylet is gone, it converts everything
+left and exits.
+
+``python -m tracedray.core.raylet.telemetry_agent --session-dir D --node-id N
+--parent-pid P``
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from tracedray import logs
+from tracedray.core.process import process_alive, terminate
+from tracedray.telemetry.spool_convert import sync_traces_dir
+
+DEFAULT_INTERVAL_S = 0.5
+NICENESS = 19
+POLL_S = 0.05
+PARENT_CHECK_S = 0.5
+STOP_TIMEOUT_S = 15.0  # a final conversion of a long burst's backlog takes seconds
+
+log = logs.get_logger(__name__)
+
+
+@dataclass
+class AgentStatistics:
+    rounds: int = 0
+    spans_converted: int = 0
+    busiest_round_spans: int = 0
+    warnings: int = 0
+
+
+class SpoolConverter:
+    """The agent's loop, apart from the process around it (tests drive it directly)."""
+
+    def __init__(self, traces_dir: Path, interval_s: float = DEFAULT_INTERVAL_S) -> None:
+        self.traces_dir = traces_dir
+        self.interval_s = interval_s
+        self._stats = AgentStatistics()
+        self._lock = threading.Lock()
+
+    def convert_once(self, *, blocking: bool = False) -> int:
+        result = sync_traces_dir(self.traces_dir, blocking=blocking)
+        with self._lock:
+            self._stats.rounds += 1
+            self._stats.spans_converted += result.spans
+            self._stats.busiest_round_spans = max(self._stats.busiest_round_spans,
+                                                  result.spans)
+            self._stats.warnings += len(result.warnings)
+        for warning in result.warnings[:5]:  # a corrupt spool repeats itself each round
+            log.warning("telemetry.spool_warning", detail=warning)
+        return result.spans
+
+    def run(self, should_stop: Callable[[], bool]) -> None:
+        """Convert every interval until ``should_stop()``; then convert what is left.
+
+        ``should_stop`` is polled, not waited on: a SIGTERM handler may only set a
+        flag (an Event's lock taken in a handler can deadlock the thread it interrupted).
+        """
+        next_round = time.monotonic() + self.interval_s
+        while not should_stop():
+            if time.monotonic() >= next_round:
+                try:
+                    self.convert_once()
+                except Exception as exc:  # a bad round must not end the agent
+                    log.warning("telemetry.agent_round_failed",
+                                error=f"{type(exc).__name__}: {exc}")
+                next_round = time.monotonic() + self.interval_s
+            time.sleep(POLL_S)
+        self.convert_once(blocking=True)
+
+    def statistics(self) -> AgentStatistics:
+        with self._lock:
+            return AgentStatistics(**vars(self._stats))
+
+
+def start_agent(session_dir: Path, node_id: str) -> subprocess.Popen[bytes]:
+    """Start this node's agent as a child of the calling (raylet) process."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "tracedray.core.raylet.telemetry_agent",
+         "--session-dir", str(session_dir), "--node-id", node_id,
+         "--parent-pid", str(os.getpid())],
+        stdin=subprocess.DEVNULL)
+    with contextlib.suppress(OSError):  # from its first instruction, not once it has started
+        os.setpriority(os.PRIO_PROCESS, process.pid, NICENESS)
+    return process
+
+
+def stop_agent(process: subprocess.Popen[bytes]) -> None:
+    """SIGTERM: the agent converts what is left; SIGKILL if it takes too long."""
+    terminate(process, STOP_TIMEOUT_S)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="tracedray telemetry agent")
+    parser.add_argument("--session-dir", type=Path, required=True)
+    parser.add_argument("--node-id", default="")
+    parser.add_argument("--parent-pid", type=int, default=0)
+    parser.add_argument("--interval", type=float, default=DEFAULT_INTERVAL_S)
+    args = parser.parse_args()
+    with contextlib.suppress(OSError):
+        os.nice(NICENESS)
+    # Logs only: the agent records no spans of its own (it would feed its own input).
+    logs.configure("agent", session_dir=args.session_dir, node_id=args.node_id,
+                   session_id=args.session_dir.name,
+                   config={"interval_s": args.interval, "niceness": NICENESS})
+    converter = SpoolConverter(args.session_dir / "traces", args.interval)
+    started = time.monotonic()
+    stop_requested = [False]
+    signal.signal(signal.SIGTERM, lambda signum, frame: stop_requested.__setitem__(0, True))
+    last_parent_check = [0.0]
+
+    def should_stop() -> bool:
+        if stop_requested[0]:
+            return True
+        now = time.monotonic()
+        if args.parent_pid > 0 and now - last_parent_check[0] >= PARENT_CHECK_S:
+            last_parent_check[0] = now
+            return not process_alive(args.parent_pid)
+        return False
+
+    converter.run(should_stop)
+    stats = converter.statistics()
+    log.info("telemetry.agent_stop", rounds=stats.rounds, spans_converted=stats.spans_converted,
+             busiest_round_spans=stats.busiest_round_spans, warnings=stats.warnings,
+             run_time_s=round(time.monotonic() - started, 3))
+    logs.record_process_exit(0)
+
+
+if __name__ == "__main__":
+    main()

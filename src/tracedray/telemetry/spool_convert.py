@@ -1,0 +1,222 @@
+"""Turning span spools into OTLP JSON lines (layouts: spool_format.py, otlp_json.py).
+
+Three kinds of callers convert, all through :func:`convert_spool`:
+
+- the node's telemetry agent (agent.py), every half second, at low CPU priority;
+- every reader of the traces folder (the CLI, the pytest plugin), first, so it sees
+  every span that had ended (:func:`sync_traces_dir`);
+- the writer itself when it shuts down, for what the agent has not done yet.
+
+Converters serialise on the spool's ``flock``: under it a converter appends the
+lines of the records from ``converted`` on to ``<component>-<pid>.jsonl`` (one
+``write``, ``O_APPEND``) and then moves ``converted`` past them. A converter killed
+between the two repeats those lines once; nothing is lost. A spool whose writer
+closed it and whose records are all converted is deleted. A spool the reader may
+not write (a copied session folder) is decoded without being changed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tracedray.telemetry import spool_format as fmt
+from tracedray.telemetry.otlp_json import span_line
+
+READ_BLOCK = 1 << 20
+MAX_BYTES_PER_ROUND = 8 << 20  # bounds how long one conversion holds the lock
+
+
+@dataclass
+class Conversion:
+    path: str
+    spans: int = 0  # spans turned into lines this time
+    lines: list[str] = field(default_factory=list)  # only when the spool is read-only
+    skipped: bool = False  # another converter held the lock (non-blocking call)
+    deleted: bool = False
+    warnings: list[str] = field(default_factory=list)
+    pending: bool = False  # records remain (the round's byte budget ran out)
+
+
+def jsonl_path(spool: Path) -> Path:
+    return spool.with_name(spool.name[:-len(fmt.SUFFIX)] + ".jsonl")
+
+
+def spool_files(traces_dir: Path) -> list[Path]:
+    try:
+        return sorted(p for p in traces_dir.iterdir() if p.name.endswith(fmt.SUFFIX))
+    except OSError:
+        return []
+
+
+def convert_spool(path: Path, *, blocking: bool = True, close_abandoned: bool = False,
+                  max_bytes: int = MAX_BYTES_PER_ROUND) -> Conversion:
+    """Convert what ``path`` holds beyond its ``converted`` mark; see the module doc.
+
+    ``close_abandoned`` treats the spool as closed (its writer is known to be gone),
+    so it is deleted once converted. Never raises for a missing or foreign file.
+    """
+    result = Conversion(str(path))
+    try:
+        fd = os.open(path, os.O_RDWR)
+        writable = True
+    except FileNotFoundError:
+        return result
+    except PermissionError:
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except OSError as exc:
+            result.warnings.append(f"{path}: cannot read: {exc}")
+            return result
+        writable = False
+    except OSError as exc:
+        result.warnings.append(f"{path}: cannot open: {exc}")
+        return result
+    try:
+        if writable:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))
+            except BlockingIOError:
+                result.skipped = True
+                return result
+        _convert_locked(fd, path, result, writable=writable,
+                        close_abandoned=close_abandoned, max_bytes=max_bytes)
+    except OSError as exc:
+        result.warnings.append(f"{path}: conversion failed: {exc}")
+    finally:
+        os.close(fd)  # releases the lock
+    return result
+
+
+def _convert_locked(fd: int, path: Path, result: Conversion, *, writable: bool,
+                    close_abandoned: bool, max_bytes: int) -> None:
+    header = fmt.parse_header(os.pread(fd, fmt.HEADER_BYTES, 0))
+    if header is None:
+        if os.fstat(fd).st_size >= fmt.HEADER_BYTES:
+            result.warnings.append(f"{path}: not a span spool; left alone")
+        return  # or a writer that has not written its header yet
+    prefix, first_record = _prefix(fd, path, result)
+    if prefix is None:
+        return
+    start = max(header.converted, first_record)
+    lines: list[str] = []
+    end = start
+    for offset, payload, stop in _records(fd, start, max_bytes, result):
+        try:
+            fields = fmt.decode_payload(payload)
+        except (ValueError, EOFError, TypeError) as exc:
+            result.warnings.append(f"{path}: skipped a corrupt record at byte {offset}: {exc}")
+            end = stop
+            continue
+        if fields[0] != fmt.PREFIX:
+            try:
+                lines.append(span_line(prefix, fmt.span_json(fields)))
+            except Exception as exc:  # a value record_span_json cannot encode
+                result.warnings.append(f"{path}: skipped a span at byte {offset}: {exc}")
+        end = stop
+    result.spans = len(lines)
+    if not writable:
+        result.lines = lines
+        return
+    if lines:
+        _append_lines(jsonl_path(path), lines)
+    if end != header.converted:
+        os.pwrite(fd, fmt.U64.pack(end), fmt.CONVERTED_AT)
+    if result.pending:
+        return
+    closed = header.closed or close_abandoned
+    # Re-read: the writer may have closed it while we converted (no record follows then).
+    if not closed:
+        latest = fmt.parse_header(os.pread(fd, fmt.HEADER_BYTES, 0))
+        closed = latest is not None and latest.closed and not _record_at(fd, end)
+    if closed:
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
+        result.deleted = True
+
+
+def _prefix(fd: int, path: Path, result: Conversion) -> tuple[str | None, int]:
+    """The PREFIX record's line prefix and the offset after it."""
+    scan = fmt.scan_records(os.pread(fd, 64 << 10, fmt.HEADER_BYTES), fmt.HEADER_BYTES)
+    if not scan.payloads:
+        return None, fmt.HEADER_BYTES  # the writer is still writing it
+    offset, payload = scan.payloads[0]
+    try:
+        fields = fmt.decode_payload(payload)
+    except (ValueError, EOFError, TypeError):
+        fields = ()
+    if not fields or fields[0] != fmt.PREFIX:
+        result.warnings.append(f"{path}: no resource record at byte {offset}; left alone")
+        return None, fmt.HEADER_BYTES
+    return str(fields[1]), offset + fmt.record_size(len(payload))
+
+
+def _records(fd: int, start: int, max_bytes: int,
+             result: Conversion) -> Iterator[tuple[int, bytes, int]]:
+    """(offset, payload, offset after it) of each complete record from ``start``."""
+    position = start
+    while position - start < max_bytes:
+        want = min(READ_BLOCK, max(max_bytes - (position - start), fmt.ALIGN))
+        block = os.pread(fd, want, position)
+        scan = fmt.scan_records(block, position)
+        for offset, payload in scan.payloads:
+            yield offset, payload, offset + fmt.record_size(len(payload))
+        position = scan.end
+        if scan.ended or len(block) < want:
+            return  # a zero length word, or the file ends inside a record being written
+        if scan.torn and not scan.payloads:
+            # One record longer than a block: read it whole.
+            length = fmt.LENGTH.unpack_from(block, 0)[0]
+            whole = fmt.scan_records(os.pread(fd, fmt.record_size(length), position), position)
+            if not whole.payloads:
+                return
+            offset, payload = whole.payloads[0]
+            yield offset, payload, whole.end
+            position = whole.end
+    result.pending = True
+
+
+def _record_at(fd: int, offset: int) -> bool:
+    word = os.pread(fd, fmt.LENGTH.size, offset)
+    return len(word) == fmt.LENGTH.size and fmt.LENGTH.unpack(word)[0] != 0
+
+
+def _append_lines(path: Path, lines: list[str]) -> None:
+    data = ("\n".join(lines) + "\n").encode("utf-8", "surrogateescape")
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        written = 0
+        while written < len(data):
+            count = os.write(fd, data[written:])
+            if count <= 0:
+                raise OSError(f"short write to {path}")
+            written += count
+    finally:
+        os.close(fd)
+
+
+@dataclass
+class SyncResult:
+    spans: int = 0
+    lines: list[str] = field(default_factory=list)  # from spools we may not write
+    warnings: list[str] = field(default_factory=list)
+    pending: bool = False
+
+
+def sync_traces_dir(traces_dir: Path, *, blocking: bool = True) -> SyncResult:
+    """Convert every spool in ``traces_dir`` completely (or as far as the lock allows)."""
+    total = SyncResult()
+    for spool in spool_files(traces_dir):
+        while True:
+            result = convert_spool(spool, blocking=blocking)
+            total.spans += result.spans
+            total.lines.extend(result.lines)
+            total.warnings.extend(result.warnings)
+            if not result.pending or result.skipped:
+                total.pending = total.pending or result.pending
+                break
+    return total

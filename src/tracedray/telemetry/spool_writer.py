@@ -1,0 +1,146 @@
+"""Appending records to this process's span spool (layout: spool_format.py).
+
+Like append_file.py (whose window logic it shares), the records are copied into a
+``MAP_SHARED`` window of the file: the pages belong to the kernel's page cache the
+moment the copy is done, so a SIGKILL loses no span that had ended, and appending
+needs no system call and never lets go of the GIL. The file is grown ahead in chunks with
+``posix_fallocate`` (a full disk fails there, not as a SIGBUS later); the reserved
+part reads as zeros, which is "no record yet" to a reader.
+
+``mapped=False`` (``TRACEDRAY_TELEMETRY_MAPPED_FILES=false``) appends with
+``pwrite`` instead, payload first and length last, like the mapped path.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from tracedray.telemetry import spool_format as fmt
+from tracedray.telemetry.append_file import MappedAppender, live_writers
+
+
+@dataclass(frozen=True)
+class SpoolStatistics:
+    path: str
+    mapped: bool
+    records: int  # records appended by this writer (the prefix record included)
+    bytes: int  # bytes of records, padding included
+    remaps: int
+    fallback_reason: str  # why a mapped spool went back to pwrite; "" if it did not
+
+
+class SpoolWriter(MappedAppender):
+    """One process's spool; ``append`` is thread-safe. Errors (``OSError``) propagate.
+
+    A spool left by an earlier process with the same pid (pid reuse) is converted
+    and replaced: a spool has one writer and one resource.
+    """
+
+    def __init__(self, path: Path, line_prefix: str, *, mapped: bool = True) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if path.exists():
+            from tracedray.telemetry.spool_convert import convert_spool
+
+            convert_spool(path, close_abandoned=True)
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+        self._prefix = line_prefix
+        self._records = 0
+        self._bytes = 0
+        self._create(path, mapped)
+        live_writers.add(self)  # a forked child moves to its own spool
+
+    def _create(self, path: Path, mapped: bool) -> None:
+        """A fresh spool at ``path``: header, window, and the PREFIX record."""
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            os.pwrite(fd, fmt.header_bytes(os.getpid()), 0)
+            super().__init__(path, fd)
+            self._end = fmt.HEADER_BYTES
+            if mapped:
+                try:
+                    self._map_window(0)
+                except OSError as exc:
+                    self._fall_back(exc)
+            self._append_locked(fmt.prefix_payload(self._prefix))
+        except BaseException:
+            os.close(fd)
+            raise
+
+    def append(self, payload: bytes) -> None:
+        with self._lock:
+            if self._fd is None:
+                raise OSError(f"{self._path} is closed")
+            self._append_locked(payload)
+
+    def _append_locked(self, payload: bytes) -> None:
+        length = len(payload)
+        size = fmt.record_size(length)
+        mapping = self._map
+        if mapping is not None:
+            pos = self._pos
+            # Room for the record and the zero length word that ends the data.
+            if pos + size + fmt.LENGTH.size > self._size:
+                try:
+                    self._map_window(size + fmt.LENGTH.size)
+                except OSError as exc:  # full disk: keep recording with pwrite
+                    self._fall_back(exc)
+                    self._append_written(payload)
+                    return
+                mapping, pos = self._map, self._pos
+                assert mapping is not None
+            start = pos + fmt.LENGTH.size
+            mapping[start:start + length] = payload
+            mapping[pos:start] = fmt.LENGTH.pack(length)  # last: commits the record
+            self._pos = pos + size
+        else:
+            self._append_written(payload)
+        self._records += 1
+        self._bytes += size
+
+    def _append_written(self, payload: bytes) -> None:
+        end = self._end
+        size = fmt.record_size(len(payload))
+        self._pwrite_all(payload + bytes(size - fmt.LENGTH.size - len(payload)),
+                         end + fmt.LENGTH.size)
+        self._pwrite_all(fmt.LENGTH.pack(len(payload)), end)  # last: commits the record
+        self._end = end + size
+
+    def _forked(self) -> None:
+        """In a forked child: the parent keeps its spool, the child gets its own.
+
+        Its spans go to ``<name>.fork-<pid>.spool`` next to the parent's, with the
+        parent's resource, until the child's telemetry is configured afresh.
+        """
+        self._let_go_after_fork()
+        stem = self._path.name[:-len(fmt.SUFFIX)]
+        path = self._path.with_name(f"{stem}.fork-{os.getpid()}{fmt.SUFFIX}")
+        with contextlib.suppress(OSError):
+            self._create(path, mapped=False)
+
+    def close(self) -> None:
+        """Mark the spool closed and cut it to its data; conversion is the caller's."""
+        with self._lock:
+            fd, self._fd = self._fd, None
+            if fd is None:
+                return
+            end = self._data_end()
+            if self._map is not None:
+                with contextlib.suppress(Exception):
+                    self._map.close()
+                self._map = None
+            with contextlib.suppress(OSError):
+                os.ftruncate(fd, end)
+            with contextlib.suppress(OSError):
+                os.pwrite(fd, fmt.U64.pack(1), fmt.CLOSED_AT)
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        live_writers.discard(self)
+
+    def statistics(self) -> SpoolStatistics:
+        with self._lock:
+            return SpoolStatistics(str(self._path), self._map is not None, self._records,
+                                   self._bytes, self._remaps, self._fallback)
