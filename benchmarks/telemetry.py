@@ -5,10 +5,13 @@ line to the log files. "Off" is ``OTEL_SDK_DISABLED=true`` (spans become no-ops;
 log lines stay, they are not part of the OTel switch). Each case runs in a fresh
 driver process with its own cluster, because the variable is read once per
 process; the cases alternate (on, off, on, off, ...) so drift on the machine hits
-both, and the best round of each is compared.
+both. Within a round each workload runs REPEATS times and its best run counts.
 
-Printed per workload: ops/s on, ops/s off, and on/off (1.0 = free; the goal in
-issue 3 is >= 0.85). Usage: python benchmarks/telemetry.py [--rounds N] [--tasks N]
+Printed per workload: the best ops/s on and off over all rounds, their ratio, and
+the median of the rounds' paired on/off ratios (1.0 = free; the goal in issue 3 is
+>= 0.85; the verdict uses the median).
+
+Usage: python benchmarks/telemetry.py [--rounds N] [--tasks N]
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -26,10 +30,17 @@ from typing import Any
 GOAL = 0.85
 
 
+REPEATS = 3  # each workload runs this many times per cluster; its best run counts
+
+
 def _rate(count: int, action: Callable[[], Any]) -> float:
-    start = time.perf_counter()
-    action()
-    return count / (time.perf_counter() - start)
+    """Best ops/s of REPEATS runs: a burst of other work on the machine hits one run."""
+    best = 0.0
+    for _ in range(REPEATS):
+        start = time.perf_counter()
+        action()
+        best = max(best, count / (time.perf_counter() - start))
+    return best
 
 
 def child(tasks: int) -> dict[str, float]:
@@ -57,10 +68,10 @@ def child(tasks: int) -> dict[str, float]:
         small = {"key": "value", "numbers": list(range(16))}
 
         def put_get_small() -> None:
-            for _ in range(2000):
+            for _ in range(5000):
                 tracedray.get(tracedray.put(small))
 
-        out["put+get small/s"] = _rate(2000, put_get_small)
+        out["put+get small/s"] = _rate(5000, put_get_small)
         array = np.ones(1 << 17)  # 1 MiB: goes through the shared-memory store
 
         def put_get_1mb() -> None:
@@ -114,14 +125,22 @@ def main() -> None:
             off_rounds.append(_run_child(False, args.tasks, temp_root))
     on, off = best_of(on_rounds), best_of(off_rounds)
     ratio = ratios(on, off)
+    # Each round's on/off pair ran back to back: the median of those ratios is the
+    # figure least moved by what else the machine was doing.
+    paired = {key: statistics.median(r_on[key] / r_off[key]
+                                     for r_on, r_off in zip(on_rounds, off_rounds, strict=True))
+              for key in on}
     width = max(len(key) for key in on)
-    print(f"{'workload':<{width}}  {'telemetry on':>13}  {'off':>13}  {'on/off':>7}")
+    print(f"{'workload':<{width}}  {'telemetry on':>13}  {'off':>13}  {'best/best':>9}  "
+          f"{'median pair':>11}")
     for key in on:
-        print(f"{key:<{width}}  {on[key]:>13,.0f}  {off[key]:>13,.0f}  {ratio[key]:>7.2f}")
-    worst = min(ratio.values())
+        print(f"{key:<{width}}  {on[key]:>13,.0f}  {off[key]:>13,.0f}  {ratio[key]:>9.2f}  "
+              f"{paired[key]:>11.2f}")
+    worst = min(paired.values())
     verdict = "meets" if worst >= GOAL else "MISSES"
-    print(f"\nworst on/off ratio {worst:.2f} ({verdict} the goal of >= {GOAL}); best of "
-          f"{args.rounds} alternating rounds, each a fresh cluster.")
+    print(f"\nworst median on/off ratio {worst:.2f} ({verdict} the goal of >= {GOAL}); "
+          f"{args.rounds} alternating rounds, each a fresh cluster, each workload the best "
+          f"of {REPEATS} runs.")
     print("on = spans to the session's trace files + JSON logs (the default); "
           "off = OTEL_SDK_DISABLED=true (spans are no-ops; JSON logs stay on).")
 

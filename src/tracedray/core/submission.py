@@ -62,6 +62,8 @@ def build_task(worker: CoreWorker, *, kind: int, function_id: str, function_name
         log.info("task.submit", task_id=task_id.hex(), function=function_name, call_site=site,
                  attempt=0, **trace_ids)
         task = _attach_args(worker, spec, args, kwargs, max_retries)
+        if carrier:
+            task.trace_parent = span.get_span_context()
     except BaseException as exc:
         telemetry.record_error(span, exc)
         span.end()

@@ -170,16 +170,19 @@ def _emit(span: LightSpan, end_ns: int) -> None:
 
 def start_light_span(name: str, attributes: Mapping[str, AttributeValue] | None = None, *,
                      context: Context | None = None, kind: SpanKind = SpanKind.INTERNAL,
-                     start_time: int | None = None) -> trace.Span:
+                     start_time: int | None = None,
+                     parent: SpanContext | None = None) -> trace.Span:
     """Start a span as ``Tracer.start_span`` would, without the SDK span object.
 
-    INVALID_SPAN before configure() or when the SDK is disabled.
+    The parent is ``parent`` if given, else the current span of ``context`` (or of the
+    current context). INVALID_SPAN before configure() or when the SDK is disabled.
     """
     pipeline = _state.current()
     if pipeline is None or pipeline.provider is None:
         return INVALID_SPAN
     provider = pipeline.provider
-    parent = trace.get_current_span(context).get_span_context()
+    if parent is None:
+        parent = trace.get_current_span(context).get_span_context()
     ids = provider.id_generator
     valid_parent = parent.is_valid
     trace_id = parent.trace_id if valid_parent else ids.generate_trace_id()

@@ -106,7 +106,8 @@ class ActorSubmitter:
                     A.ACTOR_ID: channel.actor_id.hex(), A.NODE_ID: address.node_id,
                     A.NODE_IP: address.ip, A.WORKER_ID: address.worker_id,
                     A.WORKER_PID: address.pid,
-                }, context=telemetry.context_from_carrier(task.spec.trace_context))
+                }, parent=task.trace_parent
+                   or telemetry.parent_from_carrier(task.spec.trace_context))
             channel.conn.send(task.spec)
 
     def _connect(self, channel: ActorChannel, min_restarts: int) -> None:

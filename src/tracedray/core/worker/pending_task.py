@@ -26,6 +26,9 @@ class PendingTask:
     retries_left: int
     scheduling_key: str = ""
     dispatch_span: Any = None
+    # The task.submit span's SpanContext: the dispatch span's parent without parsing
+    # spec.trace_context back (None when telemetry is off, or for a rebuilt task).
+    trace_parent: Any = None
     cancelled: bool = False
     force_cancelled: bool = False
     lease: Any = None

@@ -142,7 +142,7 @@ class TaskExecutor:
         if actor_hex:
             attributes[A.ACTOR_ID] = actor_hex
         span = telemetry.start_span("task.execute", attributes,
-                                    context=telemetry.context_from_carrier(spec.trace_context))
+                                    parent=telemetry.parent_from_carrier(spec.trace_context))
         worker.flight_recorder.record({"task_id": task_hex, "attempt": spec.attempt,
                                        "function": name, "trace_context": dict(spec.trace_context),
                                        "started_at": time.time()})

@@ -183,17 +183,17 @@ class TaskSubmitter:
         reason = str(lease.decision.get(A.SCHEDULING_REASON, "")) if decided else \
             f"reused lease {lease.lease_id[:8]} on node {lease.worker.node_id[:12]}"
         if telemetry.enabled():
-            parent = telemetry.context_from_carrier(spec.trace_context)
+            parent = task.trace_parent or telemetry.parent_from_carrier(spec.trace_context)
             common: dict[str, Any] = {A.TASK_ID: spec.task_id.hex(), A.TASK_ATTEMPT: spec.attempt}
             if decided:
                 decision: dict[str, Any] = lease.decision
                 telemetry.start_span("task.schedule", {**common, **decision,
                                                        A.SCHEDULING_REASON: reason},
-                                     context=parent).end()
+                                     parent=parent).end()
             task.dispatch_span = telemetry.start_span("task.dispatch", {
                 **common, A.NODE_ID: lease.worker.node_id, A.NODE_IP: lease.worker.ip,
                 A.WORKER_ID: lease.worker.worker_id, A.WORKER_PID: lease.worker.pid,
-                A.LEASE_ID: lease.lease_id, A.SCHEDULING_REASON: reason}, context=parent)
+                A.LEASE_ID: lease.lease_id, A.SCHEDULING_REASON: reason}, parent=parent)
         self._worker.task_events.record(spec, "SUBMITTED_TO_WORKER", node_id=lease.worker.node_id,
                                         worker_id=lease.worker.worker_id,
                                         worker_pid=lease.worker.pid)
