@@ -98,6 +98,31 @@ HEARTBEAT_INTERVAL_S: Variable[float] = Variable(
     lambda: 1.0,
     "Seconds between a raylet's heartbeats to the GCS.",
 )
+IDLE_WORKER_TIMEOUT_S: Variable[float] = Variable(
+    "TRACEDRAY_IDLE_WORKER_TIMEOUT_S",
+    _parse_positive_float,
+    lambda: 1.0,
+    "A raylet stops a task worker idle this long while it has more task workers than its "
+    "soft limit (TRACEDRAY_IDLE_WORKER_SOFT_LIMIT); extra workers are started while tasks "
+    "block in get().",
+)
+
+
+def _parse_positive_int(text: str) -> int | None:
+    value = int(text)
+    if value < 1:
+        raise ValueError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+IDLE_WORKER_SOFT_LIMIT: Variable[int | None] = Variable(
+    "TRACEDRAY_IDLE_WORKER_SOFT_LIMIT",
+    _parse_positive_int,
+    lambda: None,
+    "How many task workers a raylet keeps alive when they are idle (default: the node's "
+    "CPU count, at least 1); idle ones beyond it are stopped after "
+    "TRACEDRAY_IDLE_WORKER_TIMEOUT_S.",
+)
 NODE_DEATH_TIMEOUT_S: Variable[float] = Variable(
     "TRACEDRAY_NODE_DEATH_TIMEOUT_S",
     _parse_positive_float,
@@ -230,6 +255,8 @@ ALL_VARIABLES: tuple[Variable[Any], ...] = (
     INLINE_THRESHOLD,
     LEASE_LINGER_S,
     HEARTBEAT_INTERVAL_S,
+    IDLE_WORKER_TIMEOUT_S,
+    IDLE_WORKER_SOFT_LIMIT,
     NODE_DEATH_TIMEOUT_S,
     JAEGER_URL,
     TRACE_FILES,

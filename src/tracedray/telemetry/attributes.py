@@ -50,6 +50,7 @@ RESOURCES = "tracedray.resources"  # JSON of the resource request
 EXIT_CODE = "tracedray.exit.code"
 EXIT_SIGNAL = "tracedray.exit.signal"  # e.g. "SIGKILL"
 EXIT_MEANING = "tracedray.exit.meaning"  # e.g. "killed by the OS, often the OOM killer"
+EXIT_REASON = "tracedray.exit.reason"  # why the raylet stopped it: idle | shutdown | killed
 NODE_MEMORY_PERCENT = "tracedray.node.memory_percent"
 
 # --- GCS

@@ -126,6 +126,16 @@ class ExitRequest(_message.Message):
     reason: str
     def __init__(self, reason: _Optional[str] = ...) -> None: ...
 
+class GetExitBlockersRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ExitBlockers(_message.Message):
+    __slots__ = ("reasons",)
+    REASONS_FIELD_NUMBER: _ClassVar[int]
+    reasons: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, reasons: _Optional[_Iterable[str]] = ...) -> None: ...
+
 class OutputLine(_message.Message):
     __slots__ = ("task_name", "pid", "stream", "line", "ip")
     TASK_NAME_FIELD_NUMBER: _ClassVar[int]

@@ -64,6 +64,11 @@ class CoreWorkerServiceStub:
                 request_serializer=tracedray_dot_v1_dot_core__worker__pb2.ExitRequest.SerializeToString,
                 response_deserializer=tracedray_dot_v1_dot_common__pb2.Empty.FromString,
                 _registered_method=True)
+        self.GetExitBlockers = channel.unary_unary(
+                '/tracedray.v1.CoreWorkerService/GetExitBlockers',
+                request_serializer=tracedray_dot_v1_dot_core__worker__pb2.GetExitBlockersRequest.SerializeToString,
+                response_deserializer=tracedray_dot_v1_dot_core__worker__pb2.ExitBlockers.FromString,
+                _registered_method=True)
         self.PrintOutput = channel.unary_unary(
                 '/tracedray.v1.CoreWorkerService/PrintOutput',
                 request_serializer=tracedray_dot_v1_dot_core__worker__pb2.OutputBatch.SerializeToString,
@@ -110,6 +115,14 @@ class CoreWorkerServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetExitBlockers(self, request, context):
+        """Raylet side, before it stops an idle worker: what this process still holds that
+        others need. None: it may be stopped without losing anything.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def PrintOutput(self, request, context):
         """Task output echo: workers forward what tasks print to the job's driver.
         """
@@ -144,6 +157,11 @@ def add_CoreWorkerServiceServicer_to_server(servicer, server):
                     servicer.Exit,
                     request_deserializer=tracedray_dot_v1_dot_core__worker__pb2.ExitRequest.FromString,
                     response_serializer=tracedray_dot_v1_dot_common__pb2.Empty.SerializeToString,
+            ),
+            'GetExitBlockers': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetExitBlockers,
+                    request_deserializer=tracedray_dot_v1_dot_core__worker__pb2.GetExitBlockersRequest.FromString,
+                    response_serializer=tracedray_dot_v1_dot_core__worker__pb2.ExitBlockers.SerializeToString,
             ),
             'PrintOutput': grpc.unary_unary_rpc_method_handler(
                     servicer.PrintOutput,
@@ -290,6 +308,33 @@ class CoreWorkerService:
             '/tracedray.v1.CoreWorkerService/Exit',
             tracedray_dot_v1_dot_core__worker__pb2.ExitRequest.SerializeToString,
             tracedray_dot_v1_dot_common__pb2.Empty.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetExitBlockers(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tracedray.v1.CoreWorkerService/GetExitBlockers',
+            tracedray_dot_v1_dot_core__worker__pb2.GetExitBlockersRequest.SerializeToString,
+            tracedray_dot_v1_dot_core__worker__pb2.ExitBlockers.FromString,
             options,
             channel_credentials,
             insecure,

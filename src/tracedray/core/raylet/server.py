@@ -1,5 +1,6 @@
 """The raylet: one per node. Leases workers, runs the node's object store,
-heartbeats to the GCS, and records every worker exit."""
+heartbeats to the GCS, reaps idle workers beyond its soft limit, and records every
+worker exit."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from typing import Any
 import grpc
 import psutil
 
-from tracedray import logs, telemetry
+from tracedray import config, logs, telemetry
 from tracedray.core import rpc
 from tracedray.core.address import Address
 from tracedray.core.gcs.client import GcsClient
@@ -31,7 +32,14 @@ from tracedray.exceptions import ObjectStoreFullError, RaySystemError
 from tracedray.telemetry import attributes as A
 from tracedray.telemetry.append_file import read_data
 from tracedray.telemetry.spool_convert import sync_traces_dir
-from tracedray.v1 import common_pb2, core_worker_pb2_grpc, gcs_pb2, raylet_pb2, raylet_pb2_grpc
+from tracedray.v1 import (
+    common_pb2,
+    core_worker_pb2,
+    core_worker_pb2_grpc,
+    gcs_pb2,
+    raylet_pb2,
+    raylet_pb2_grpc,
+)
 
 log = logs.get_logger(__name__)
 
@@ -89,6 +97,14 @@ class Raylet:
         self._bg = ThreadPoolExecutor(max_workers=8, thread_name_prefix="tracedray-raylet-bg")
         self.transfers = TransferTable()
         self._agent: subprocess.Popen[bytes] | None = None
+        # Read here so that a malformed value fails the node's start, naming the variable.
+        self.idle_worker_timeout_s = config.IDLE_WORKER_TIMEOUT_S.get()
+        self.worker_soft_limit = wp.soft_limit(self.total.get("CPU", 0.0),
+                                               config.IDLE_WORKER_SOFT_LIMIT.get())
+        # Idle spells (worker id, idle since) whose worker said it holds something, and
+        # when to ask again: an owner may stay idle for long, and asking flushes its
+        # background work.
+        self._ask_again_at: dict[tuple[str, float], float] = {}
 
     @property
     def address(self) -> Address:
@@ -114,6 +130,8 @@ class Raylet:
                 self.pool.start_worker()
         threading.Thread(target=self._heartbeat_loop, daemon=True,
                          name="tracedray-heartbeat").start()
+        threading.Thread(target=self._idle_reaper_loop, daemon=True,
+                         name="tracedray-idle-reaper").start()
 
     def _node_info(self) -> gcs_pb2.NodeInfo:
         from tracedray.core.environment import environment_fingerprint
@@ -346,7 +364,7 @@ class Raylet:
             worker.lease_id = ""
             worker.resources = {}
             if worker.state != wp.DEAD:
-                worker.state = wp.IDLE
+                self.pool.mark_idle(worker)
             self._dispatch()
 
     def register_worker(self, worker_id: str, port: int, task_port: int) -> None:
@@ -355,7 +373,7 @@ class Raylet:
             if worker is None:
                 raise RaySystemError(f"unknown worker {worker_id}")
             worker.port, worker.task_port = port, task_port
-            worker.state = wp.IDLE
+            self.pool.mark_idle(worker)
             worker.registered.set()
             if telemetry.enabled():
                 telemetry.start_span("worker.start", {A.WORKER_ID: worker_id,
@@ -378,6 +396,70 @@ class Raylet:
                 scheduler.acquire(self.available, cpu)  # may go negative briefly, as in Ray
             self._dispatch()
 
+    # --- idle workers beyond the soft limit
+    def _idle_reaper_loop(self) -> None:
+        # Several checks per timeout, so a worker goes soon after its time is up;
+        # at most 1 s apart, at least 50 ms (each check is a pass over the pool).
+        interval = min(1.0, max(0.05, self.idle_worker_timeout_s / 4))
+        while not self._stopped.wait(interval):
+            try:
+                self.reap_idle_workers()
+            except Exception as exc:  # noqa: BLE001 - the loop must survive anything
+                log.error("worker.reap_failed", error=repr(exc))
+
+    def reap_idle_workers(self) -> list[str]:
+        """Stop the idle task workers ``wp.workers_to_reap`` picks; returns their ids.
+
+        Three steps, so that no RPC runs under the lock: (1) under the lock, the idle
+        workers that could go; (2) without it, ask each what it still holds that others
+        need (objects, submitted tasks: see worker/exit_blockers.py); (3) under the lock
+        again, decide with fresh state and stop the chosen ones before releasing it.
+        A worker leased (and maybe idle again) since step 1 has another ``idle_since``
+        and counts as busy, so an answer about an earlier idle spell is never used.
+        """
+        threshold = self.idle_worker_timeout_s
+        with self._lock:
+            if self._stopped.is_set():
+                return []
+            idle = self.pool.idle_task_workers()
+            now = time.monotonic()
+            spells = {(w.worker_id, w.idle_since) for w in idle}
+            self._ask_again_at = {k: t for k, t in self._ask_again_at.items() if k in spells}
+            if self.pool.live_task_workers() <= self.worker_soft_limit:
+                return []
+            probes = [(w, self.pool.address_of(self.pool.workers[w.worker_id]))
+                      for w in wp.idle_longer_than(idle, now, threshold)
+                      if self._ask_again_at.get((w.worker_id, w.idle_since), 0.0) <= now]
+        if not probes:
+            return []
+        answers = dict(zip([w for w, _ in probes],
+                           self._bg.map(_exit_blockers, [a for _, a in probes]), strict=True))
+        with self._lock:
+            if self._stopped.is_set():
+                return []
+            now = time.monotonic()
+            idle = wp.with_answers(self.pool.idle_task_workers(), answers)
+            live = self.pool.live_task_workers()
+            chosen = wp.workers_to_reap(idle, live, self.worker_soft_limit, now, threshold)
+            for worker_id in chosen:
+                worker = self.pool.workers[worker_id]
+                idle_s = now - worker.idle_since
+                self.pool.stop_idle(worker, f"reaped as idle by the raylet: idle {idle_s:.1f}s "
+                                    f"with {live} task workers, soft limit "
+                                    f"{self.worker_soft_limit}")
+                log.info("worker.reap", worker_id=worker_id, worker_pid=worker.pid,
+                         idle_s=round(idle_s, 3), live_workers=live,
+                         soft_limit=self.worker_soft_limit,
+                         reaped_total=self.pool.statistics().reaped_total)
+                live -= 1
+            kept = {w: r for w, r in answers.items() if r != []}
+            for w in kept:
+                self._ask_again_at[(w.worker_id, w.idle_since)] = now + max(threshold, 1.0)
+        for w, reasons in kept.items():
+            log.debug("worker.reap_skipped", worker_id=w.worker_id,
+                      reasons=reasons if reasons is not None else ["did not answer"])
+        return chosen
+
     # --- worker exits
     def _on_worker_exit(self, worker: wp.WorkerProcess) -> None:
         self._mark_dead(worker)  # first: no new lease may go to a dead worker
@@ -393,6 +475,9 @@ class Raylet:
             attributes[A.TASK_FUNCTION] = slot.get("function", "")
         if worker.actor_id:
             attributes[A.ACTOR_ID] = worker.actor_id.hex()
+        reason = worker.stop_reason or (wp.STOP_SHUTDOWN if self._stopped.is_set() else "")
+        if reason:
+            attributes[A.EXIT_REASON] = reason
         unexpected = not worker.kill_intended and not self._stopped.is_set()
         if telemetry.enabled():
             span = telemetry.start_span(
@@ -406,7 +491,10 @@ class Raylet:
         level = log.warning if unexpected else log.info
         level("worker.exit", worker_id=worker.worker_id, worker_pid=worker.pid,
               exit_code=worker.exit_code, signal=worker.exit_signal, meaning=worker.exit_meaning,
-              running_task=slot.get("task_id", ""), node_memory_percent=memory_percent)
+              reason=reason or "unexpected", running_task=slot.get("task_id", ""),
+              node_memory_percent=memory_percent)
+        if worker.port:
+            rpc.drop_channel(self.pool.address_of(worker).target)  # the reaper's probe channel
         if worker.actor_id and not self._stopped.is_set():
             self._bg.submit(self._report_actor_death, worker)
 
@@ -450,6 +538,7 @@ class Raylet:
         if worker is None or worker.process.poll() is not None:
             return
         worker.kill_intended = True
+        worker.stop_reason = worker.stop_reason or wp.STOP_KILLED
         if force:
             worker.process.kill()
         else:
@@ -516,7 +605,8 @@ class Raylet:
                                   exit_signal=worker.exit_signal, exit_meaning=worker.exit_meaning,
                                   started_at=worker.started_at, ended_at=worker.ended_at)
             targets = [self.pool.address_of(w) for w in self.pool.workers.values()
-                       if w.state not in (wp.DEAD, wp.STARTING)] + list(self._drivers.values())
+                       if w.state not in (wp.DEAD, wp.STARTING, wp.STOPPING)]
+            targets += self._drivers.values()
         if request.include_objects:
             for info in self.store.objects():
                 reply.objects.add(object_id=bytes.fromhex(info.object_id), size=info.size,
@@ -530,12 +620,21 @@ class Raylet:
 
 
 def _reference_table(address: Address) -> bytes | None:
-    from tracedray.v1 import core_worker_pb2
-
     try:
         stub = core_worker_pb2_grpc.CoreWorkerServiceStub(rpc.channel(address.target))
         table = stub.GetReferenceTable(core_worker_pb2.GetReferenceTableRequest(), timeout=5)
         return bytes(table.SerializeToString())
+    except grpc.RpcError:
+        return None
+
+
+def _exit_blockers(address: Address) -> list[str] | None:
+    """What an idle worker still holds that others need (empty: nothing); None when it
+    does not answer, which keeps it (it may be busy in a way we cannot see)."""
+    try:
+        stub = core_worker_pb2_grpc.CoreWorkerServiceStub(rpc.channel(address.target))
+        reply = stub.GetExitBlockers(core_worker_pb2.GetExitBlockersRequest(), timeout=2)
+        return list(reply.reasons)
     except grpc.RpcError:
         return None
 

@@ -2,6 +2,11 @@
 
 The raylet is the parent of every worker, so it is the one that sees each exit
 code and signal; it records them (span + log) even when the worker could not.
+
+Idle workers beyond a soft limit (the node's CPU count) are stopped once they have
+been idle long enough: a task blocked in ``get`` lends its CPU out, so a burst of
+nested work can start many more workers than CPUs, and without this they would sit
+idle, holding memory, until the node stops. ``workers_to_reap`` decides which.
 """
 
 from __future__ import annotations
@@ -12,16 +17,23 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from tracedray.core import ids
 from tracedray.core.address import Address
 from tracedray.core.raylet.exit_meaning import describe_exit
+from tracedray.exceptions import RaySystemError
 
 STARTING, IDLE, LEASED, BLOCKED, ACTOR, DEAD = (
     "STARTING", "IDLE", "LEASED", "BLOCKED", "ACTOR", "DEAD")
+# Chosen for reaping and sent SIGTERM: never leased again, DEAD once the process is gone.
+STOPPING = "STOPPING"
+# Why the raylet meant a worker to exit (``WorkerProcess.stop_reason``; "" = it did not).
+STOP_IDLE, STOP_SHUTDOWN, STOP_KILLED = "idle", "shutdown", "killed"
+# A reaped worker that ignores SIGTERM this long is killed (as at shutdown).
+STOP_GRACE_S = 2.0
 
 
 @dataclass
@@ -40,6 +52,8 @@ class WorkerProcess:
     exit_signal: str = ""
     exit_meaning: str = ""
     kill_intended: bool = False
+    stop_reason: str = ""
+    idle_since: float = 0.0  # time.monotonic() when it last became IDLE
     registered: threading.Event = field(default_factory=threading.Event)
 
     @property
@@ -54,8 +68,64 @@ class WorkerPoolStatistics:
     leased: int
     blocked: int
     actors: int
+    stopping: int
     dead: int
     started_total: int
+    reaped_total: int  # idle workers stopped beyond the soft limit
+
+
+@dataclass(frozen=True)
+class IdleWorker:
+    """What the reaping decision needs to know about one IDLE task worker."""
+
+    worker_id: str
+    idle_since: float  # same clock as ``now`` in workers_to_reap
+    # It still holds something other processes need (objects it owns or borrows,
+    # tasks it submitted): stopping it would lose them. Unknown counts as busy.
+    busy: bool = False
+
+
+def workers_to_reap(idle: Sequence[IdleWorker], live_workers: int, soft_limit: int,
+                    now: float, threshold_s: float) -> list[str]:
+    """Ids of the idle workers to stop now, oldest-idle first.
+
+    ``live_workers`` counts the node's task workers that are alive and not already
+    stopping (starting, idle, leased, blocked; actor workers are not in the pool's
+    budget). Only as many as it exceeds ``soft_limit`` by are stopped, and only
+    workers idle for at least ``threshold_s`` that are not busy, as Ray's
+    ``idle_worker_killing_time_threshold_ms``: a short pause between two bursts
+    keeps its warm workers.
+    """
+    excess = live_workers - soft_limit
+    if excess <= 0:
+        return []
+    ready = sorted((w for w in idle_longer_than(idle, now, threshold_s) if not w.busy),
+                   key=lambda w: (w.idle_since, w.worker_id))
+    return [w.worker_id for w in ready[:excess]]
+
+
+def with_answers(idle: Sequence[IdleWorker],
+                 answers: Mapping[IdleWorker, list[str] | None]) -> list[IdleWorker]:
+    """``idle`` (as it is now) with ``busy`` set from what the workers answered when
+    asked what they still hold (``answers``, keyed by the worker as it was then). Free
+    means: asked during its current idle spell (same ``idle_since``: not leased since)
+    and answered "nothing". Not asked, not answering or holding something: busy."""
+    free = {(w.worker_id, w.idle_since) for w, reasons in answers.items() if reasons == []}
+    return [IdleWorker(w.worker_id, w.idle_since, busy=(w.worker_id, w.idle_since) not in free)
+            for w in idle]
+
+
+def idle_longer_than(idle: Sequence[IdleWorker], now: float,
+                     threshold_s: float) -> list[IdleWorker]:
+    return [w for w in idle if now - w.idle_since >= threshold_s]
+
+
+def soft_limit(cpus: float, configured: int | None) -> int:
+    """How many task workers a node keeps alive when idle: the configured number, or
+    its CPU count; at least 1 (a node with no CPUs still runs zero-CPU tasks)."""
+    if configured is not None:
+        return max(1, configured)
+    return max(1, int(cpus))
 
 
 class WorkerPool:
@@ -71,6 +141,7 @@ class WorkerPool:
         self._on_exit = on_exit
         self.workers: dict[str, WorkerProcess] = {}
         self._started_total = 0
+        self._reaped_total = 0
 
     def start_worker(self) -> WorkerProcess:
         worker_id = ids.new_worker_id()
@@ -91,7 +162,10 @@ class WorkerPool:
 
     def _reap(self, worker: WorkerProcess) -> None:
         returncode = worker.process.wait()
+        reaped_because = worker.exit_meaning if worker.stop_reason == STOP_IDLE else ""
         worker.exit_code, worker.exit_signal, worker.exit_meaning = describe_exit(returncode)
+        if reaped_because:
+            worker.exit_meaning = f"{reaped_because}; {worker.exit_meaning}"
         worker.ended_at = time.time()
         worker.registered.set()  # wake anyone waiting for a registration that will never come
         # on_exit marks the worker DEAD under the raylet's lock, together with releasing
@@ -103,19 +177,52 @@ class WorkerPool:
         return Address(self._node_id, self._ip, worker.port, worker.worker_id, worker.pid,
                        worker.task_port)
 
+    # Callers hold the raylet's lock for everything below that reads or changes
+    # states: a lease is granted under it, so a worker cannot be both leased and reaped.
+    def mark_idle(self, worker: WorkerProcess) -> None:
+        worker.state = IDLE
+        worker.idle_since = time.monotonic()
+
     def idle_worker(self) -> WorkerProcess | None:
-        for worker in self.workers.values():
-            if worker.state == IDLE:
-                return worker
-        return None
+        """The most recently idle worker: reusing it keeps a warm one busy and lets the
+        others age towards reaping."""
+        idle = [w for w in self.workers.values() if w.state == IDLE]
+        return max(idle, key=lambda w: w.idle_since) if idle else None
+
+    def idle_task_workers(self) -> list[IdleWorker]:
+        return [IdleWorker(w.worker_id, w.idle_since) for w in self.workers.values()
+                if w.state == IDLE and not w.actor_id]
+
+    def live_task_workers(self) -> int:
+        return sum(1 for w in self.workers.values()
+                   if w.state in (STARTING, IDLE, LEASED, BLOCKED) and not w.actor_id)
+
+    def stop_idle(self, worker: WorkerProcess, meaning: str) -> None:
+        """Stop an IDLE worker as the node's shutdown does (SIGTERM: it ends its log
+        with process.exit and flushes its spans), then SIGKILL if it ignores that.
+        Its exit is recorded as intended, with ``meaning`` saying why."""
+        if worker.state != IDLE:  # the caller's lock makes this impossible: a bug if seen
+            raise RaySystemError(f"worker {worker.worker_id} is {worker.state}, not IDLE: "
+                                 "only idle workers are reaped")
+        worker.state = STOPPING
+        worker.kill_intended = True
+        worker.stop_reason = STOP_IDLE
+        worker.exit_meaning = meaning  # the exit's own meaning is appended by _reap
+        self._reaped_total += 1
+        with contextlib.suppress(ProcessLookupError):
+            worker.process.terminate()
+        timer = threading.Timer(STOP_GRACE_S, _kill_if_alive, args=(worker.process,))
+        timer.daemon = True
+        timer.start()
 
     def count(self, state: str) -> int:
         return sum(1 for w in self.workers.values() if w.state == state)
 
-    def kill_all(self, timeout_s: float = 2.0) -> None:
+    def kill_all(self, timeout_s: float = STOP_GRACE_S) -> None:
         live = [w for w in self.workers.values() if w.process.poll() is None]
         for worker in live:
             worker.kill_intended = True
+            worker.stop_reason = worker.stop_reason or STOP_SHUTDOWN
             with contextlib.suppress(ProcessLookupError):
                 worker.process.terminate()
         deadline = time.monotonic() + timeout_s
@@ -128,5 +235,13 @@ class WorkerPool:
 
     def statistics(self) -> WorkerPoolStatistics:
         return WorkerPoolStatistics(self.count(STARTING), self.count(IDLE), self.count(LEASED),
-                                    self.count(BLOCKED), self.count(ACTOR), self.count(DEAD),
-                                    self._started_total)
+                                    self.count(BLOCKED), self.count(ACTOR),
+                                    self.count(STOPPING), self.count(DEAD),
+                                    self._started_total, self._reaped_total)
+
+
+def _kill_if_alive(process: subprocess.Popen[bytes]) -> None:
+    # returncode, not poll(): poll() answers None while the reaper thread is in wait().
+    if process.returncode is None:
+        with contextlib.suppress(ProcessLookupError):
+            process.kill()

@@ -30,6 +30,7 @@ from tracedray.core.gcs.client import GcsClient
 from tracedray.core.raylet.client import RayletClient
 from tracedray.core.worker import reference_table as rt
 from tracedray.core.worker.actor_submitter import ActorSubmitter
+from tracedray.core.worker.exit_blockers import WorkState, exit_blockers
 from tracedray.core.worker.flight_recorder import FlightRecorder
 from tracedray.core.worker.lineage import Lineage
 from tracedray.core.worker.memory_store import MemoryStore
@@ -81,6 +82,9 @@ class CoreWorker:
         # Printed lines with the job they belong to: the flusher runs after the task ended.
         self._output: list[tuple[bytes, core_worker_pb2.OutputLine]] = []
         self._output_lock = threading.Lock()
+        # One flush at a time: two could send a task's events or a job's output out of
+        # order (the raylet's GetExitBlockers and shutdown flush besides the flusher).
+        self._flush_lock = threading.Lock()
         self._drivers: dict[bytes, str] = {}  # job id -> its driver's address
         self._blocked_depth = 0
         self._blocked_lock = threading.Lock()
@@ -434,10 +438,11 @@ class CoreWorker:
 
     def flush_background_work(self) -> None:
         try:
-            self._run_release_actions(self.references.take_deferred_actions())
-            self._send_borrow_events(self.references.take_borrow_events())
-            self.task_events.flush()
-            self.flush_output()
+            with self._flush_lock:
+                self._run_release_actions(self.references.take_deferred_actions())
+                self._send_borrow_events(self.references.take_borrow_events())
+                self.task_events.flush()
+                self.flush_output()
         except Exception as exc:  # noqa: BLE001 - the flusher must survive anything
             log.error("flusher.error", error=repr(exc))
 
@@ -462,6 +467,23 @@ class CoreWorker:
                 "recovery": self.recovery.statistics(),
                 "executor": self.executor.statistics() if self.executor else None,
                 "task_stream": self.task_stream.statistics() if self.task_stream else None}
+
+    def exit_blockers(self) -> list[str]:
+        """What stopping this (idle) process would lose; the raylet asks before it reaps."""
+        # Send pending releases and borrow notices first: a ref dropped a moment ago is
+        # not a reason to stay, but its release must reach the owner before we go.
+        self.flush_background_work()
+        entries = [entry for _, entry in self.references.snapshot()]
+        submitter = self.submitter.statistics()
+        actors = self.actor_submitter.statistics()
+        executor = self.executor.statistics() if self.executor is not None else None
+        return exit_blockers(WorkState(
+            owned_objects=sum(1 for e in entries if e.owned),
+            borrowed_objects=sum(1 for e in entries if not e.owned),
+            unfinished_tasks=submitter.submitted_total - submitter.finished_total,
+            held_leases=submitter.leases, lease_requests=submitter.pending_lease_requests,
+            actor_calls=actors["inflight"] + actors["queued"],
+            executing=executor.queued + executor.running if executor is not None else 0))
 
     def __repr__(self) -> str:
         return f"<CoreWorker {self.mode} {self.address.target} {self.references!r}>"
@@ -554,6 +576,9 @@ class _Servicer(core_worker_pb2_grpc.CoreWorkerServiceServicer):
     def Exit(self, request: Any, context: grpc.ServicerContext) -> Any:
         self._w.exit_soon(request.reason or "exit requested")
         return common_pb2.Empty()
+
+    def GetExitBlockers(self, request: Any, context: grpc.ServicerContext) -> Any:
+        return core_worker_pb2.ExitBlockers(reasons=self._w.exit_blockers())
 
     def PrintOutput(self, request: Any, context: grpc.ServicerContext) -> Any:
         from tracedray import config
