@@ -218,12 +218,13 @@ def record_span(name: str, attributes: Mapping[str, AttributeValue] | None = Non
     end = time.time_ns() if end_ns is None else end_ns
     try:
         pipeline = _state.current()
-        if pipeline is None or pipeline.provider is None:
+        if pipeline is None:
             return
-        if (error is None and pipeline.otlp is None and pipeline.file_writer is not None
-                and pipeline.provider.sampler is sampling.DEFAULT_ON):
-            _write_directly(pipeline, pipeline.file_writer, name, attributes, start_ns, end,
-                            context, kind)
+        direct = pipeline.direct_writer
+        if direct is not None and error is None:
+            _write_directly(pipeline, direct, name, attributes, start_ns, end, context, kind)
+            return
+        if pipeline.provider is None:
             return
         span = start_light_span(name, attributes, context=context, kind=kind,
                                 start_time=start_ns)
@@ -246,5 +247,6 @@ def _write_directly(pipeline: _state.Pipeline, file_writer: SpanFileWriter, name
     else:
         trace_id, parent_id, trace_state = pipeline.ids.generate_trace_id(), 0, None
     file_writer.write_span(
-        trace_id, pipeline.ids.generate_span_id(), parent_id, name, kind.value, start_ns,
-        end_ns, attributes, trace_state=trace_state.to_header() if trace_state else "")
+        trace_id, pipeline.ids.generate_span_id(), parent_id, name,
+        0 if kind is _INTERNAL else kind.value, start_ns, end_ns, attributes,
+        trace_state=trace_state.to_header() if trace_state else "")

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from opentelemetry import trace
-from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace import TracerProvider, sampling
 from opentelemetry.sdk.trace.id_generator import IdGenerator, RandomIdGenerator
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
@@ -57,6 +57,9 @@ class Pipeline:
     scope: InstrumentationScope | None = None
     span_prefix: str = ""
     ids: IdGenerator = field(default_factory=RandomIdGenerator)
+    # The file writer when a finished span needs nothing else — no OTLP exporter, the
+    # default sampler — so record_span can write it without building a span object.
+    direct_writer: SpanFileWriter | None = None
 
 
 _NOOP_TRACER = trace.NoOpTracer()
@@ -176,8 +179,9 @@ def _build(key: tuple[object, ...], component: str, session_dir: Path | None, no
             _warn("telemetry.otlp_unavailable", {"endpoint": settings.endpoint,
                                                  "error": f"{type(exc).__name__}: {exc}"})
     tracer = provider.get_tracer(INSTRUMENTATION_NAME, __version__)
+    direct = file_writer if otlp is None and provider.sampler is sampling.DEFAULT_ON else None
     return Pipeline(key, pid, component, provider, tracer, file_writer, otlp, scope,
-                    prefix, provider.id_generator)
+                    prefix, provider.id_generator, direct)
 
 
 def current() -> Pipeline | None:

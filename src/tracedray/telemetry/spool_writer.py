@@ -31,6 +31,11 @@ class SpoolStatistics:
     remaps: int
     fallback_reason: str  # why a mapped spool went back to pwrite; "" if it did not
 
+_PADDED = fmt.LENGTH.size + fmt.ALIGN - 1
+_ALIGN_MASK = ~(fmt.ALIGN - 1)
+_pack_length = fmt.LENGTH.pack
+assert fmt.LENGTH.size == 4
+
 
 class SpoolWriter(MappedAppender):
     """One process's spool; ``append`` is thread-safe. Errors (``OSError``) propagate.
@@ -49,7 +54,6 @@ class SpoolWriter(MappedAppender):
                 path.unlink()
         self._prefix = line_prefix
         self._records = 0
-        self._bytes = 0
         self._create(path, mapped)
         live_writers.add(self)  # a forked child moves to its own spool
 
@@ -78,12 +82,12 @@ class SpoolWriter(MappedAppender):
 
     def _append_locked(self, payload: bytes) -> None:
         length = len(payload)
-        size = fmt.record_size(length)
+        size = (length + _PADDED) & _ALIGN_MASK  # fmt.record_size, inline: hot path
         mapping = self._map
         if mapping is not None:
             pos = self._pos
             # Room for the record and the zero length word that ends the data.
-            if pos + size + fmt.LENGTH.size > self._size:
+            if pos + size + 4 > self._size:
                 try:
                     self._map_window(size + fmt.LENGTH.size)
                 except OSError as exc:  # full disk: keep recording with pwrite
@@ -92,14 +96,13 @@ class SpoolWriter(MappedAppender):
                     return
                 mapping, pos = self._map, self._pos
                 assert mapping is not None
-            start = pos + fmt.LENGTH.size
+            start = pos + 4
             mapping[start:start + length] = payload
-            mapping[pos:start] = fmt.LENGTH.pack(length)  # last: commits the record
+            mapping[pos:start] = _pack_length(length)  # last: commits the record
             self._pos = pos + size
         else:
             self._append_written(payload)
         self._records += 1
-        self._bytes += size
 
     def _append_written(self, payload: bytes) -> None:
         end = self._end
@@ -127,7 +130,7 @@ class SpoolWriter(MappedAppender):
             fd, self._fd = self._fd, None
             if fd is None:
                 return
-            end = self._data_end()
+            end = self._end = self._data_end()
             if self._map is not None:
                 with contextlib.suppress(Exception):
                     self._map.close()
@@ -143,4 +146,5 @@ class SpoolWriter(MappedAppender):
     def statistics(self) -> SpoolStatistics:
         with self._lock:
             return SpoolStatistics(str(self._path), self._map is not None, self._records,
-                                   self._bytes, self._remaps, self._fallback)
+                                   self._data_end() - fmt.HEADER_BYTES, self._remaps,
+                                   self._fallback)

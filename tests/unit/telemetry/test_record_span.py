@@ -36,10 +36,12 @@ def test_lines_are_the_ones_the_sdk_path_writes(tmp_path: Path, trace_lines) -> 
     sdk_span.add_event("retry", {"attempt": 2})
     sdk_span.set_status(StatusCode.ERROR, "boom")
     sdk_span.end()
+    trace_lines(tmp_path)  # converts: one line per conversion, so one span per line here
     with telemetry.span("object.get", ATTRIBUTES) as light:
         light.add_event("retry", {"attempt": 2})
         light.set_status(StatusCode.ERROR, "boom")
         light.set_status(StatusCode.UNSET)  # ignored, as by the SDK
+    trace_lines(tmp_path)
     telemetry.record_span("object.get", ATTRIBUTES, start_ns=time.time_ns())
     via_sdk, via_span, direct = trace_lines(tmp_path)
 

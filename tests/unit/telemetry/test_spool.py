@@ -40,13 +40,26 @@ def test_records_become_the_lines_the_json_encoder_writes(tmp_path: Path) -> Non
     writer.append(fmt.line_payload('{"traceId":"00","spanId":"01","name":"encoded"}'))
     result = convert_spool(spool)
     assert result.spans == 2 and not result.deleted and not result.warnings
-    expected = otlp_json.span_line(PREFIX, otlp_json.record_span_json(
-        0xABC, 1, 0, "span-1", 0, 1_001, 2_001, {"n": 1, "flag": True, "ratio": 0.5,
-                                                 "tags": ("a", "b")}))
-    first, second = jsonl_path(spool).read_text().splitlines()
-    assert first == expected
-    assert second == PREFIX + '{"traceId":"00","spanId":"01","name":"encoded"}]}]}]}'
+    first = otlp_json.record_span_json(0xABC, 1, 0, "span-1", 0, 1_001, 2_001, {
+        "n": 1, "flag": True, "ratio": 0.5, "tags": ("a", "b")})
+    second = '{"traceId":"00","spanId":"01","name":"encoded"}'
+    # One line per conversion: the spans it found, under one resource.
+    assert jsonl_path(spool).read_text() == otlp_json.span_line(PREFIX, f"{first},{second}") + "\n"
     writer.close()
+
+
+def test_a_line_holds_at_most_spans_per_line(tmp_path: Path) -> None:
+    spool = tmp_path / "worker-12.spool"
+    writer = SpoolWriter(spool, PREFIX)
+    count = spool_convert.SPANS_PER_LINE + 5
+    for number in range(count):
+        writer.append(_span(number))
+    writer.close()
+    convert_spool(spool)
+    lines = jsonl_path(spool).read_text().splitlines()
+    assert [len(json.loads(line)["resourceSpans"][0]["scopeSpans"][0]["spans"])
+            for line in lines] == [spool_convert.SPANS_PER_LINE, 5]
+    assert _names(jsonl_path(spool)) == [f"span-{n}" for n in range(count)]
 
 
 def test_each_record_is_converted_once_and_a_closed_spool_goes_away(tmp_path: Path) -> None:
@@ -61,6 +74,8 @@ def test_each_record_is_converted_once_and_a_closed_spool_goes_away(tmp_path: Pa
     assert spool.exists()  # the writer is alive: more may come
     writer.append(_span(4))
     writer.close()
+    stats = writer.statistics()
+    assert stats.records == 5 and stats.bytes == spool.stat().st_size - fmt.HEADER_BYTES
     result = convert_spool(spool)
     assert result.spans == 1 and result.deleted and not spool.exists()
     assert _names(jsonl_path(spool)) == ["span-1", "span-2", "span-3", "span-4"]
