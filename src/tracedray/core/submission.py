@@ -37,7 +37,7 @@ def build_task(worker: CoreWorker, *, kind: int, function_id: str, function_name
         task_id=task_id, job_id=worker.current_job_id(), kind=kind,  # type: ignore[arg-type]
         function_id=function_id, function_name=function_name,
         num_returns=num_returns, resources=resources, max_retries=max_retries,
-        retry_exceptions=retry_exceptions, caller=worker.address.to_proto(), call_site=site,
+        retry_exceptions=retry_exceptions, caller=worker.address_proto, call_site=site,
         actor_id=actor_id, method_name=method_name, namespace=worker.namespace,
         parent_task_id=parent.task_id if parent is not None else b"",
         depth=(parent.depth + 1) if parent is not None else 0)

@@ -160,3 +160,15 @@ def test_children_follow_a_sampled_out_parent(tmp_path: Path, monkeypatch: pytes
     names = sorted(span.name for span in _spans(tmp_path))
     assert names == ["object.get", "task.execute"]
     assert {format(span.context.trace_id, "032x") for span in _spans(tmp_path)} == {"3" * 32}
+
+
+def test_span_contexts_built_without_revalidation_equal_the_checked_ones(tmp_path: Path) -> None:
+    from opentelemetry.trace import SpanContext
+
+    telemetry.configure("driver", session_dir=tmp_path)
+    with telemetry.span("outer") as outer:
+        context = outer.get_span_context()
+    checked = SpanContext(context.trace_id, context.span_id, False, context.trace_flags,
+                          context.trace_state)
+    assert context == checked and context.is_valid and not context.is_remote
+    assert type(context) is SpanContext and repr(context) == repr(checked)

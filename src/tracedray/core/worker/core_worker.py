@@ -100,6 +100,9 @@ class CoreWorker:
                             if mode == "worker" else None)
         self.address = Address(node_id, ip, port_bound, worker_id, os.getpid(),
                                self.task_stream.port if self.task_stream else 0)
+        # Every task spec names its caller: built once (a message per task cost ~1 µs).
+        # Never mutated: protobuf copies it into each spec.
+        self.address_proto = self.address.to_proto()
         self.lineage = Lineage()
         self.recovery = Recovery(self)
         self.submitter = TaskSubmitter(self)

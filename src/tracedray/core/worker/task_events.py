@@ -73,29 +73,38 @@ class TaskEventBuffer:
                 self._unsent = events[:MAX_BUFFERED]
 
 
+_DETAILS = ("node_id", "worker_id", "worker_pid", "error_type", "error_message")
+
+
 def coalesce(transitions: list[_Transition]) -> list[gcs_pb2.TaskEvent]:
-    """One event per (task, attempt): the last state, plus every state's time (pure)."""
-    events: dict[tuple[bytes, int], gcs_pb2.TaskEvent] = {}
+    """One event per (task, attempt): the last state, plus every state's time (pure).
+
+    Fields are gathered in plain dicts and each message is built once with keyword
+    arguments: setting protobuf fields one by one cost ~3x as much (this runs in the
+    driver, which submits the tasks, for every task).
+    """
+    gathered: dict[tuple[bytes, int], tuple[dict[str, object], dict[str, float]]] = {}
     for t in transitions:
         spec = t.spec
         key = (spec.task_id, t.attempt)
-        event = events.get(key)
-        if event is None:
-            event = gcs_pb2.TaskEvent(
-                task_id=spec.task_id, attempt=t.attempt, function_name=spec.function_name,
-                job_id=spec.job_id, actor_id=spec.actor_id,
-                kind=_KINDS.get(spec.kind, "NORMAL_TASK"))
-            events[key] = event
-        event.state = t.state
-        event.time = t.time
-        event.state_times[t.state] = t.time
+        entry = gathered.get(key)
+        if entry is None:
+            entry = gathered[key] = ({"task_id": spec.task_id, "attempt": t.attempt,
+                                      "function_name": spec.function_name,
+                                      "job_id": spec.job_id, "actor_id": spec.actor_id,
+                                      "kind": _KINDS.get(spec.kind, "NORMAL_TASK")}, {})
+        fields, state_times = entry
+        fields["state"] = t.state
+        fields["time"] = t.time
+        state_times[t.state] = t.time
         if t.state == FIRST_STATE:
-            event.call_site = spec.call_site
-            event.parent_task_id = spec.parent_task_id
-            event.trace_id = spec.trace_context.get("traceparent", "")[3:35]
-            event.resources.update(spec.resources)
-        for field in ("node_id", "worker_id", "worker_pid", "error_type", "error_message"):
-            value = getattr(t, field)
+            fields["call_site"] = spec.call_site
+            fields["parent_task_id"] = spec.parent_task_id
+            fields["trace_id"] = spec.trace_context.get("traceparent", "")[3:35]
+            fields["resources"] = dict(spec.resources)
+        for name in _DETAILS:
+            value = getattr(t, name)
             if value:
-                setattr(event, field, value)
-    return list(events.values())
+                fields[name] = value
+    return [gcs_pb2.TaskEvent(state_times=state_times, **fields)  # type: ignore[arg-type]
+            for fields, state_times in gathered.values()]

@@ -1,0 +1,48 @@
+"""Task state transitions coalesced into one GCS event per task attempt (pure)."""
+
+from __future__ import annotations
+
+from tracedray.core.worker.task_events import FIRST_STATE, _Transition, coalesce
+from tracedray.v1 import common_pb2
+
+
+def _spec(task_id: bytes, attempt: int = 0) -> common_pb2.TaskSpec:
+    spec = common_pb2.TaskSpec(task_id=task_id, job_id=b"\x01\x00\x00\x00",
+                               function_name="mod.fn", kind=common_pb2.ACTOR_METHOD,
+                               actor_id=b"actor", call_site="x.py:3", attempt=attempt,
+                               parent_task_id=b"parent", resources={"CPU": 1.0})
+    spec.trace_context["traceparent"] = f"00-{'ab' * 16}-{'cd' * 8}-01"
+    return spec
+
+
+def _t(spec: common_pb2.TaskSpec, state: str, at: float, **details: object) -> _Transition:
+    fields = {"node_id": "", "worker_id": "", "worker_pid": 0, "error_type": "",
+              "error_message": ""} | details
+    return _Transition(spec, spec.attempt, state, at, **fields)  # type: ignore[arg-type]
+
+
+def test_one_event_per_attempt_with_the_last_state_and_every_state_time() -> None:
+    first, second, retry = _spec(b"t1"), _spec(b"t2"), _spec(b"t1", attempt=1)
+    events = coalesce([
+        _t(first, FIRST_STATE, 1.0), _t(second, FIRST_STATE, 1.5),
+        _t(first, "SUBMITTED_TO_WORKER", 2.0, node_id="n1", worker_id="w1", worker_pid=7),
+        _t(first, "FAILED", 3.0, error_type="WorkerCrashedError", error_message="died"),
+        _t(retry, "SUBMITTED_TO_WORKER", 4.0, node_id="n2"),
+    ])
+    by_key = {(e.task_id, e.attempt): e for e in events}
+    assert sorted(by_key) == [(b"t1", 0), (b"t1", 1), (b"t2", 0)]
+    failed = by_key[(b"t1", 0)]
+    assert (failed.state, failed.time) == ("FAILED", 3.0)
+    assert dict(failed.state_times) == {FIRST_STATE: 1.0, "SUBMITTED_TO_WORKER": 2.0,
+                                        "FAILED": 3.0}
+    assert (failed.node_id, failed.worker_id, failed.worker_pid) == ("n1", "w1", 7)
+    assert (failed.error_type, failed.error_message) == ("WorkerCrashedError", "died")
+    assert (failed.function_name, failed.kind, failed.actor_id) == (
+        "mod.fn", "ACTOR_TASK", b"actor")
+    # What only the first state carries: where it came from and its trace.
+    assert (failed.call_site, failed.parent_task_id, failed.trace_id) == (
+        "x.py:3", b"parent", "ab" * 16)
+    assert dict(failed.resources) == {"CPU": 1.0}
+    later = by_key[(b"t1", 1)]
+    assert later.call_site == "" and later.node_id == "n2" and later.state == "SUBMITTED_TO_WORKER"
+    assert by_key[(b"t2", 0)].state == FIRST_STATE
