@@ -1,8 +1,11 @@
 """Per-event cost of tracedray telemetry: one span, one log line.
 
 Prints the median of several runs, in microseconds, for:
-- a span with 5 attributes written to the trace file (the default pipeline),
+- a span with 5 attributes recorded in the spool (the default pipeline),
 - the same span with OTEL_SDK_DISABLED=true (the no-op path),
+- record_span (a finished span in one call, as object.put/get record theirs),
+- turning one span of the spool into its JSON line (what the telemetry agent does,
+  off the hot path),
 - one JSON log line to the log file (process and task context, no trace),
 - one JSON log line inside a span and a task context (trace ids added).
 
@@ -53,9 +56,26 @@ def log_in_task():
     with logs.task_context(task_id="t", job_id="j"):
         log.info("task.finished", duration_s=0.001, result_size=12)
 
+def one_record():
+    telemetry.record_span("object.put", attributes, start_ns=time.time_ns())
+
+def convert_per_span():
+    # What the node's telemetry agent spends per span, later, off the hot path.
+    from tracedray.telemetry.spool_convert import sync_traces_dir
+    samples = []
+    for _ in range(runs):
+        for _ in range(events):
+            one_record()
+        start = time.perf_counter()
+        converted = sync_traces_dir(session / "traces").spans
+        samples.append((time.perf_counter() - start) / max(converted, 1) * 1e6)
+    return samples
+
 per_event(one_span)  # warm up caches (resource prefix, structlog binding)
-result = {"span": per_event(one_span), "log": per_event(one_log),
-          "log_in_task": per_event(log_in_task)}
+result = {"span": per_event(one_span), "record": per_event(one_record),
+          "log": per_event(one_log), "log_in_task": per_event(log_in_task)}
+if telemetry.enabled():
+    result["convert"] = convert_per_span()
 print(json.dumps(result))
 """
 
@@ -84,8 +104,10 @@ def main() -> None:
     disabled = run(True, args.events, args.runs)
     median = statistics.median
     print(f"{args.runs} runs x {args.events} events, median per event (us)")
-    print(f"span, 5 attributes, trace file write : {median(enabled['span']):7.2f}")
+    print(f"span, 5 attributes, to the spool     : {median(enabled['span']):7.2f}")
     print(f"span, OTEL_SDK_DISABLED=true         : {median(disabled['span']):7.2f}")
+    print(f"record_span (a finished span)        : {median(enabled['record']):7.2f}")
+    print(f"spool -> JSON line, per span (agent) : {median(enabled['convert']):7.2f}")
     print(f"log line (JSON file)                 : {median(enabled['log']):7.2f}")
     print(f"log line, SDK disabled               : {median(disabled['log']):7.2f}")
     # log_in_task = one empty span + two context entries + one log line
