@@ -53,6 +53,23 @@ log = logs.get_logger(__name__)
 FLUSH_INTERVAL_S = 0.1
 
 
+def _parse_delay(text: str) -> float:
+    value = float(text)
+    if not 0.0 <= value <= 60.0:
+        raise ValueError(f"expected seconds between 0 and 60, got {text!r}")
+    return value
+
+
+TESTING_BORROW_DELAY_S: config.Variable[float] = config.Variable(
+    "TRACEDRAY_TESTING_BORROW_DELAY_S",
+    _parse_delay,
+    lambda: 0.0,
+    "For tests only: seconds an owner waits before applying each borrow registration (+1 "
+    "reference update) it receives, as a slow network or a busy owner would, so that tests "
+    "can show no release overtakes the borrow it follows. Never set it in production.",
+)
+
+
 class CoreWorker:
     def __init__(self, *, mode: str, gcs_address: str, raylet_address: str, node_id: str,
                  ip: str, worker_id: str, job_id: bytes, session_dir: Path,
@@ -85,6 +102,8 @@ class CoreWorker:
         # One flush at a time: two could send a task's events or a job's output out of
         # order (the raylet's GetExitBlockers and shutdown flush besides the flusher).
         self._flush_lock = threading.Lock()
+        self._update_send_lock = threading.Lock()  # see flush_reference_updates
+        self._testing_borrow_delay_s = TESTING_BORROW_DELAY_S.get()
         self._drivers: dict[bytes, str] = {}  # job id -> its driver's address
         self._blocked_depth = 0
         self._blocked_lock = threading.Lock()
@@ -224,14 +243,15 @@ class CoreWorker:
 
     # --- ownership
     def store_owned_value(self, value: common_pb2.ObjectValue, status: str) -> None:
-        """Record a value this process created (put, or a large argument)."""
+        """Record a value this process created (put, a large argument, a task's result).
+        One nobody references any more is freed at once (with the refs it captured)."""
         self.memory_store.put(value.object_id, value)
-        self.references.set_object_info(
+        self._run_release_actions(self.references.set_object_info(
             value.object_id, size=value.size, store_node_id=value.store_node_id,
             store_raylet=Address.from_proto(value.store_raylet) if value.store_node_id else None,
             task_status=status,
             contained=[(c.object_id, Address.from_proto(c.owner) if c.HasField("owner") else None)
-                       for c in value.contained_refs])
+                       for c in value.contained_refs]))
 
     def new_owned_ref(self, object_id: bytes, call_site: str) -> Any:
         from tracedray.core.object_ref import ObjectRef
@@ -242,40 +262,42 @@ class CoreWorker:
                     state: str, *, reported_by_executor: bool = False) -> None:
         """Store a task's results. The executing worker already recorded how it ended,
         unless it never ran it (crash, cancel, failed dependency): then the owner does."""
+        if state == "FINISHED":
+            # Before storing: a result dropped already is released there, lineage too.
+            self.lineage.record(task.spec, task.return_ids, values)
         for value in values:
             self.store_owned_value(value, state)
-        if state == "FINISHED":
-            self.lineage.record(task.spec, task.return_ids, values)
         if not reported_by_executor:
             self.task_events.record(task.spec, state)
         self._run_release_actions(self.references.remove_submitted(task.dep_ids))
 
     def add_captured(self, inner: common_pb2.ObjectRefInfo, outer_id: bytes) -> None:
-        """``inner`` was serialized into object ``outer_id``: keep it alive while outer lives."""
-        borrower = "object:" + outer_id.hex()
+        """``inner`` was serialized into object ``outer_id``: keep it alive while outer
+        lives. Another owner hears it with the next flush (a task's caller: before the
+        result, see TaskExecutor)."""
         owner = Address.from_proto(inner.owner) if inner.HasField("owner") else None
-        if owner is None or owner.worker_id == self.worker_id:
-            self.references.update_borrower(inner.object_id, borrower, +1)
-        else:
-            self._send_reference_updates(owner, [(inner.object_id, borrower, +1)])
+        self.references.add_captured(inner.object_id, owner, outer_id)
 
     def flush_reference_updates(self) -> None:
-        """Tell owners about refs borrowed here now (before replying to a task's caller)."""
-        self._send_borrow_events(self.references.take_borrow_events())
+        """Deliver the reference updates for other owners, in the order they were made;
+        on return every one made before the call has been applied by its owner (or the
+        owner was unreachable). Callers: the flusher, the executor before it replies to
+        a task's caller (so a ref the result captured is registered first), and a
+        release that let go of a captured ref.
 
-    def _send_borrow_events(self, events: list[tuple[bytes, Address | None, int]]) -> None:
-        by_owner: dict[Address, list[tuple[bytes, str, int]]] = defaultdict(list)
-        for object_id, owner, delta in events:
-            if owner is not None:
-                by_owner[owner].append((object_id, self.worker_id, delta))
-        for owner, updates in by_owner.items():
-            self._send_reference_updates(owner, updates)
+        Take and send happen under one lock: a second flush waits for the updates the
+        first one took, so no update overtakes an earlier one (issue 2: a borrow's +1
+        and the outer object's -1 sent concurrently reached the owner swapped, and it
+        freed the inner object still borrowed)."""
+        with self._update_send_lock:
+            for owner, run in rt.runs_by_owner(self.references.take_updates()):
+                self._send_reference_updates(owner, run)
 
-    def _send_reference_updates(self, owner: Address,
-                                updates: list[tuple[bytes, str, int]]) -> None:
+    def _send_reference_updates(self, owner: Address, updates: list[rt.ReferenceUpdate]
+                                ) -> None:
         request = core_worker_pb2.UpdateReferencesRequest(updates=[
-            core_worker_pb2.ReferenceUpdate(object_id=o, borrower=b, delta=d)
-            for o, b, d in updates])
+            core_worker_pb2.ReferenceUpdate(object_id=u.object_id, borrower=u.borrower,
+                                            delta=u.delta) for u in updates])
         try:
             _stub(owner).UpdateReferences(request, timeout=10)
         except grpc.RpcError as exc:
@@ -285,28 +307,30 @@ class CoreWorker:
         if not actions:
             return
         frees: dict[Address | None, list[bytes]] = defaultdict(list)
-        releases: dict[Address, list[tuple[bytes, str, int]]] = defaultdict(list)
         deleted = []
+        notify_owners = False
         for action in actions:
             deleted.append(action.object_id)
             if not action.owned:
                 continue
+            log.debug("object.release", object_id=action.object_id.hex(), size=action.size)
             if action.store_node_id:
                 frees[action.store_raylet].append(action.object_id)
-            borrower = "object:" + action.object_id.hex()
-            for inner_id, inner_owner in action.contained:
-                if inner_owner is None or inner_owner.worker_id == self.worker_id:
-                    self._run_release_actions(self.references.update_borrower(inner_id, borrower,
-                                                                              -1))
-                else:
-                    releases[inner_owner].append((inner_id, borrower, -1))
+            # Captured refs owned elsewhere: their -1s are queued behind every update
+            # made before (the table did that); only those owned here are let go here.
+            notify_owners |= action.released_remote_captured
+            borrower = rt.captured_in(action.object_id)
+            for inner_id, _ in action.contained:
+                self._run_release_actions(self.references.update_borrower(inner_id, borrower, -1))
         deleted = self.references.forget_unreferenced(deleted, self.memory_store.delete)
         self.lineage.forget(deleted)
         for raylet_address, object_ids in frees.items():
             client = self.raylet if raylet_address is None else RayletClient(raylet_address.target)
             self.background(_free, client, object_ids)
-        for owner, updates in releases.items():
-            self.background(self._send_reference_updates, owner, updates)
+        if notify_owners:
+            # Not inline: this may run in a gRPC handler, which must never wait for
+            # another process (two owners releasing into each other would deadlock).
+            self.background(self.flush_reference_updates)
 
     # --- fetching values
     def fetch_from_owner(self, object_id: bytes, owner: Address,
@@ -443,7 +467,7 @@ class CoreWorker:
         try:
             with self._flush_lock:
                 self._run_release_actions(self.references.take_deferred_actions())
-                self._send_borrow_events(self.references.take_borrow_events())
+                self.flush_reference_updates()
                 self.task_events.flush()
                 self.flush_output()
         except Exception as exc:  # noqa: BLE001 - the flusher must survive anything
@@ -560,6 +584,10 @@ class _Servicer(core_worker_pb2_grpc.CoreWorkerServiceServicer):
 
     def UpdateReferences(self, request: Any, context: grpc.ServicerContext) -> Any:
         for update in request.updates:
+            log.debug("object.reference_update", object_id=update.object_id.hex(),
+                      borrower=update.borrower, delta=update.delta)
+            if update.delta > 0 and self._w._testing_borrow_delay_s:
+                time.sleep(self._w._testing_borrow_delay_s)  # the test hook, see its doc
             self._w._run_release_actions(self._w.references.update_borrower(
                 update.object_id, update.borrower, update.delta))
         return common_pb2.Empty()

@@ -7,6 +7,14 @@ or ``put``). It frees the object when no reference remains anywhere:
 A process that receives a ref it does not own becomes a borrower: it tells the
 owner (+1) when its first local ref appears and (-1) when the last one goes.
 
+What this process tells other owners (its borrows beginning and ending, and refs
+captured in objects it owns being captured and let go) is one queue of
+``ReferenceUpdate``s in the order the table decided them, and the core worker delivers
+it in that order. The order is what makes a nested ref safe: deserializing an outer
+value registers the borrow of the ref inside it before the outer can be released, so
+the owner always hears "+1 this process" before "-1 captured in the outer". (An owner
+keeps borrowers as a set, so it must never see a borrow's -1 and +1 swapped either.)
+
 Finalizers (``ObjectRef.__del__``) only enqueue; the queue is drained under the
 table's lock by the next operation or the core worker's flusher thread, so a
 garbage collection at any point can never deadlock or corrupt the table.
@@ -21,6 +29,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from tracedray.core.address import Address
 
@@ -48,9 +57,40 @@ class RefEntry:
     created_at: float = field(default_factory=time.time)
 
 
+def captured_in(outer_id: bytes) -> str:
+    """The borrower name of object ``outer_id`` for the refs serialized into it."""
+    return "object:" + outer_id.hex()
+
+
+class ReferenceUpdate(NamedTuple):
+    """A message for another process that owns ``object_id``: ``borrower`` holds it
+    (+1) or no longer does (-1)."""
+
+    object_id: bytes
+    owner: Address
+    borrower: str
+    delta: int
+
+
+def runs_by_owner(updates: list[ReferenceUpdate]
+                  ) -> list[tuple[Address, list[ReferenceUpdate]]]:
+    """Consecutive updates for the same owner, batched, in order: one message per run.
+    Not grouped further: an update for one owner can depend on an earlier one for
+    another (a -1 on an outer object makes its owner send a -1 on the inner one)."""
+    runs: list[tuple[Address, list[ReferenceUpdate]]] = []
+    for update in updates:
+        if runs and runs[-1][0] == update.owner:
+            runs[-1][1].append(update)
+        else:
+            runs.append((update.owner, [update]))
+    return runs
+
+
 @dataclass(frozen=True)
 class ReleaseAction:
-    """What to do once an entry is gone: free an owned object, or tell its owner."""
+    """What to do once an entry is gone: free an owned object and let go of the refs it
+    captured that this process owns (``contained``; the other owners' are already queued
+    as ``ReferenceUpdate``s), or forget a borrowed one (its -1 is queued too)."""
 
     object_id: bytes
     owned: bool
@@ -59,6 +99,8 @@ class ReleaseAction:
     store_raylet: Address | None
     contained: tuple[tuple[bytes, Address | None], ...]
     size: int
+    # It queued -1s for captured refs other processes own: worth delivering soon.
+    released_remote_captured: bool = False
 
 
 def is_released(entry: RefEntry) -> bool:
@@ -91,9 +133,9 @@ class ReferenceTable:
         self._lock = threading.RLock()
         self._pending: collections.deque[bytes] = collections.deque()
         self._released_total = 0
-        # Borrow (+1/-1) notifications for owners, and releases found while answering a
-        # query, both waiting for the core worker's flusher to act on them.
-        self._borrow_events: list[tuple[bytes, Address | None, int]] = []
+        # Updates for other owners, in the order decided (see module docstring), and
+        # releases found while answering a query, both waiting for the core worker.
+        self._updates: list[ReferenceUpdate] = []
         self._deferred_actions: list[ReleaseAction] = []
 
     # --- finalizer-safe entry points
@@ -111,24 +153,32 @@ class ReferenceTable:
                 is_owned = owned or (owner is not None and owner.worker_id == self.worker_id)
                 entry = RefEntry(owned=is_owned, owner=owner, call_site=call_site)
                 self._entries[object_id] = entry
-                if not is_owned:
-                    self._borrow_events.append((object_id, owner, +1))
+                if not is_owned and owner is not None:
+                    self._updates.append(ReferenceUpdate(object_id, owner, self.worker_id, +1))
             entry.local += 1
 
     # --- owner side
     def set_object_info(self, object_id: bytes, *, size: int, store_node_id: str,
                         store_raylet: Address | None, task_status: str,
-                        contained: list[tuple[bytes, Address | None]] | None = None) -> None:
+                        contained: list[tuple[bytes, Address | None]] | None = None
+                        ) -> list[ReleaseAction]:
+        """Record where an owned value is and which refs it captured. A value whose
+        refs are all gone already (a task's result dropped before it finished) is
+        released at once: the returned action frees its copy and its captured refs,
+        which nothing else would (its entry's release knew neither)."""
         with self._lock:
             entry = self._entries.get(object_id)
             if entry is None:
-                return
+                gone = RefEntry(owned=True, owner=None, size=size, store_node_id=store_node_id,
+                                store_raylet=store_raylet, contained=list(contained or ()))
+                return self._release_locked(object_id, gone)
             entry.size = size
             entry.store_node_id = store_node_id
             entry.store_raylet = store_raylet
             entry.task_status = task_status
             if contained:
                 entry.contained = contained
+            return []
 
     def add_submitted(self, object_ids: list[bytes]) -> None:
         with self._lock:
@@ -146,6 +196,19 @@ class ReferenceTable:
                     entry.submitted -= 1
                     actions.extend(self._maybe_release_locked(oid, entry))
             return actions
+
+    def add_captured(self, inner_id: bytes, owner: Address | None, outer_id: bytes) -> None:
+        """``inner_id`` was serialized into ``outer_id`` (owned here): it lives while the
+        outer does. An inner owned elsewhere is told through the update queue, so the
+        news is ordered before this process's own -1 for it."""
+        with self._lock:
+            if self._is_local(owner):
+                entry = self._entries.get(inner_id)
+                if entry is not None:
+                    entry.borrowers.add(captured_in(outer_id))
+            else:
+                assert owner is not None
+                self._updates.append(ReferenceUpdate(inner_id, owner, captured_in(outer_id), +1))
 
     def update_borrower(self, object_id: bytes, borrower: str, delta: int) -> list[ReleaseAction]:
         with self._lock:
@@ -188,11 +251,12 @@ class ReferenceTable:
         with self._lock:
             return self._drain_locked()
 
-    def take_borrow_events(self) -> list[tuple[bytes, Address | None, int]]:
+    def take_updates(self) -> list[ReferenceUpdate]:
+        """The updates for other owners, oldest first; send them in this order."""
         with self._lock:
             self._drain_into_actions()
-            events, self._borrow_events = self._borrow_events, []
-            return events
+            updates, self._updates = self._updates, []
+            return updates
 
     def statistics(self) -> ReferenceTableStatistics:
         with self._lock:
@@ -205,6 +269,9 @@ class ReferenceTable:
         return f"<ReferenceTable entries={s.entries} owned={s.owned} borrowed={s.borrowed}>"
 
     # --- internals
+    def _is_local(self, owner: Address | None) -> bool:
+        return owner is None or owner.worker_id == self.worker_id
+
     def _drain_into_actions(self) -> None:
         self._deferred_actions.extend(self._drain_locked())
 
@@ -232,10 +299,26 @@ class ReferenceTable:
             return []
         del self._entries[object_id]
         self._released_total += 1
+        return self._release_locked(object_id, entry)
+
+    def _release_locked(self, object_id: bytes, entry: RefEntry) -> list[ReleaseAction]:
+        local_inner: list[tuple[bytes, Address | None]] = []
         if not entry.owned:
-            self._borrow_events.append((object_id, entry.owner, -1))
+            if entry.owner is not None:
+                self._updates.append(ReferenceUpdate(object_id, entry.owner, self.worker_id, -1))
+        else:
+            # Queued now, under the lock: after every borrow registered before this
+            # release (a borrow of an inner ref begins while its outer is still alive).
+            for inner_id, inner_owner in entry.contained:
+                if self._is_local(inner_owner):
+                    local_inner.append((inner_id, inner_owner))
+                else:
+                    assert inner_owner is not None
+                    self._updates.append(ReferenceUpdate(inner_id, inner_owner,
+                                                         captured_in(object_id), -1))
         return [ReleaseAction(object_id, entry.owned, entry.owner, entry.store_node_id,
-                              entry.store_raylet, tuple(entry.contained), entry.size)]
+                              entry.store_raylet, tuple(local_inner), entry.size,
+                              len(local_inner) < len(entry.contained))]
 
 
 def _copy(entry: RefEntry) -> RefEntry:
