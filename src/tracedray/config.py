@@ -247,6 +247,13 @@ TELEMETRY_MAPPED_FILES: Variable[bool] = Variable(
     "system call per line; a live file ends in reserved NUL bytes). false: one write() per "
     "line, for log shippers that tail the files and cannot skip the reserved tail.",
 )
+TELEMETRY_AGENT_INTERVAL_S: Variable[float] = Variable(
+    "TRACEDRAY_TELEMETRY_AGENT_INTERVAL_S",
+    _parse_positive_float,
+    lambda: 0.5,
+    "How often each node's telemetry agent turns the span spools into the OTLP JSON lines "
+    "of traces/*.jsonl (readers convert what it has not done yet themselves).",
+)
 
 ALL_VARIABLES: tuple[Variable[Any], ...] = (
     TEMP_DIR,
@@ -271,4 +278,5 @@ ALL_VARIABLES: tuple[Variable[Any], ...] = (
     LOCALITY_AWARE,
     FAKE_PACKAGE_VERSIONS,
     TELEMETRY_MAPPED_FILES,
+    TELEMETRY_AGENT_INTERVAL_S,
 )

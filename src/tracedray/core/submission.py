@@ -55,10 +55,12 @@ def build_task(worker: CoreWorker, *, kind: int, function_id: str, function_name
         carrier = telemetry.carrier_for(span)
         trace_ids: dict[str, str] = {}
         if carrier:
-            spec.trace_context.update(carrier)
-            span_context = span.get_span_context()
-            trace_ids = {"trace_id": f"{span_context.trace_id:032x}",
-                         "span_id": f"{span_context.span_id:016x}"}
+            traceparent = carrier["traceparent"]
+            spec.trace_context["traceparent"] = traceparent
+            if "tracestate" in carrier:
+                spec.trace_context["tracestate"] = carrier["tracestate"]
+            # 00-<trace id>-<span id>-<flags>: the hex ids the log line needs, formatted once.
+            trace_ids = {"trace_id": traceparent[3:35], "span_id": traceparent[36:52]}
         log.info("task.submit", task_id=task_id.hex(), function=function_name, call_site=site,
                  attempt=0, **trace_ids)
         task = _attach_args(worker, spec, args, kwargs, max_retries)

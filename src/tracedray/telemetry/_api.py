@@ -30,7 +30,7 @@ from opentelemetry.util.types import AttributeValue
 
 from tracedray.telemetry import _state
 from tracedray.telemetry._errors import is_error, mark_error
-from tracedray.telemetry._record import start_light_span
+from tracedray.telemetry._record import LightSpan, start_light_span
 
 # W3C explicitly, not the global propagator: our task specs always carry W3C
 # headers, whatever OTEL_PROPAGATORS the user's own code configured.
@@ -188,7 +188,10 @@ def current_trace_ids() -> tuple[str, str] | None:
     Any valid current span counts, including a sampled-out one: its ids still
     join a log line to the trace of the call that produced it.
     """
-    span_context = trace.get_current_span().get_span_context()
+    current = trace.get_current_span()
+    if type(current) is LightSpan:  # ours: formatted once per span, not per log line
+        return current.hex_ids()
+    span_context = current.get_span_context()
     if not span_context.is_valid:
         return None
     return format(span_context.trace_id, "032x"), format(span_context.span_id, "016x")

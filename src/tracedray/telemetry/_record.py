@@ -93,7 +93,8 @@ class LightSpan(trace.Span):
     single dict/list operations atomic, which is all its methods use."""
 
     __slots__ = ("_pipeline", "_name", "_context", "_parent", "_kind", "_attributes",
-                 "_events", "_links", "_start_ns", "_status", "_sampled", "_end_once")
+                 "_events", "_links", "_start_ns", "_status", "_sampled", "_end_once",
+                 "_hex_ids")
 
     def __init__(self, pipeline: _state.Pipeline, name: str, context: SpanContext,
                  parent: SpanContext | None, kind: SpanKind, attributes: dict[str, Any],
@@ -110,6 +111,16 @@ class LightSpan(trace.Span):
         self._status = _UNSET_STATUS  # replaced, never changed, by set_status
         self._sampled = sampled
         self._end_once = [True]  # list.pop() is atomic: exactly one end() wins
+        self._hex_ids: tuple[str, str] | None = None
+
+    def hex_ids(self) -> tuple[str, str]:
+        """(trace id, span id) in lowercase hex, for the log lines written inside it."""
+        ids = self._hex_ids
+        if ids is None:
+            context = self._context
+            ids = self._hex_ids = (format(context.trace_id, "032x"),
+                                   format(context.span_id, "016x"))
+        return ids
 
     # --- the OTel Span API
     def get_span_context(self) -> SpanContext:

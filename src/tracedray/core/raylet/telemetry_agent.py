@@ -27,7 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from tracedray import logs
+from tracedray import config, logs
 from tracedray.core.process import process_alive, terminate
 from tracedray.telemetry.spool_convert import sync_traces_dir
 
@@ -97,7 +97,8 @@ def start_agent(session_dir: Path, node_id: str) -> subprocess.Popen[bytes]:
     process = subprocess.Popen(
         [sys.executable, "-m", "tracedray.core.raylet.telemetry_agent",
          "--session-dir", str(session_dir), "--node-id", node_id,
-         "--parent-pid", str(os.getpid())],
+         "--parent-pid", str(os.getpid()),
+         "--interval", str(config.TELEMETRY_AGENT_INTERVAL_S.get())],
         stdin=subprocess.DEVNULL)
     with contextlib.suppress(OSError):  # from its first instruction, not once it has started
         os.setpriority(os.PRIO_PROCESS, process.pid, NICENESS)
