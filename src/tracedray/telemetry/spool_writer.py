@@ -75,7 +75,19 @@ class SpoolWriter(MappedAppender):
             raise
 
     def append(self, payload: bytes) -> None:
+        length = len(payload)
+        size = (length + _PADDED) & _ALIGN_MASK  # fmt.record_size, inline: hot path
         with self._lock:
+            mapping = self._map
+            pos = self._pos
+            if mapping is not None and pos + size + 4 <= self._size:
+                # The common case inline: room in the mapped window.
+                start = pos + 4
+                mapping[start:start + length] = payload
+                mapping[pos:start] = _pack_length(length)  # last: commits the record
+                self._pos = pos + size
+                self._records += 1
+                return
             if self._fd is None:
                 raise OSError(f"{self._path} is closed")
             self._append_locked(payload)
