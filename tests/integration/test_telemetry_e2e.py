@@ -402,6 +402,24 @@ def test_a_killed_worker_is_recorded_in_its_task_trace(run: Run) -> None:
     submit = _task_span(run, "task.submit", hang)
     assert exit_span.trace_id == submit.trace_id
     assert exit_span.parent_id in {s.span_id for s in run.spans if s.trace_id == submit.trace_id}
+    # The caller's side: each dispatch of the task to a worker that died failed.
+    dispatches = [s for s in _by_name(run, "task.dispatch")
+                  if s.attributes.get("tracedray.task.id") == hang]
+    assert dispatches and all(s.parent_id == submit.span_id for s in dispatches)
+    assert all(s.status_code == 2
+               and s.attributes["error.type"] == "tracedray.exceptions.WorkerCrashedError"
+               for s in dispatches), [(s.status_code, s.attributes) for s in dispatches]
+
+
+def test_every_dispatch_is_a_child_of_its_task_submission(run: Run) -> None:
+    submits = {s.attributes["tracedray.task.id"]: s for s in _by_name(run, "task.submit")}
+    dispatches = _by_name(run, "task.dispatch")
+    # Tasks and actor calls go out through a lease or an actor channel (actor
+    # creation goes through the GCS instead).
+    assert len(dispatches) >= len(submits) // 2
+    for dispatch in dispatches:
+        submit = submits[dispatch.attributes["tracedray.task.id"]]
+        assert (dispatch.trace_id, dispatch.parent_id) == (submit.trace_id, submit.span_id)
 
 
 def test_spans_reach_an_otlp_grpc_receiver_from_every_process_kind(

@@ -24,7 +24,7 @@ from tracedray.telemetry._api import (
     span,
     start_span,
 )
-from tracedray.telemetry._record import record_span
+from tracedray.telemetry._record import PendingSpan, pending_span, record_span
 from tracedray.telemetry._state import (
     TelemetryStatistics,
     configure,
@@ -36,6 +36,8 @@ from tracedray.telemetry._state import (
 )
 
 __all__ = [
+    "PendingSpan",
+    "pending_span",
     "TelemetryStatistics",
     "carrier_for",
     "carrier_from_current",

@@ -253,12 +253,13 @@ def start_light_span(name: str, attributes: Mapping[str, AttributeValue] | None 
 def record_span(name: str, attributes: Mapping[str, AttributeValue] | None = None, *,
                 start_ns: int, end_ns: int | None = None, context: Context | None = None,
                 kind: SpanKind = SpanKind.INTERNAL, error: BaseException | None = None,
-                traceback_str: str | None = None) -> None:
+                traceback_str: str | None = None, parent: SpanContext | None = None) -> None:
     """Record a span that ran from ``start_ns`` to ``end_ns`` (``time.time_ns()``; now).
 
-    The parent is the current span (or the one in ``context``), as for ``span()``.
-    ``error`` marks it as ``span()`` marks an escaping exception (a GeneratorExit or
-    a clean SystemExit is control flow, not an error). Never raises.
+    The parent is ``parent`` if given, else the current span (or the one in
+    ``context``), as for ``span()``. ``error`` marks it as ``span()`` marks an escaping
+    exception (a GeneratorExit or a clean SystemExit is control flow, not an error).
+    Never raises.
     """
     end = time.time_ns() if end_ns is None else end_ns
     try:
@@ -267,12 +268,13 @@ def record_span(name: str, attributes: Mapping[str, AttributeValue] | None = Non
             return
         direct = pipeline.direct_writer
         if direct is not None and error is None:
-            _write_directly(pipeline, direct, name, attributes, start_ns, end, context, kind)
+            _write_directly(pipeline, direct, name, attributes, start_ns, end, context, kind,
+                            parent)
             return
         if pipeline.provider is None:
             return
         span = start_light_span(name, attributes, context=context, kind=kind,
-                                start_time=start_ns)
+                                start_time=start_ns, parent=parent)
         if error is not None and is_error(error) and isinstance(span, LightSpan):
             mark_error(span, error, traceback_str, end)
         span.end(end)
@@ -280,11 +282,43 @@ def record_span(name: str, attributes: Mapping[str, AttributeValue] | None = Non
         pass
 
 
+class PendingSpan:
+    """A span known to have started, recorded whole when it ends (with record_span).
+
+    For spans nothing runs inside and nobody needs the context of — a task's
+    dispatch, from send to result — it skips the span object and its context.
+    """
+
+    __slots__ = ("name", "attributes", "start_ns", "parent")
+
+    def __init__(self, name: str, attributes: dict[str, AttributeValue],
+                 parent: SpanContext | None) -> None:
+        self.name = name
+        self.attributes = attributes
+        self.start_ns = time.time_ns()
+        self.parent = parent
+
+    def end(self, error: BaseException | None = None) -> None:
+        record_span(self.name, self.attributes, start_ns=self.start_ns, error=error,
+                    parent=self.parent)
+
+
+def pending_span(name: str, attributes: dict[str, AttributeValue], *,
+                 parent: SpanContext | None) -> PendingSpan | None:
+    """A PendingSpan, or None when spans are not recorded (telemetry off)."""
+    pipeline = _state.current()
+    if pipeline is None or pipeline.provider is None:
+        return None
+    return PendingSpan(name, attributes, parent)
+
+
 def _write_directly(pipeline: _state.Pipeline, file_writer: SpanFileWriter, name: str,
                     attributes: Mapping[str, AttributeValue] | None, start_ns: int,
-                    end_ns: int, context: Context | None, kind: SpanKind) -> None:
+                    end_ns: int, context: Context | None, kind: SpanKind,
+                    parent: SpanContext | None = None) -> None:
     """The common case — file only, default sampler, no error — with no span object."""
-    parent = trace.get_current_span(context).get_span_context()
+    if parent is None:
+        parent = trace.get_current_span(context).get_span_context()
     if parent.is_valid:
         if not parent.trace_flags.sampled:
             return  # ParentBased: a sampled-out parent drops its children

@@ -101,7 +101,7 @@ class ActorSubmitter:
             channel.inflight[task.task_id] = task
             address = channel.address
             if telemetry.enabled() and address is not None:
-                task.dispatch_span = telemetry.start_span("task.dispatch", {
+                task.dispatch_span = telemetry.pending_span("task.dispatch", {
                     A.TASK_ID: task.task_id.hex(), A.TASK_ATTEMPT: task.spec.attempt,
                     A.ACTOR_ID: channel.actor_id.hex(), A.NODE_ID: address.node_id,
                     A.NODE_IP: address.ip, A.WORKER_ID: address.worker_id,
@@ -204,6 +204,4 @@ def _end(task: PendingTask, *, ok: bool) -> None:
     span = task.dispatch_span
     if span is not None:
         task.dispatch_span = None
-        if not ok:
-            telemetry.record_error(span, RayActorError("actor call failed"))
-        span.end()
+        span.end(None if ok else RayActorError("actor call failed"))

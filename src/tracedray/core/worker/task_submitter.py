@@ -190,10 +190,15 @@ class TaskSubmitter:
                 telemetry.start_span("task.schedule", {**common, **decision,
                                                        A.SCHEDULING_REASON: reason},
                                      parent=parent).end()
-            task.dispatch_span = telemetry.start_span("task.dispatch", {
+            attributes = {
                 **common, A.NODE_ID: lease.worker.node_id, A.NODE_IP: lease.worker.ip,
                 A.WORKER_ID: lease.worker.worker_id, A.WORKER_PID: lease.worker.pid,
-                A.LEASE_ID: lease.lease_id, A.SCHEDULING_REASON: reason}, parent=parent)
+                A.LEASE_ID: lease.lease_id, A.SCHEDULING_REASON: reason}
+            # The first dispatch of a lease writes a log line inside its span (which needs
+            # a span object); the others only need recording when their result is in.
+            task.dispatch_span = (
+                telemetry.start_span("task.dispatch", attributes, parent=parent) if decided
+                else telemetry.pending_span("task.dispatch", attributes, parent=parent))
         self._worker.task_events.record(spec, "SUBMITTED_TO_WORKER", node_id=lease.worker.node_id,
                                         worker_id=lease.worker.worker_id,
                                         worker_pid=lease.worker.pid)
@@ -500,8 +505,14 @@ def _end_span(task: PendingTask, *, ok: bool, note: str = "") -> None:
     if span is None:
         return
     task.dispatch_span = None
-    if not ok:
-        telemetry.record_error(span, WorkerCrashedError(note) if note else RuntimeError("failed"))
+    error = None if ok else WorkerCrashedError(note) if note else RuntimeError("failed")
+    if isinstance(span, telemetry.PendingSpan):
+        if ok and note:
+            span.attributes["tracedray.dispatch.note"] = note
+        span.end(error)
+        return
+    if error is not None:
+        telemetry.record_error(span, error)
     elif note:
         span.set_attribute("tracedray.dispatch.note", note)
     span.end()
