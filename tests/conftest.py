@@ -34,15 +34,31 @@ def _tracedray_children() -> list[psutil.Process]:
     return out
 
 
+_SHM_PREFIX = "tracedray-"
+_FRAGMENT = 24  # a store's files are named tracedray-<last 24 chars of its session dir>-...
+
+
 def _shm_files() -> set[str]:
     try:
-        return {name for name in os.listdir("/dev/shm") if name.startswith("tracedray-")}
+        return {name for name in os.listdir("/dev/shm") if name.startswith(_SHM_PREFIX)}
     except OSError:
         return set()
 
 
+def _session_fragments(base: Path) -> set[str]:
+    """The name fragments of every session folder this test run created under ``base``
+    (its sessions' store files carry them): other runs on the machine are not ours."""
+    found = set()
+    for _, dirnames, _ in os.walk(base):
+        for name in list(dirnames):
+            if name.startswith("session_2"):
+                found.add(name[-_FRAGMENT:])
+                dirnames.remove(name)  # nothing to look for inside a session
+    return found
+
+
 @pytest.fixture
-def no_leaks() -> Iterator[None]:
+def no_leaks(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     """Fail the test if it leaves tracedray processes or shared-memory files behind."""
     shm_before = _shm_files()
     yield
@@ -50,7 +66,9 @@ def no_leaks() -> Iterator[None]:
     gone, alive = psutil.wait_procs(leftovers, timeout=10)
     for proc in alive:
         proc.kill()
-    new_shm = _shm_files() - shm_before
+    ours = _session_fragments(tmp_path_factory.getbasetemp())
+    new_shm = {name for name in _shm_files() - shm_before
+               if name[len(_SHM_PREFIX):len(_SHM_PREFIX) + _FRAGMENT] in ours}
     assert not alive, f"leaked processes: {[p.pid for p in alive]}"
     assert not new_shm, f"leaked shared memory: {sorted(new_shm)[:5]}"
 
