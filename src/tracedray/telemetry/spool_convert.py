@@ -32,6 +32,7 @@ from tracedray.telemetry.otlp_json import span_line
 
 READ_BLOCK = 1 << 20
 MAX_BYTES_PER_ROUND = 8 << 20  # bounds how long one conversion holds the lock
+MAX_ROUNDS_PER_SYNC = 64  # 512 MiB of records per spool and sync, then the next sync
 SPANS_PER_LINE = 256  # spans share one resource per line; lines stay well under 1 MiB
 
 
@@ -109,7 +110,9 @@ def _convert_locked(fd: int, path: Path, result: Conversion, *, writable: bool,
     start = max(header.converted, first_record)
     spans: list[str] = []
     end = start
-    for offset, payload, stop in _records(fd, start, max_bytes, result):
+    # Read-only: nothing records how far we got, so all of it is decoded at once.
+    budget = max_bytes if writable else 1 << 62
+    for offset, payload, stop in _records(fd, start, budget, result):
         try:
             fields = fmt.decode_payload(payload)
         except (ValueError, EOFError, TypeError) as exc:
@@ -148,10 +151,10 @@ def _convert_locked(fd: int, path: Path, result: Conversion, *, writable: bool,
 
 def _prefix(fd: int, path: Path, result: Conversion) -> tuple[str | None, int]:
     """The PREFIX record's line prefix and the offset after it."""
-    scan = fmt.scan_records(os.pread(fd, 64 << 10, fmt.HEADER_BYTES), fmt.HEADER_BYTES)
-    if not scan.payloads:
+    first = next(_records(fd, fmt.HEADER_BYTES, READ_BLOCK, Conversion(str(path))), None)
+    if first is None:
         return None, fmt.HEADER_BYTES  # the writer is still writing it
-    offset, payload = scan.payloads[0]
+    offset, payload, _ = first
     try:
         fields = fmt.decode_payload(payload)
     except (ValueError, EOFError, TypeError):
@@ -218,7 +221,7 @@ def sync_traces_dir(traces_dir: Path, *, blocking: bool = True) -> SyncResult:
     """Convert every spool in ``traces_dir`` completely (or as far as the lock allows)."""
     total = SyncResult()
     for spool in spool_files(traces_dir):
-        while True:
+        for _ in range(MAX_ROUNDS_PER_SYNC):  # bounded: a spool that keeps growing
             result = convert_spool(spool, blocking=blocking)
             total.spans += result.spans
             total.lines.extend(result.lines)
@@ -226,4 +229,6 @@ def sync_traces_dir(traces_dir: Path, *, blocking: bool = True) -> SyncResult:
             if not result.pending or result.skipped:
                 total.pending = total.pending or result.pending
                 break
+        else:
+            total.pending = True
     return total

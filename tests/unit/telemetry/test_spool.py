@@ -231,3 +231,39 @@ def test_foreign_files_are_left_alone(tmp_path: Path) -> None:
     result = convert_spool(stray)
     assert result.spans == 0 and "not a span spool" in result.warnings[0]
     assert stray.exists() and not jsonl_path(stray).exists()
+
+
+def test_a_resource_larger_than_a_read_block_is_read_whole(tmp_path: Path) -> None:
+    huge = PREFIX.replace("[]", '[{"key":"k","value":{"stringValue":"' + "v" * (
+        spool_convert.READ_BLOCK + 10) + '"}}]')
+    spool = tmp_path / "driver-13.spool"
+    writer = SpoolWriter(spool, huge)
+    writer.append(_span(1))
+    writer.close()
+    assert convert_spool(spool).spans == 1
+    assert _names(jsonl_path(spool)) == ["span-1"]
+
+
+def test_a_spool_this_reader_may_not_write_is_decoded_in_memory(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A copied session folder, read by another user: nothing is written or moved."""
+    spool = tmp_path / "worker-14.spool"
+    writer = SpoolWriter(spool, PREFIX)
+    for number in range(3):
+        writer.append(_span(number))
+    writer.close()
+    before = spool.read_bytes()
+    real_open = os.open
+
+    def no_write_access(path: object, flags: int, *args: int) -> int:
+        if str(path) == str(spool) and flags & os.O_RDWR:
+            raise PermissionError(13, "Permission denied", str(path))
+        return real_open(path, flags, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(spool_convert.os, "open", no_write_access)
+    resource_spans, warnings = otlp_json.read_trace_dir(tmp_path)
+    assert warnings == []
+    assert [span.name for span in otlp_json.to_readable_spans(resource_spans)] == [
+        "span-0", "span-1", "span-2"]
+    assert spool.read_bytes() == before and not jsonl_path(spool).exists()
+    assert convert_spool(spool, max_bytes=1).spans == 3  # no budget: nothing would record it
