@@ -30,7 +30,7 @@ from opentelemetry.util.types import AttributeValue
 
 from tracedray.telemetry import _state
 from tracedray.telemetry._errors import is_error, mark_error
-from tracedray.telemetry._record import LightSpan, start_light_span
+from tracedray.telemetry._record import LightSpan, PendingSpan, start_light_span
 
 # W3C explicitly, not the global propagator: our task specs always carry W3C
 # headers, whatever OTEL_PROPAGATORS the user's own code configured.
@@ -105,6 +105,25 @@ def record_error(span: Span, exc: BaseException, traceback_str: str | None = Non
     try:
         if span.is_recording():
             mark_error(span, exc, traceback_str)
+    except Exception:
+        pass
+
+
+def finish_span(span: Span | PendingSpan, *, error: BaseException | None = None,
+                attributes: Mapping[str, AttributeValue] | None = None) -> None:
+    """End ``span`` — a span object or a PendingSpan — with ``attributes`` added and,
+    if ``error`` is given, marked as ``record_error`` marks it. Never raises."""
+    try:
+        if isinstance(span, PendingSpan):
+            if attributes:
+                span.attributes.update(attributes)
+            span.end(error)
+            return
+        if attributes:
+            span.set_attributes(attributes)
+        if error is not None:
+            record_error(span, error)
+        span.end()
     except Exception:
         pass
 

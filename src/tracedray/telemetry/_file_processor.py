@@ -11,7 +11,6 @@ lines of ``<component>-<pid>.jsonl`` are made from the spool off the hot path
 
 from __future__ import annotations
 
-import marshal
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,8 +23,6 @@ from tracedray.telemetry import spool_format
 from tracedray.telemetry.otlp_json import span_object_json
 from tracedray.telemetry.spool_convert import convert_spool
 from tracedray.telemetry.spool_writer import SpoolStatistics, SpoolWriter
-
-_dumps = marshal.dumps
 
 
 @dataclass(frozen=True)
@@ -77,19 +74,9 @@ class SpanFileWriter(SpanProcessor):
         if spool is None:
             return
         try:
-            if links:
-                payload = spool_format.span_payload(
-                    trace_id, span_id, parent_span_id, name, kind, start_ns, end_ns,
-                    attributes, status_code, status_message, events, trace_state, links)
-            else:  # the common case, inline (this runs for every span)
-                try:
-                    payload = _dumps((spool_format.SPAN, trace_id, span_id, parent_span_id,
-                                      name, kind, start_ns, end_ns, attributes, status_code,
-                                      status_message, events, trace_state, ()))
-                except ValueError:  # a value marshal cannot carry: encoded on the spot
-                    payload = spool_format.span_payload(
-                        trace_id, span_id, parent_span_id, name, kind, start_ns, end_ns,
-                        attributes, status_code, status_message, events, trace_state)
+            payload = spool_format.span_payload(
+                trace_id, span_id, parent_span_id, name, kind, start_ns, end_ns, attributes,
+                status_code, status_message, events, trace_state, links)
             spool.append(payload)
         except Exception as exc:  # a full disk or an odd value must never reach user code
             self._count_error(exc)

@@ -5,9 +5,10 @@ even runs (attribute copies through BoundedAttributes, a lock per span, processo
 fan-out). Our spans go to one file and, optionally, one OTLP batch processor, so
 ``LightSpan`` keeps what a span needs in plain attributes and, when it ends, hands
 those fields to the spool (see spool_format.py; they become the same JSON line the
-SDK path would write). Only when an OTLP exporter is configured is a ``ReadableSpan`` built, for
-it. It implements the OTel API's ``Span`` interface, so ``trace.get_current_span()``,
-W3C propagation, and user spans nested under ours all work unchanged.
+SDK path would write). Only when an OTLP exporter is configured is a
+``ReadableSpan`` built, for it. It implements the OTel API's ``Span`` interface, so
+``trace.get_current_span()``, W3C propagation, and user spans nested under ours all
+work unchanged.
 
 Sampling (``OTEL_TRACES_SAMPLER``) goes through the provider's sampler exactly as
 the SDK does: a dropped span is a ``NonRecordingSpan`` carrying its context, so its
@@ -21,7 +22,7 @@ from __future__ import annotations
 
 import time
 import traceback as traceback_module
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from opentelemetry import trace
@@ -54,7 +55,10 @@ MAX_ATTRIBUTES = 128  # the SDK's default OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT
 MAX_EVENTS = 128
 
 
-def _checked_span_context_factory() -> Any:
+_SpanContextFactory = Callable[[int, int, TraceFlags, TraceState], SpanContext]
+
+
+def _checked_span_context_factory() -> _SpanContextFactory:
     """A constructor for SpanContexts of ids known to be valid, without re-validating.
 
     ``SpanContext.__new__`` checks the id ranges in Python on every span (~0.2 µs,

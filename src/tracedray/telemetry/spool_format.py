@@ -56,6 +56,7 @@ U64 = struct.Struct("<Q")
 SUFFIX = ".spool"
 
 PREFIX, SPAN, LINE = 0, 1, 2
+_dumps: Any = marshal.dumps  # typed loosely: marshal's stub rejects tuples holding Any
 
 
 @dataclass(frozen=True)
@@ -92,10 +93,10 @@ def span_payload(trace_id: int, span_id: int, parent_span_id: int, name: str, ki
     """A SPAN payload; falls back to a LINE payload for values marshal cannot carry."""
     link_fields = tuple((link.context.trace_id, link.context.span_id,
                          dict(link.attributes or {})) for link in links) if links else ()
-    fields: Any = (SPAN, trace_id, span_id, parent_span_id, name, kind, start_ns, end_ns,
-                   attributes, status_code, status_message, events, trace_state, link_fields)
-    try:
-        return marshal.dumps(fields)
+    try:  # every span ends here: one tuple, one C call
+        return _dumps((SPAN, trace_id, span_id, parent_span_id, name, kind, start_ns,
+                       end_ns, attributes, status_code, status_message, events, trace_state,
+                       link_fields))
     except ValueError:  # an attribute value of a type marshal does not know
         return line_payload(record_span_json(
             trace_id, span_id, parent_span_id, name, kind, start_ns, end_ns, attributes,

@@ -172,3 +172,27 @@ def test_span_contexts_built_without_revalidation_equal_the_checked_ones(tmp_pat
                           context.trace_state)
     assert context == checked and context.is_valid and not context.is_remote
     assert type(context) is SpanContext and repr(context) == repr(checked)
+
+
+def test_finish_span_ends_span_objects_and_pending_spans_alike(tmp_path: Path) -> None:
+    telemetry.configure("driver", session_dir=tmp_path)
+    with telemetry.span("task.submit") as submit:
+        parent = submit.get_span_context()
+    light = telemetry.start_span("dispatch.light", parent=parent)
+    pending = telemetry.pending_span("dispatch.pending", {}, parent=parent)
+    assert pending is not None
+    telemetry.finish_span(light, error=RuntimeError("worker died"))
+    telemetry.finish_span(pending, error=RuntimeError("worker died"))
+    ok = telemetry.pending_span("dispatch.ok", {}, parent=parent)
+    assert ok is not None
+    telemetry.finish_span(ok, attributes={"tracedray.dispatch.note": "stolen back"})
+    spans = {span.name: span for span in _spans(tmp_path)}
+    for name in ("dispatch.light", "dispatch.pending"):
+        failed = spans[name]
+        assert failed.status.status_code is StatusCode.ERROR
+        assert failed.attributes["error.type"] == "RuntimeError"
+        assert [event.name for event in failed.events] == ["exception"]
+        assert failed.parent is not None and failed.parent.span_id == parent.span_id
+    assert spans["dispatch.ok"].attributes["tracedray.dispatch.note"] == "stolen back"
+    assert spans["dispatch.ok"].status.status_code is StatusCode.UNSET
+    assert spans["dispatch.ok"].context.trace_id == parent.trace_id

@@ -204,4 +204,4 @@ def _end(task: PendingTask, *, ok: bool) -> None:
     span = task.dispatch_span
     if span is not None:
         task.dispatch_span = None
-        span.end(None if ok else RayActorError("actor call failed"))
+        telemetry.finish_span(span, error=None if ok else RayActorError("actor call failed"))

@@ -505,17 +505,11 @@ def _end_span(task: PendingTask, *, ok: bool, note: str = "") -> None:
     if span is None:
         return
     task.dispatch_span = None
-    error = None if ok else WorkerCrashedError(note) if note else RuntimeError("failed")
-    if isinstance(span, telemetry.PendingSpan):
-        if ok and note:
-            span.attributes["tracedray.dispatch.note"] = note
-        span.end(error)
-        return
-    if error is not None:
-        telemetry.record_error(span, error)
-    elif note:
-        span.set_attribute("tracedray.dispatch.note", note)
-    span.end()
+    if ok:
+        telemetry.finish_span(span, attributes={"tracedray.dispatch.note": note} if note else None)
+    else:
+        telemetry.finish_span(span, error=WorkerCrashedError(note) if note
+                              else RuntimeError("failed"))
 
 
 def crash_error(info: raylet_pb2.WorkerExitInfo, worker: Address) -> WorkerCrashedError:
