@@ -69,7 +69,7 @@ class SpoolWriter(MappedAppender):
                     self._map_window(0)
                 except OSError as exc:
                     self._fall_back(exc)
-            self._append_locked(fmt.prefix_payload(self._prefix))
+            self.append(fmt.prefix_payload(self._prefix))
         except BaseException:
             os.close(fd)
             raise
@@ -78,43 +78,33 @@ class SpoolWriter(MappedAppender):
         length = len(payload)
         size = (length + _PADDED) & _ALIGN_MASK  # fmt.record_size, inline: hot path
         with self._lock:
-            mapping = self._map
-            pos = self._pos
-            if mapping is not None and pos + size + 4 <= self._size:
-                # The common case inline: room in the mapped window.
-                start = pos + 4
-                mapping[start:start + length] = payload
-                mapping[pos:start] = _pack_length(length)  # last: commits the record
-                self._pos = pos + size
-                self._records += 1
-                return
-            if self._fd is None:
-                raise OSError(f"{self._path} is closed")
-            self._append_locked(payload)
-
-    def _append_locked(self, payload: bytes) -> None:
-        length = len(payload)
-        size = (length + _PADDED) & _ALIGN_MASK  # fmt.record_size, inline: hot path
-        mapping = self._map
-        if mapping is not None:
-            pos = self._pos
             # Room for the record and the zero length word that ends the data.
-            if pos + size + 4 > self._size:
-                try:
-                    self._map_window(size + fmt.LENGTH.size)
-                except OSError as exc:  # full disk: keep recording with pwrite
-                    self._fall_back(exc)
+            if self._map is None or self._pos + size + 4 > self._size:
+                if self._fd is None:
+                    raise OSError(f"{self._path} is closed")
+                if not self._room_mapped(size + 4):
                     self._append_written(payload)
+                    self._records += 1
                     return
-                mapping, pos = self._map, self._pos
-                assert mapping is not None
+            mapping, pos = self._map, self._pos
+            assert mapping is not None
             start = pos + 4
             mapping[start:start + length] = payload
             mapping[pos:start] = _pack_length(length)  # last: commits the record
             self._pos = pos + size
-        else:
-            self._append_written(payload)
-        self._records += 1
+            self._records += 1
+
+    def _room_mapped(self, need: int) -> bool:
+        """Move the window so ``need`` bytes fit; False when appending with pwrite
+        (configured, or the window could not move: a full disk)."""
+        if self._map is None:
+            return False
+        try:
+            self._map_window(need)
+        except OSError as exc:
+            self._fall_back(exc)
+            return False
+        return True
 
     def _append_written(self, payload: bytes) -> None:
         end = self._end
