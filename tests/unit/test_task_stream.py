@@ -67,6 +67,12 @@ class Caller:
                 f"{len(self.results)} of {count} results")
             return [_number(r.task_id) for r in self.results]
 
+    def close_cleanly(self) -> None:
+        """Close the stream; its reader ends without reporting it broken."""
+        self.conn.close()
+        self.wait_ended()
+        assert self.broken == []
+
     def wait_ended(self, timeout_s: float = 10.0) -> None:
         self.conn._reader.join(timeout_s)
         assert not self.conn._reader.is_alive(), "the reader thread did not end"
@@ -157,9 +163,7 @@ def test_results_come_back_in_order_with_statistics(server: TaskStreamServer) ->
     client = caller.conn.statistics()
     assert (client.frames_sent, client.pending_bytes) == (2_000, 0)
     assert 0 < client.frames_received <= 2_000  # frames read together are delivered together
-    caller.conn.close()
-    caller.wait_ended()
-    assert caller.broken == []
+    caller.close_cleanly()
     _wait(lambda: server.statistics().open_connections == 0)
 
 
@@ -186,9 +190,7 @@ def test_a_lone_call_is_written_directly_and_a_burst_in_batches() -> None:
         assert caller.conn.statistics().deferred_frames == before + 499
         release.set()
         assert caller.wait_results(521) == list(range(521))
-        caller.conn.close()
-        caller.wait_ended()
-        assert caller.broken == []
+        caller.close_cleanly()
     finally:
         release.set()
         srv.stop()
@@ -217,9 +219,7 @@ def test_slow_worker_never_blocks_the_sender_and_keeps_order() -> None:
         assert caller.conn.statistics().pending_bytes == 0
         caller.conn.send(_spec(150))  # back on the direct path after draining
         assert caller.wait_results(151)[-1] == 150
-        caller.conn.close()
-        caller.wait_ended()
-        assert caller.broken == []
+        caller.close_cleanly()
     finally:
         release.set()
         srv.stop()
@@ -247,9 +247,7 @@ def test_close_lets_running_tasks_answer_and_does_not_report_broken() -> None:
 
 def test_close_before_connecting_ends_cleanly(server: TaskStreamServer) -> None:
     caller = Caller(server.port)
-    caller.conn.close()
-    caller.wait_ended()
-    assert caller.broken == []
+    caller.close_cleanly()
 
 
 def test_worker_ending_the_stream_reports_broken_once(server: TaskStreamServer) -> None:
