@@ -11,7 +11,7 @@ def _spec(task_id: bytes, attempt: int = 0) -> common_pb2.TaskSpec:
                                function_name="mod.fn", kind=common_pb2.ACTOR_METHOD,
                                actor_id=b"actor", call_site="x.py:3", attempt=attempt,
                                parent_task_id=b"parent", resources={"CPU": 1.0})
-    spec.trace_context["traceparent"] = f"00-{'ab' * 16}-{'cd' * 8}-01"
+    spec.trace_id, spec.parent_span_id, spec.trace_flags = bytes([0xAB] * 16), 0xCD << 56, 1
     return spec
 
 

@@ -6,7 +6,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from tracedray import logs, telemetry
-from tracedray.core import ids
+from tracedray.core import ids, trace_context
 from tracedray.core.call_site import user_call_site
 from tracedray.core.object_ref import ObjectRef
 from tracedray.core.serialization import serialize
@@ -43,7 +43,8 @@ def build_task(worker: CoreWorker, *, kind: int, function_id: str, function_name
         depth=(parent.depth + 1) if parent is not None else 0)
     if actor_options is not None:
         spec.actor_options.CopyFrom(actor_options)
-    attributes: dict[str, Any] = {A.TASK_ID: task_id.hex(), A.TASK_FUNCTION: function_name,
+    task_hex = task_id.hex()
+    attributes: dict[str, Any] = {A.TASK_ID: task_hex, A.TASK_FUNCTION: function_name,
                                   A.TASK_KIND: _KIND_LABEL[kind], A.TASK_CALL_SITE: site,
                                   A.JOB_ID: spec.job_id.hex(), A.TASK_MAX_RETRIES: max_retries}
     if actor_id:
@@ -52,20 +53,18 @@ def build_task(worker: CoreWorker, *, kind: int, function_id: str, function_name
     try:
         # The span is not made current: its context goes into the spec and the log
         # line directly (cheaper than use_span + the propagator, on every task).
-        carrier = telemetry.carrier_for(span)
+        context = span.get_span_context()
         trace_ids: dict[str, str] = {}
-        if carrier:
-            traceparent = carrier["traceparent"]
-            spec.trace_context["traceparent"] = traceparent
-            if "tracestate" in carrier:
-                spec.trace_context["tracestate"] = carrier["tracestate"]
-            # 00-<trace id>-<span id>-<flags>: the hex ids the log line needs, formatted once.
-            trace_ids = {"trace_id": traceparent[3:35], "span_id": traceparent[36:52]}
-        log.info("task.submit", task_id=task_id.hex(), function=function_name, call_site=site,
+        if context.is_valid:
+            trace_context.stamp(spec, context)
+            hex_ids = telemetry.hex_ids(span)
+            if hex_ids is not None:
+                trace_ids = {"trace_id": hex_ids[0], "span_id": hex_ids[1]}
+        log.info("task.submit", task_id=task_hex, function=function_name, call_site=site,
                  attempt=0, **trace_ids)
         task = _attach_args(worker, spec, args, kwargs, max_retries)
-        if carrier:
-            task.trace_parent = span.get_span_context()
+        if trace_ids:
+            task.trace_parent = context
     except BaseException as exc:
         telemetry.record_error(span, exc)
         span.end()

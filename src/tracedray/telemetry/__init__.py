@@ -15,13 +15,16 @@ hot paths whose span needs no current context (``object.put``/``object.get``).
 from __future__ import annotations
 
 from tracedray.telemetry._api import (
+    activate,
     carrier_for,
     carrier_from_current,
     context_from_carrier,
     current_trace_ids,
     finish_span,
+    hex_ids,
     parent_from_carrier,
     record_error,
+    remote_parent,
     span,
     start_span,
 )
@@ -37,6 +40,9 @@ from tracedray.telemetry._state import (
 )
 
 __all__ = [
+    "activate",
+    "hex_ids",
+    "remote_parent",
     "PendingSpan",
     "pending_span",
     "TelemetryStatistics",

@@ -30,7 +30,12 @@ from opentelemetry.util.types import AttributeValue
 
 from tracedray.telemetry import _state
 from tracedray.telemetry._errors import is_error, mark_error
-from tracedray.telemetry._record import LightSpan, PendingSpan, start_light_span
+from tracedray.telemetry._record import (
+    LightSpan,
+    PendingSpan,
+    remote_span_context,
+    start_light_span,
+)
 
 # W3C explicitly, not the global propagator: our task specs always carry W3C
 # headers, whatever OTEL_PROPAGATORS the user's own code configured.
@@ -163,8 +168,25 @@ _FLAGS = [TraceFlags(value) for value in range(256)]
 _NO_STATE = TraceState()
 
 
-def _remote_span_context(trace_id: int, span_id: int, flags: TraceFlags) -> SpanContext:
-    return SpanContext(trace_id, span_id, True, flags, _NO_STATE)
+_MAX_TRACE_ID = (1 << 128) - 1
+_MAX_SPAN_ID = (1 << 64) - 1
+
+
+def remote_parent(trace_id: int, span_id: int, flags: int,
+                  trace_state: str = "") -> SpanContext | None:
+    """The remote span a W3C trace context names, from its fields (the binary form of
+    ``traceparent`` and the ``tracestate`` header) rather than from header text.
+
+    None when the ids are not a valid W3C pair (zero or out of range), as for a
+    carrier holding none. Never raises.
+    """
+    try:
+        if not (0 < trace_id <= _MAX_TRACE_ID and 0 < span_id <= _MAX_SPAN_ID):
+            return None
+        state = TraceState.from_header([trace_state]) if trace_state else _NO_STATE
+        return remote_span_context(trace_id, span_id, _FLAGS[flags & 0xFF], state)
+    except Exception:
+        return None
 
 
 def context_from_carrier(carrier: Mapping[str, str]) -> Context | None:
@@ -202,12 +224,64 @@ def parent_from_carrier(carrier: Mapping[str, str]) -> SpanContext | None:
             trace_id, span_id = int(header[3:35], 16), int(header[36:52], 16)
             if not trace_id or not span_id:
                 return None  # all-zero ids are invalid (W3C)
-            return _remote_span_context(trace_id, span_id, _FLAGS[int(header[53:], 16)])
+            return remote_span_context(trace_id, span_id, _FLAGS[int(header[53:], 16)],
+                                       _NO_STATE)
         extracted = _W3C.extract(dict(carrier))
         remote = trace.get_current_span(extracted).get_span_context()
         return remote if remote.is_valid else None
     except Exception:
         return None
+
+
+class _Activation:
+    """``with activate(span)``: the span is current inside the block and not ended
+    after it. A class rather than ``trace.use_span`` (a generator-based context
+    manager with exception handling we do not want): it runs around every task."""
+
+    __slots__ = ("_span", "_token")
+
+    def __init__(self, current: Span) -> None:
+        self._span = current
+        self._token: object = None
+
+    def __enter__(self) -> Span:
+        try:
+            self._token = context_api.attach(trace.set_span_in_context(self._span))
+        except Exception:
+            self._token = None
+        return self._span
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        token, self._token = self._token, None
+        if token is not None:
+            try:  # noqa: SIM105 -- suppress() costs a context manager object per task
+                context_api.detach(cast(Token[Context], token))
+            except Exception:
+                pass
+
+
+def activate(current: Span) -> AbstractContextManager[Span]:
+    """Make ``current`` the current span for a ``with`` block; it is not ended after.
+
+    Errors escaping the block are the caller's to record (as ``use_span(...,
+    end_on_exit=False, record_exception=False, set_status_on_exception=False)``).
+    """
+    return _Activation(current)
+
+
+def hex_ids(current: Span) -> tuple[str, str] | None:
+    """(trace id, span id) of ``current`` in lowercase hex for log lines; None if the
+    span has no valid context (telemetry off)."""
+    if type(current) is LightSpan:  # ours: formatted once per span
+        return current.hex_ids()
+    try:
+        span_context = current.get_span_context()
+    except Exception:
+        return None
+    if not span_context.is_valid:
+        return None
+    return format(span_context.trace_id, "032x"), format(span_context.span_id, "016x")
 
 
 def current_trace_ids() -> tuple[str, str] | None:
@@ -216,10 +290,4 @@ def current_trace_ids() -> tuple[str, str] | None:
     Any valid current span counts, including a sampled-out one: its ids still
     join a log line to the trace of the call that produced it.
     """
-    current = trace.get_current_span()
-    if type(current) is LightSpan:  # ours: formatted once per span, not per log line
-        return current.hex_ids()
-    span_context = current.get_span_context()
-    if not span_context.is_valid:
-        return None
-    return format(span_context.trace_id, "032x"), format(span_context.span_id, "016x")
+    return hex_ids(trace.get_current_span())

@@ -58,29 +58,29 @@ MAX_EVENTS = 128
 _SpanContextFactory = Callable[[int, int, TraceFlags, TraceState], SpanContext]
 
 
-def _checked_span_context_factory() -> _SpanContextFactory:
+def _checked_span_context_factory(remote: bool) -> _SpanContextFactory:
     """A constructor for SpanContexts of ids known to be valid, without re-validating.
 
     ``SpanContext.__new__`` checks the id ranges in Python on every span (~0.2 µs,
     several times that in a busy process). Our ids come from the provider's generator
-    (never 0, always in range), so the tuple is built directly — but only if this
-    OpenTelemetry version lays SpanContext out as we expect; otherwise the checked
-    constructor is used.
+    (never 0, always in range) or from a task spec's binary fields the caller checked,
+    so the tuple is built directly — but only if this OpenTelemetry version lays
+    SpanContext out as we expect; otherwise the checked constructor is used.
     """
     state = TraceState()
 
     def fast(trace_id: int, span_id: int, flags: TraceFlags,
              trace_state: TraceState) -> SpanContext:
-        return tuple.__new__(SpanContext, (trace_id, span_id, False, flags, trace_state, True))
+        return tuple.__new__(SpanContext, (trace_id, span_id, remote, flags, trace_state, True))
 
     def checked(trace_id: int, span_id: int, flags: TraceFlags,
                 trace_state: TraceState) -> SpanContext:
-        return SpanContext(trace_id, span_id, False, flags, trace_state)
+        return SpanContext(trace_id, span_id, remote, flags, trace_state)
 
     try:
         sample = fast(1 << 100, 1 << 60, _SAMPLED, state)
         reference = checked(1 << 100, 1 << 60, _SAMPLED, state)
-        same = (sample == reference and sample.is_valid and not sample.is_remote
+        same = (sample == reference and sample.is_valid and sample.is_remote is remote
                 and (sample.trace_id, sample.span_id, sample.trace_flags, sample.trace_state)
                 == (reference.trace_id, reference.span_id, reference.trace_flags,
                     reference.trace_state))
@@ -89,7 +89,8 @@ def _checked_span_context_factory() -> _SpanContextFactory:
     return fast if same else checked
 
 
-_local_span_context = _checked_span_context_factory()
+_local_span_context = _checked_span_context_factory(remote=False)
+remote_span_context = _checked_span_context_factory(remote=True)
 
 
 class LightSpan(trace.Span):

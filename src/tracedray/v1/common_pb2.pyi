@@ -95,7 +95,7 @@ class TaskArg(_message.Message):
     def __init__(self, value: _Optional[_Union[ObjectValue, _Mapping]] = ..., is_ref: _Optional[bool] = ...) -> None: ...
 
 class TaskSpec(_message.Message):
-    __slots__ = ("task_id", "job_id", "kind", "function_id", "function_name", "args", "kwarg_names", "num_returns", "resources", "max_retries", "retry_exceptions", "attempt", "caller", "trace_context", "call_site", "actor_id", "method_name", "sequence_number", "actor_options", "parent_task_id", "depth", "namespace")
+    __slots__ = ("task_id", "job_id", "kind", "function_id", "function_name", "args", "kwarg_names", "num_returns", "resources", "max_retries", "retry_exceptions", "attempt", "caller", "call_site", "actor_id", "method_name", "sequence_number", "actor_options", "parent_task_id", "depth", "namespace", "trace_id", "parent_span_id", "trace_flags", "trace_state")
     class ResourcesEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -103,13 +103,6 @@ class TaskSpec(_message.Message):
         key: str
         value: float
         def __init__(self, key: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
-    class TraceContextEntry(_message.Message):
-        __slots__ = ("key", "value")
-        KEY_FIELD_NUMBER: _ClassVar[int]
-        VALUE_FIELD_NUMBER: _ClassVar[int]
-        key: str
-        value: str
-        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     TASK_ID_FIELD_NUMBER: _ClassVar[int]
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     KIND_FIELD_NUMBER: _ClassVar[int]
@@ -123,7 +116,6 @@ class TaskSpec(_message.Message):
     RETRY_EXCEPTIONS_FIELD_NUMBER: _ClassVar[int]
     ATTEMPT_FIELD_NUMBER: _ClassVar[int]
     CALLER_FIELD_NUMBER: _ClassVar[int]
-    TRACE_CONTEXT_FIELD_NUMBER: _ClassVar[int]
     CALL_SITE_FIELD_NUMBER: _ClassVar[int]
     ACTOR_ID_FIELD_NUMBER: _ClassVar[int]
     METHOD_NAME_FIELD_NUMBER: _ClassVar[int]
@@ -132,6 +124,10 @@ class TaskSpec(_message.Message):
     PARENT_TASK_ID_FIELD_NUMBER: _ClassVar[int]
     DEPTH_FIELD_NUMBER: _ClassVar[int]
     NAMESPACE_FIELD_NUMBER: _ClassVar[int]
+    TRACE_ID_FIELD_NUMBER: _ClassVar[int]
+    PARENT_SPAN_ID_FIELD_NUMBER: _ClassVar[int]
+    TRACE_FLAGS_FIELD_NUMBER: _ClassVar[int]
+    TRACE_STATE_FIELD_NUMBER: _ClassVar[int]
     task_id: bytes
     job_id: bytes
     kind: TaskKind
@@ -145,7 +141,6 @@ class TaskSpec(_message.Message):
     retry_exceptions: bool
     attempt: int
     caller: Address
-    trace_context: _containers.ScalarMap[str, str]
     call_site: str
     actor_id: bytes
     method_name: str
@@ -154,7 +149,11 @@ class TaskSpec(_message.Message):
     parent_task_id: bytes
     depth: int
     namespace: str
-    def __init__(self, task_id: _Optional[bytes] = ..., job_id: _Optional[bytes] = ..., kind: _Optional[_Union[TaskKind, str]] = ..., function_id: _Optional[str] = ..., function_name: _Optional[str] = ..., args: _Optional[_Iterable[_Union[TaskArg, _Mapping]]] = ..., kwarg_names: _Optional[_Iterable[str]] = ..., num_returns: _Optional[int] = ..., resources: _Optional[_Mapping[str, float]] = ..., max_retries: _Optional[int] = ..., retry_exceptions: _Optional[bool] = ..., attempt: _Optional[int] = ..., caller: _Optional[_Union[Address, _Mapping]] = ..., trace_context: _Optional[_Mapping[str, str]] = ..., call_site: _Optional[str] = ..., actor_id: _Optional[bytes] = ..., method_name: _Optional[str] = ..., sequence_number: _Optional[int] = ..., actor_options: _Optional[_Union[ActorOptions, _Mapping]] = ..., parent_task_id: _Optional[bytes] = ..., depth: _Optional[int] = ..., namespace: _Optional[str] = ...) -> None: ...
+    trace_id: bytes
+    parent_span_id: int
+    trace_flags: int
+    trace_state: str
+    def __init__(self, task_id: _Optional[bytes] = ..., job_id: _Optional[bytes] = ..., kind: _Optional[_Union[TaskKind, str]] = ..., function_id: _Optional[str] = ..., function_name: _Optional[str] = ..., args: _Optional[_Iterable[_Union[TaskArg, _Mapping]]] = ..., kwarg_names: _Optional[_Iterable[str]] = ..., num_returns: _Optional[int] = ..., resources: _Optional[_Mapping[str, float]] = ..., max_retries: _Optional[int] = ..., retry_exceptions: _Optional[bool] = ..., attempt: _Optional[int] = ..., caller: _Optional[_Union[Address, _Mapping]] = ..., call_site: _Optional[str] = ..., actor_id: _Optional[bytes] = ..., method_name: _Optional[str] = ..., sequence_number: _Optional[int] = ..., actor_options: _Optional[_Union[ActorOptions, _Mapping]] = ..., parent_task_id: _Optional[bytes] = ..., depth: _Optional[int] = ..., namespace: _Optional[str] = ..., trace_id: _Optional[bytes] = ..., parent_span_id: _Optional[int] = ..., trace_flags: _Optional[int] = ..., trace_state: _Optional[str] = ...) -> None: ...
 
 class TaskResult(_message.Message):
     __slots__ = ("task_id", "attempt", "returns", "is_application_error", "requeued", "worker_id", "worker_pid", "node_id", "retryable_error", "cancelled")

@@ -15,6 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from tracedray import logs, telemetry
+from tracedray.core import trace_context
 from tracedray.core.address import Address
 from tracedray.core.raylet.client import RayletClient
 from tracedray.core.raylet.scheduler import feasible, fits
@@ -183,8 +184,8 @@ class ActorManager:
         resources = dict(spec.resources)
         attributes = {A.ACTOR_ID: actor_id.hex(), A.ACTOR_CLASS: spec.actor_options.class_name,
                       A.ACTOR_NAME: spec.actor_options.name}
-        with telemetry.span("actor.create", attributes,
-                            context=telemetry.context_from_carrier(spec.trace_context)) as span:
+        parent = telemetry.context_from_carrier(trace_context.carrier(spec))
+        with telemetry.span("actor.create", attributes, context=parent) as span:
             node = None
             while node is None:
                 node = self._choose_node(resources)

@@ -13,9 +13,10 @@ from __future__ import annotations
 import collections
 import threading
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from tracedray import logs, telemetry
+from tracedray.core import trace_context
 from tracedray.core.address import Address
 from tracedray.core.worker.connection import WorkerConnection
 from tracedray.core.worker.pending_task import PendingTask
@@ -42,6 +43,18 @@ class ActorChannel:
     ordered: collections.deque[PendingTask] = field(default_factory=collections.deque)
     ready: set[bytes] = field(default_factory=set)
     inflight: dict[bytes, PendingTask] = field(default_factory=dict)
+    # The dispatch span attributes every call to the actor's current address shares,
+    # built once per address (a restarted actor has a new one).
+    attributes_address: Address | None = field(default=None, repr=False)
+    attributes: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    def dispatch_attributes(self, address: Address) -> dict[str, Any]:
+        if self.attributes_address is not address:
+            self.attributes = {A.ACTOR_ID: self.actor_id.hex(), A.NODE_ID: address.node_id,
+                               A.NODE_IP: address.ip, A.WORKER_ID: address.worker_id,
+                               A.WORKER_PID: address.pid}
+            self.attributes_address = address
+        return self.attributes
 
 
 class ActorSubmitter:
@@ -103,11 +116,8 @@ class ActorSubmitter:
             if telemetry.enabled() and address is not None:
                 task.dispatch_span = telemetry.pending_span("task.dispatch", {
                     A.TASK_ID: task.task_id.hex(), A.TASK_ATTEMPT: task.spec.attempt,
-                    A.ACTOR_ID: channel.actor_id.hex(), A.NODE_ID: address.node_id,
-                    A.NODE_IP: address.ip, A.WORKER_ID: address.worker_id,
-                    A.WORKER_PID: address.pid,
-                }, parent=task.trace_parent
-                   or telemetry.parent_from_carrier(task.spec.trace_context))
+                    **channel.dispatch_attributes(address),
+                }, parent=task.trace_parent or trace_context.parent_of(task.spec))
             channel.conn.send(task.spec)
 
     def _connect(self, channel: ActorChannel, min_restarts: int) -> None:

@@ -27,7 +27,7 @@ class PendingTask:
     scheduling_key: str = ""
     dispatch_span: Any = None
     # The task.submit span's SpanContext: the dispatch span's parent without parsing
-    # spec.trace_context back (None when telemetry is off, or for a rebuilt task).
+    # the spec's trace fields back (None when telemetry is off, or for a rebuilt task).
     trace_parent: Any = None
     cancelled: bool = False
     force_cancelled: bool = False

@@ -12,6 +12,7 @@ import time
 from typing import TYPE_CHECKING, NamedTuple
 
 from tracedray import logs
+from tracedray.core import trace_context
 from tracedray.exceptions import RaySystemError
 from tracedray.v1 import common_pb2, gcs_pb2
 
@@ -102,7 +103,7 @@ def coalesce(transitions: list[_Transition]) -> list[gcs_pb2.TaskEvent]:
             if t.state == FIRST_STATE:
                 event.call_site = spec.call_site
                 event.parent_task_id = spec.parent_task_id
-                event.trace_id = spec.trace_context.get("traceparent", "")[3:35]
+                event.trace_id = trace_context.trace_id_hex(spec)
                 resources = event.resources
                 for name, amount in spec.resources.items():
                     resources[name] = amount

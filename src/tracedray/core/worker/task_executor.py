@@ -19,9 +19,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from opentelemetry import trace as otel_trace
-
 from tracedray import logs, telemetry
+from tracedray.core import trace_context
 from tracedray.core.serialization import serialize
 from tracedray.core.worker.pending_task import error_value
 from tracedray.exceptions import RayError, RayTaskError, TaskCancelledError
@@ -142,16 +141,18 @@ class TaskExecutor:
         if actor_hex:
             attributes[A.ACTOR_ID] = actor_hex
         span = telemetry.start_span("task.execute", attributes,
-                                    parent=telemetry.parent_from_carrier(spec.trace_context))
+                                    parent=trace_context.parent_of(spec))
+        # The raylet reads this slot if the process dies mid-task: W3C header text there,
+        # so it needs no spec to attach worker.exit to the task's trace.
         worker.flight_recorder.record({"task_id": task_hex, "attempt": spec.attempt,
-                                       "function": name, "trace_context": dict(spec.trace_context),
+                                       "function": name,
+                                       "trace_context": trace_context.carrier(spec),
                                        "started_at": time.time()})
         self._running[spec.task_id] = threading.get_ident()
         worker.task_events.record(spec, "RUNNING", node_id=worker.node_id,
                                   worker_id=worker.worker_id, worker_pid=os.getpid())
         try:
-            with otel_trace.use_span(span, end_on_exit=False, record_exception=False,
-                                    set_status_on_exception=False), logs.task_context(
+            with telemetry.activate(span), logs.task_context(
                     job_id=spec.job_id.hex(), task_id=task_hex, actor_id=actor_hex,
                     worker_id=worker.worker_id, task_name=name, attempt=spec.attempt):
                 worker.current_task = spec
@@ -170,8 +171,7 @@ class TaskExecutor:
             cancelled = isinstance(exc, TaskCancelledError)
             error = exc if cancelled else self._task_error(spec, exc)
             telemetry.record_error(span, exc, getattr(error, "traceback_str", None))
-            with otel_trace.use_span(span, end_on_exit=False, record_exception=False,
-                                     set_status_on_exception=False), logs.task_context(
+            with telemetry.activate(span), logs.task_context(
                     job_id=spec.job_id.hex(), task_id=task_hex, actor_id=actor_hex,
                     worker_id=worker.worker_id, task_name=name, attempt=spec.attempt):
                 log.warning("task.failed", function=name, error_type=type(exc).__qualname__,

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from opentelemetry import trace as otel_trace
 
 from tracedray import config, logs, telemetry
+from tracedray.core import trace_context
 from tracedray.core.address import Address
 from tracedray.core.raylet.client import RayletClient
 from tracedray.core.worker.connection import WorkerConnection
@@ -61,6 +62,19 @@ class Lease:
     inflight: dict[bytes, PendingTask] = field(default_factory=dict)
     idle_since: float = field(default_factory=time.monotonic)
     dispatched: int = 0
+    # The dispatch span attributes this lease's tasks share, built once. The reason is a
+    # reused lease's; the lease's first dispatch names the raylet's decision instead.
+    reuse_attributes: dict[str, Any] = field(default_factory=dict)
+
+    def reused_attributes(self) -> dict[str, Any]:
+        if not self.reuse_attributes:
+            worker = self.worker
+            self.reuse_attributes = {
+                A.NODE_ID: worker.node_id, A.NODE_IP: worker.ip, A.WORKER_ID: worker.worker_id,
+                A.WORKER_PID: worker.pid, A.LEASE_ID: self.lease_id,
+                A.SCHEDULING_REASON: f"reused lease {self.lease_id[:8]} on node "
+                                     f"{worker.node_id[:12]}"}
+        return self.reuse_attributes
 
 
 @dataclass(frozen=True)
@@ -180,34 +194,34 @@ class TaskSubmitter:
         # decision's span and log line come with the lease's first task only, and every
         # dispatch names the lease it went out on.
         decided = lease.dispatched == 1
-        reason = str(lease.decision.get(A.SCHEDULING_REASON, "")) if decided else \
-            f"reused lease {lease.lease_id[:8]} on node {lease.worker.node_id[:12]}"
         if telemetry.enabled():
-            parent = task.trace_parent or telemetry.parent_from_carrier(spec.trace_context)
+            parent = task.trace_parent or trace_context.parent_of(spec)
             common: dict[str, Any] = {A.TASK_ID: spec.task_id.hex(), A.TASK_ATTEMPT: spec.attempt}
             if decided:
+                reason = str(lease.decision.get(A.SCHEDULING_REASON, ""))
                 decision: dict[str, Any] = lease.decision
                 telemetry.start_span("task.schedule", {**common, **decision,
                                                        A.SCHEDULING_REASON: reason},
                                      parent=parent).end()
-            attributes = {
-                **common, A.NODE_ID: lease.worker.node_id, A.NODE_IP: lease.worker.ip,
-                A.WORKER_ID: lease.worker.worker_id, A.WORKER_PID: lease.worker.pid,
-                A.LEASE_ID: lease.lease_id, A.SCHEDULING_REASON: reason}
-            # The first dispatch of a lease writes a log line inside its span (which needs
-            # a span object); the others only need recording when their result is in.
-            task.dispatch_span = (
-                telemetry.start_span("task.dispatch", attributes, parent=parent) if decided
-                else telemetry.pending_span("task.dispatch", attributes, parent=parent))
+                # The first dispatch of a lease writes a log line inside its span (which
+                # needs a span object); the others only need recording when their result
+                # is in.
+                task.dispatch_span = telemetry.start_span("task.dispatch", {
+                    **common, **lease.reused_attributes(), A.SCHEDULING_REASON: reason},
+                    parent=parent)
+            else:
+                common.update(lease.reused_attributes())
+                task.dispatch_span = telemetry.pending_span("task.dispatch", common,
+                                                            parent=parent)
         self._worker.task_events.record(spec, "SUBMITTED_TO_WORKER", node_id=lease.worker.node_id,
                                         worker_id=lease.worker.worker_id,
                                         worker_pid=lease.worker.pid)
         if decided:  # one line for the decision and the dispatch it led to
-            with otel_trace.use_span(task.dispatch_span or otel_trace.INVALID_SPAN,
-                                     end_on_exit=False):
+            with telemetry.activate(task.dispatch_span or otel_trace.INVALID_SPAN):
                 log.info("task.dispatch", task_id=spec.task_id.hex(), job_id=spec.job_id.hex(),
                          attempt=spec.attempt, node_id=lease.worker.node_id,
-                         worker_pid=lease.worker.pid, lease_id=lease.lease_id, reason=reason)
+                         worker_pid=lease.worker.pid, lease_id=lease.lease_id,
+                         reason=str(lease.decision.get(A.SCHEDULING_REASON, "")))
         lease.conn.send(spec)
 
     # --- leases
