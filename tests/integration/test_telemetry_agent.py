@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -46,6 +47,8 @@ def test_spans_reach_the_json_files_without_a_reader_and_the_agent_stops_with_th
         session_dir = Path(current_session_dir())
         (agent,) = _agents()
         assert agent.nice() == 19  # it yields every core to the tasks
+        if hasattr(os, "SCHED_IDLE"):  # and, on Linux, runs only when a core is idle
+            assert os.sched_getscheduler(agent.pid) == os.SCHED_IDLE
         refs = [work.remote(n) for n in range(20)]
         assert tracedray.get(refs) == [n * 2 for n in range(20)]
         wanted = {ref.task_id().hex() for ref in refs}

@@ -15,7 +15,18 @@ lines of the records from ``converted`` on to ``<component>-<pid>.jsonl`` (one
 ``write``, ``O_APPEND``) and then moves ``converted`` past them. A converter killed
 between the two repeats those lines once; nothing is lost. A spool whose writer
 closed it and whose records are all converted is deleted. A spool the reader may
-not write (a copied session folder) is decoded without being changed.
+not write (a copied session folder) is decoded without being changed. A record that
+does not decode is skipped with a warning; one conversion reads at most ``max_bytes``
+of records (the rest is ``pending``, for the next round).
+
+What a round costs the agent, which converts every spool of the node twice a second:
+the header and the PREFIX record come in one small read (a resource larger than
+HEAD_READ costs one more read, of that record alone); the records from ``converted``
+on are read in blocks that double from one page, so a spool with nothing new costs a
+few system calls; payloads are decoded from views of the block, never copied. What
+remains per span is ``marshal.loads`` and the JSON (otlp_json.record_span_json).
+Reading a whole 1 MiB block for the PREFIX record alone, and copying every payload in
+it, had made each round of a long-lived spool cost milliseconds.
 """
 
 from __future__ import annotations
@@ -30,7 +41,9 @@ from pathlib import Path
 from tracedray.telemetry import spool_format as fmt
 from tracedray.telemetry.otlp_json import span_line
 
-READ_BLOCK = 1 << 20
+HEAD_READ = 4096  # header and, nearly always, the PREFIX record (a resource is ~1 KB)
+FIRST_BLOCK = 4 << 10  # a round's first read: one page, all an idle round (most) needs
+READ_BLOCK = 1 << 20  # the most one read takes: reads double from FIRST_BLOCK to this
 MAX_BYTES_PER_ROUND = 8 << 20  # bounds how long one conversion holds the lock
 MAX_ROUNDS_PER_SYNC = 64  # 512 MiB of records per spool and sync, then the next sync
 SPANS_PER_LINE = 256  # spans share one resource per line; lines stay well under 1 MiB
@@ -99,12 +112,13 @@ def convert_spool(path: Path, *, blocking: bool = True, close_abandoned: bool = 
 
 def _convert_locked(fd: int, path: Path, result: Conversion, *, writable: bool,
                     close_abandoned: bool, max_bytes: int) -> None:
-    header = fmt.parse_header(os.pread(fd, fmt.HEADER_BYTES, 0))
+    head = os.pread(fd, HEAD_READ, 0)
+    header = fmt.parse_header(head)
     if header is None:
         if os.fstat(fd).st_size >= fmt.HEADER_BYTES:
             result.warnings.append(f"{path}: not a span spool; left alone")
         return  # or a writer that has not written its header yet
-    prefix, first_record = _prefix(fd, path, result)
+    prefix, first_record = _prefix(fd, head, path, result)
     if prefix is None:
         return
     start = max(header.converted, first_record)
@@ -112,19 +126,21 @@ def _convert_locked(fd: int, path: Path, result: Conversion, *, writable: bool,
     end = start
     # Read-only: nothing records how far we got, so all of it is decoded at once.
     budget = max_bytes if writable else 1 << 62
-    for offset, payload, stop in _records(fd, start, budget, result):
-        try:
-            fields = fmt.decode_payload(payload)
-        except (ValueError, EOFError, TypeError) as exc:
-            result.warnings.append(f"{path}: skipped a corrupt record at byte {offset}: {exc}")
-            end = stop
-            continue
-        if fields[0] != fmt.PREFIX:
+    decode, encode, prefix_tag = fmt.decode_payload, fmt.span_json, fmt.PREFIX
+    for scan in _scans(fd, start, budget, result):
+        for offset, payload in scan.payloads:
             try:
-                spans.append(fmt.span_json(fields))
-            except Exception as exc:  # a value record_span_json cannot encode
-                result.warnings.append(f"{path}: skipped a span at byte {offset}: {exc}")
-        end = stop
+                fields = decode(payload)
+            except (ValueError, EOFError, TypeError) as exc:
+                result.warnings.append(
+                    f"{path}: skipped a corrupt record at byte {offset}: {exc}")
+                continue
+            if fields[0] != prefix_tag:
+                try:
+                    spans.append(encode(fields))
+                except Exception as exc:  # a value record_span_json cannot encode
+                    result.warnings.append(f"{path}: skipped a span at byte {offset}: {exc}")
+        end = scan.end
     result.spans = len(spans)
     # Many spans per line, one resource: a third of the bytes of a line per span.
     lines = [span_line(prefix, ",".join(spans[first:first + SPANS_PER_LINE]))
@@ -149,32 +165,47 @@ def _convert_locked(fd: int, path: Path, result: Conversion, *, writable: bool,
         result.deleted = True
 
 
-def _prefix(fd: int, path: Path, result: Conversion) -> tuple[str | None, int]:
-    """The PREFIX record's line prefix and the offset after it."""
-    first = next(_records(fd, fmt.HEADER_BYTES, READ_BLOCK, Conversion(str(path))), None)
-    if first is None:
-        return None, fmt.HEADER_BYTES  # the writer is still writing it
-    offset, payload, _ = first
+def _prefix(fd: int, head: bytes, path: Path, result: Conversion) -> tuple[str | None, int]:
+    """The PREFIX record's line prefix and the offset after it.
+
+    ``head`` is the file's first HEAD_READ bytes; only a resource larger than that
+    costs a second read, of that one record (never a block of the records after it).
+    """
+    at = fmt.HEADER_BYTES
+    if len(head) < at + fmt.LENGTH.size:
+        return None, at  # the writer is still writing it
+    length = fmt.LENGTH.unpack_from(head, at)[0]
+    start = at + fmt.LENGTH.size
+    payload = head[start:start + length]
+    if len(payload) < length:
+        payload = os.pread(fd, length, start)
+    if length == 0 or len(payload) < length:
+        return None, at  # the writer is still writing it
     try:
         fields = fmt.decode_payload(payload)
     except (ValueError, EOFError, TypeError):
         fields = ()
     if not fields or fields[0] != fmt.PREFIX:
-        result.warnings.append(f"{path}: no resource record at byte {offset}; left alone")
-        return None, fmt.HEADER_BYTES
-    return str(fields[1]), offset + fmt.record_size(len(payload))
+        result.warnings.append(f"{path}: no resource record at byte {at}; left alone")
+        return None, at
+    return str(fields[1]), at + fmt.record_size(length)
 
 
-def _records(fd: int, start: int, max_bytes: int,
-             result: Conversion) -> Iterator[tuple[int, bytes, int]]:
-    """(offset, payload, offset after it) of each complete record from ``start``."""
+def _scans(fd: int, start: int, max_bytes: int, result: Conversion) -> Iterator[fmt.Scan]:
+    """The complete records from ``start`` on, a block's worth at a time.
+
+    Blocks double from FIRST_BLOCK to READ_BLOCK: an idle spool costs one page, a
+    backlog few reads. The payloads are views into the block; a consumer decodes
+    them before asking for the next block.
+    """
     position = start
+    block_size = FIRST_BLOCK
     while position - start < max_bytes:
-        want = min(READ_BLOCK, max(max_bytes - (position - start), fmt.ALIGN))
+        want = min(block_size, max(max_bytes - (position - start), fmt.ALIGN))
         block = os.pread(fd, want, position)
         scan = fmt.scan_records(block, position)
-        for offset, payload in scan.payloads:
-            yield offset, payload, offset + fmt.record_size(len(payload))
+        if scan.payloads:
+            yield scan
         position = scan.end
         if scan.ended or len(block) < want:
             return  # a zero length word, or the file ends inside a record being written
@@ -184,9 +215,9 @@ def _records(fd: int, start: int, max_bytes: int,
             whole = fmt.scan_records(os.pread(fd, fmt.record_size(length), position), position)
             if not whole.payloads:
                 return
-            offset, payload = whole.payloads[0]
-            yield offset, payload, whole.end
+            yield whole
             position = whole.end
+        block_size = min(block_size * 2, READ_BLOCK)
     result.pending = True
 
 
@@ -217,12 +248,17 @@ class SyncResult:
     pending: bool = False
 
 
-def sync_traces_dir(traces_dir: Path, *, blocking: bool = True) -> SyncResult:
-    """Convert every spool in ``traces_dir`` completely (or as far as the lock allows)."""
+def sync_traces_dir(traces_dir: Path, *, blocking: bool = True,
+                    max_bytes: int = MAX_BYTES_PER_ROUND) -> SyncResult:
+    """Convert every spool in ``traces_dir`` completely (or as far as the lock allows).
+
+    ``max_bytes`` is the budget of one conversion (one lock held); a spool takes up
+    to MAX_ROUNDS_PER_SYNC of them.
+    """
     total = SyncResult()
     for spool in spool_files(traces_dir):
         for _ in range(MAX_ROUNDS_PER_SYNC):  # bounded: a spool that keeps growing
-            result = convert_spool(spool, blocking=blocking)
+            result = convert_spool(spool, blocking=blocking, max_bytes=max_bytes)
             total.spans += result.spans
             total.lines.extend(result.lines)
             total.warnings.extend(result.warnings)

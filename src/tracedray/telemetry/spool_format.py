@@ -113,33 +113,40 @@ def prefix_payload(line_prefix: str) -> bytes:
 
 @dataclass(frozen=True)
 class Scan:
-    payloads: list[tuple[int, bytes]]  # (offset, payload) of each complete record
+    payloads: list[tuple[int, memoryview]]  # (offset, payload) of each complete record
     end: int  # offset just after the last complete record
     torn: bool  # a record at ``end`` has a length but not all of its bytes in ``data``
     ended: bool  # a zero length word at ``end``: the end of the records
 
 
 def scan_records(data: bytes | memoryview, offset: int) -> Scan:
-    """The complete records in ``data``, which holds the file from byte ``offset``."""
-    payloads: list[tuple[int, bytes]] = []
+    """The complete records in ``data``, which holds the file from byte ``offset``.
+
+    The payloads are views into ``data``, not copies: copying each one cost a
+    converter as much as decoding it.
+    """
+    view = memoryview(data)
+    unpack = LENGTH.unpack_from
+    payloads: list[tuple[int, memoryview]] = []
     position = 0
-    limit = len(data) - LENGTH.size
+    size = len(view)
+    limit = size - LENGTH.size
     while position <= limit:
-        length = LENGTH.unpack_from(data, position)[0]
+        length = unpack(view, position)[0]
         if length == 0:
             return Scan(payloads, offset + position, False, True)
         start = position + LENGTH.size
-        if start + length > len(data):
+        if start + length > size:
             return Scan(payloads, offset + position, True, False)
-        payloads.append((offset + position, bytes(data[start:start + length])))
-        position += record_size(length)
+        payloads.append((offset + position, view[start:start + length]))
+        position = (start + length + ALIGN - 1) & -ALIGN  # record_size, inline: per record
     return Scan(payloads, offset + position, False, False)
 
 
-def decode_payload(payload: bytes) -> tuple[Any, ...]:
+def decode_payload(payload: bytes | memoryview) -> tuple[Any, ...]:
     """The tuple of a payload; ValueError/EOFError/TypeError when it is not one of ours."""
     fields = marshal.loads(payload)
-    if not isinstance(fields, tuple) or not fields or fields[0] not in (PREFIX, SPAN, LINE):
+    if type(fields) is not tuple or not fields or fields[0] not in (PREFIX, SPAN, LINE):
         raise ValueError("not a spool record")
     return fields
 
@@ -148,6 +155,8 @@ def span_json(fields: tuple[Any, ...]) -> str:
     """The OTLP JSON of a decoded SPAN or LINE record (the span object, no envelope)."""
     if fields[0] == LINE:
         return str(fields[1])
+    if not fields[13]:  # no links (nearly every span): the fields are the arguments
+        return record_span_json(*fields[1:13])
     (_, trace_id, span_id, parent_span_id, name, kind, start_ns, end_ns, attributes,
      status_code, status_message, events, trace_state, link_fields) = fields
     links = [Link(SpanContext(link_trace, link_span, False), link_attributes)

@@ -155,3 +155,42 @@ def test_array_fast_path_matches_the_generic_encoding() -> None:
         fast = otlp_json._value_json(value)
         assert json.loads(fast) == json.loads(otlp_json._dumps(otlp_json.encode_value(value)))
         assert fast.startswith('{"arrayValue":{"values":[')
+
+
+def test_record_span_json_writes_what_the_span_object_encoder_writes() -> None:
+    """The converter's encoder (fields) and the SDK span encoder must agree byte for byte."""
+    spans = _sample_spans()
+    for span in spans:
+        context = span.context
+        assert context is not None
+        fields = otlp_json.record_span_json(
+            context.trace_id, context.span_id, span.parent.span_id if span.parent else 0,
+            span.name, span.kind.value, span.start_time or 0, span.end_time or 0,
+            span.attributes, span.status.status_code.value, span.status.description,
+            [(event.name, event.timestamp, event.attributes) for event in span.events],
+            context.trace_state.to_header() if context.trace_state else "", span.links)
+        assert fields == otlp_json.span_object_json(span)
+
+
+def test_remembered_attribute_values_never_stand_in_for_equal_values_of_another_type(
+) -> None:
+    # True == 1 == 1.0 and they hash alike: a cache keyed by value alone would mix them.
+    for _ in range(2):  # the second time, the first time's texts are remembered
+        for value in (1, True, 1.0, "1", 0, False, 0.0, "0"):
+            attributes = {"same.key": value}
+            assert otlp_json._attributes_json(attributes) == otlp_json._dumps(
+                otlp_json.encode_attributes(attributes))
+
+
+def test_attribute_caches_stay_bounded_and_exact() -> None:
+    for number in range(otlp_json.ITEM_CACHE_VALUES * 2 + 3):  # one key, ids that never repeat
+        attributes = {"an.id": f"id-{number}", "a.count": number}
+        assert otlp_json._attributes_json(attributes) == otlp_json._dumps(
+            otlp_json.encode_attributes(attributes))
+    for number in range(otlp_json.ITEM_CACHE_KEYS + 5):  # more keys than are remembered
+        attributes = {f"key.{number}": "v"}
+        assert otlp_json._attributes_json(attributes) == otlp_json._dumps(
+            otlp_json.encode_attributes(attributes))
+    assert len(otlp_json._items) <= otlp_json.ITEM_CACHE_KEYS
+    assert all(len(known) <= otlp_json.ITEM_CACHE_VALUES
+               for known in otlp_json._items.values())

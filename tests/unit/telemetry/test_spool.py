@@ -244,6 +244,62 @@ def test_a_resource_larger_than_a_read_block_is_read_whole(tmp_path: Path) -> No
     assert _names(jsonl_path(spool)) == ["span-1"]
 
 
+def test_a_resource_larger_than_the_first_read_costs_one_more_read_of_it_alone(
+        tmp_path: Path) -> None:
+    large = PREFIX.replace("[]", '[{"key":"k","value":{"stringValue":"' + "v" * (
+        spool_convert.HEAD_READ * 3) + '"}}]')
+    spool = tmp_path / "driver-15.spool"
+    writer = SpoolWriter(spool, large)
+    for number in range(3):
+        writer.append(_span(number))
+    assert convert_spool(spool).spans == 3
+    writer.append(_span(3))
+    assert convert_spool(spool).spans == 1
+    writer.close()
+    assert _names(jsonl_path(spool)) == ["span-0", "span-1", "span-2", "span-3"]
+    assert all(line.startswith(large) for line in jsonl_path(spool).read_text().splitlines())
+
+
+def test_a_spool_whose_resource_record_is_not_committed_yet_waits(tmp_path: Path) -> None:
+    spool = tmp_path / "worker-16.spool"
+    spool.write_bytes(fmt.header_bytes(16) + bytes(fmt.LENGTH.size) + fmt.prefix_payload(PREFIX))
+    result = convert_spool(spool)
+    assert result.spans == 0 and not result.warnings and not result.deleted
+    assert spool.exists() and not jsonl_path(spool).exists()
+
+
+def test_one_round_reads_past_many_first_blocks(tmp_path: Path) -> None:
+    spool = tmp_path / "worker-17.spool"
+    writer = SpoolWriter(spool, PREFIX)
+    count = 0
+    while writer.statistics().bytes < spool_convert.FIRST_BLOCK * 40:
+        writer.append(_span(count, padding="p" * (count % 500)))
+        count += 1
+    result = convert_spool(spool)
+    assert result.spans == count and not result.pending
+    writer.close()
+    assert _names(jsonl_path(spool)) == [f"span-{n}" for n in range(count)]
+
+
+def test_a_corrupt_record_is_skipped_with_a_warning_and_the_rest_converted(
+        tmp_path: Path) -> None:
+    spool = tmp_path / "worker-18.spool"
+    writer = SpoolWriter(spool, PREFIX, mapped=False)
+    writer.append(_span(1))
+    corrupt_at = writer.statistics().bytes + fmt.HEADER_BYTES
+    writer.append(_span(2))
+    writer.append(_span(3))
+    writer.close()
+    with open(spool, "r+b") as handle:  # the second span's payload is not marshal data
+        handle.seek(corrupt_at + fmt.LENGTH.size)
+        handle.write(b"\xff" * 8)
+    result = convert_spool(spool)
+    assert result.spans == 2 and result.deleted
+    (warning,) = result.warnings
+    assert f"corrupt record at byte {corrupt_at}" in warning
+    assert _names(jsonl_path(spool)) == ["span-1", "span-3"]
+
+
 def test_a_spool_this_reader_may_not_write_is_decoded_in_memory(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A copied session folder, read by another user: nothing is written or moved."""
