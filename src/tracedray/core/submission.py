@@ -49,25 +49,21 @@ def build_task(worker: CoreWorker, *, kind: int, function_id: str, function_name
                                   A.JOB_ID: spec.job_id.hex(), A.TASK_MAX_RETRIES: max_retries}
     if actor_id:
         attributes[A.ACTOR_ID] = actor_id.hex()
-    span = telemetry.start_span("task.submit", attributes)
+    # Not made current: its context goes into the spec and the log line directly.
+    span = telemetry.open_span("task.submit", attributes)
     try:
-        # The span is not made current: its context goes into the spec and the log
-        # line directly (cheaper than use_span + the propagator, on every task).
         context = span.get_span_context()
         trace_ids: dict[str, str] = {}
         if context.is_valid:
-            trace_context.stamp(spec, context)
-            hex_ids = telemetry.hex_ids(span)
-            if hex_ids is not None:
-                trace_ids = {"trace_id": hex_ids[0], "span_id": hex_ids[1]}
+            trace_id, span_id = trace_context.stamp(spec, context)
+            trace_ids = {"trace_id": trace_id, "span_id": span_id}
         log.info("task.submit", task_id=task_hex, function=function_name, call_site=site,
                  attempt=0, **trace_ids)
         task = _attach_args(worker, spec, args, kwargs, max_retries)
         if trace_ids:
             task.trace_parent = context
     except BaseException as exc:
-        telemetry.record_error(span, exc)
-        span.end()
+        telemetry.finish_span(span, error=exc)
         raise
     refs = [worker.new_owned_ref(ids.object_id_for(task_id, i + 1), site)
             for i in range(max(num_returns, 1))]

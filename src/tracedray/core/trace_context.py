@@ -18,13 +18,16 @@ from tracedray import telemetry
 from tracedray.v1 import common_pb2
 
 
-def stamp(spec: common_pb2.TaskSpec, context: SpanContext) -> None:
-    """Make ``context`` (the task.submit span's) the parent the spec carries."""
-    spec.trace_id = context.trace_id.to_bytes(16, "big")
+def stamp(spec: common_pb2.TaskSpec, context: SpanContext) -> tuple[str, str]:
+    """Make ``context`` (the task.submit span's) the parent the spec carries; returns
+    its (trace id, span id) in hex, for the submission's log line."""
+    trace_id = context.trace_id.to_bytes(16, "big")
+    spec.trace_id = trace_id
     spec.parent_span_id = context.span_id
     spec.trace_flags = context.trace_flags
     if context.trace_state:
         spec.trace_state = context.trace_state.to_header()
+    return trace_id.hex(), "%016x" % context.span_id  # noqa: UP031 -- 2x format()'s speed
 
 
 def parent_of(spec: common_pb2.TaskSpec) -> SpanContext | None:

@@ -22,6 +22,7 @@ from tracedray.telemetry._api import (
     current_trace_ids,
     finish_span,
     hex_ids,
+    open_span,
     parent_from_carrier,
     record_error,
     remote_parent,
@@ -42,6 +43,7 @@ from tracedray.telemetry._state import (
 __all__ = [
     "activate",
     "hex_ids",
+    "open_span",
     "remote_parent",
     "PendingSpan",
     "pending_span",

@@ -33,6 +33,7 @@ from tracedray.telemetry._errors import is_error, mark_error
 from tracedray.telemetry._record import (
     LightSpan,
     PendingSpan,
+    open_light_span,
     remote_span_context,
     start_light_span,
 )
@@ -97,6 +98,19 @@ def start_span(name: str, attributes: Mapping[str, AttributeValue] | None = None
     try:
         return start_light_span(name, attributes, context=context, kind=kind,
                                 start_time=start_time, parent=parent)
+    except Exception:
+        return INVALID_SPAN
+
+
+def open_span(name: str, attributes: dict[str, AttributeValue]) -> Span | PendingSpan:
+    """Start a span that is not made current and whose context is needed before it
+    ends (e.g. ``task.submit``, whose ids travel with the task); the caller ends it
+    with ``end()`` or :func:`finish_span`. Cheapest when spans go to the file only:
+    see ``_record.open_light_span``. ``attributes`` becomes the span's."""
+    if not _state.enabled():
+        return INVALID_SPAN
+    try:
+        return open_light_span(name, attributes)
     except Exception:
         return INVALID_SPAN
 

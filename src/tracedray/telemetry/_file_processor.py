@@ -11,6 +11,7 @@ lines of ``<component>-<pid>.jsonl`` are made from the spool off the hot path
 
 from __future__ import annotations
 
+import marshal
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +24,8 @@ from tracedray.telemetry import spool_format
 from tracedray.telemetry.otlp_json import span_object_json
 from tracedray.telemetry.spool_convert import convert_spool
 from tracedray.telemetry.spool_writer import SpoolStatistics, SpoolWriter
+
+_dumps: Any = marshal.dumps  # typed loosely: marshal's stub rejects tuples holding Any
 
 
 @dataclass(frozen=True)
@@ -77,6 +80,22 @@ class SpanFileWriter(SpanProcessor):
             payload = spool_format.span_payload(
                 trace_id, span_id, parent_span_id, name, kind, start_ns, end_ns, attributes,
                 status_code, status_message, events, trace_state, links)
+            spool.append(payload)
+        except Exception as exc:  # a full disk or an odd value must never reach user code
+            self._count_error(exc)
+
+    def append_fields(self, fields: tuple[Any, ...]) -> None:
+        """Record one span from the SPAN record tuple its caller built (spool_format.py:
+        ``(SPAN, trace_id, ..., trace_state, link_fields)``): the hot paths' single call,
+        with no 13 arguments passed down through layers."""
+        spool = self._spool
+        if spool is None:
+            return
+        try:
+            try:
+                payload = _dumps(fields)
+            except ValueError:  # an attribute value of a type marshal does not know
+                payload = spool_format.line_payload(spool_format.span_json(fields))
             spool.append(payload)
         except Exception as exc:  # a full disk or an odd value must never reach user code
             self._count_error(exc)

@@ -91,16 +91,20 @@ def span_payload(trace_id: int, span_id: int, parent_span_id: int, name: str, ki
                  status_message: str | None = None, events: Sequence[Any] = (),
                  trace_state: str = "", links: Sequence[Link] = ()) -> bytes:
     """A SPAN payload; falls back to a LINE payload for values marshal cannot carry."""
-    link_fields = tuple((link.context.trace_id, link.context.span_id,
-                         dict(link.attributes or {})) for link in links) if links else ()
-    try:  # every span ends here: one tuple, one C call
+    try:  # one tuple, one C call
         return _dumps((SPAN, trace_id, span_id, parent_span_id, name, kind, start_ns,
                        end_ns, attributes, status_code, status_message, events, trace_state,
-                       link_fields))
+                       link_fields(links) if links else ()))
     except ValueError:  # an attribute value of a type marshal does not know
         return line_payload(record_span_json(
             trace_id, span_id, parent_span_id, name, kind, start_ns, end_ns, attributes,
             status_code, status_message, events, trace_state, links))
+
+
+def link_fields(links: Sequence[Link]) -> tuple[tuple[int, int, dict[str, Any]], ...]:
+    """A SPAN record's links: (trace_id, span_id, attributes) tuples."""
+    return tuple((link.context.trace_id, link.context.span_id, dict(link.attributes or {}))
+                 for link in links)
 
 
 def line_payload(span_json: str) -> bytes:

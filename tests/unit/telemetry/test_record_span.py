@@ -196,3 +196,77 @@ def test_finish_span_ends_span_objects_and_pending_spans_alike(tmp_path: Path) -
     assert spans["dispatch.ok"].attributes["tracedray.dispatch.note"] == "stolen back"
     assert spans["dispatch.ok"].status.status_code is StatusCode.UNSET
     assert spans["dispatch.ok"].context.trace_id == parent.trace_id
+
+
+def test_attribute_values_marshal_cannot_carry_are_written_as_text(tmp_path: Path) -> None:
+    """Spans built on the hot paths' one-tuple route (a span object's end, a PendingSpan)
+    fall back to encoding on the spot; the span is neither lost nor an error."""
+
+    class Odd:
+        def __str__(self) -> str:
+            return "odd-value"
+
+    telemetry.configure("driver", session_dir=tmp_path, node_id="n1", session_id="s1")
+    try:
+        span = telemetry.start_span("object.put", {"plain": 1})
+        span.set_attribute("odd", Odd())  # type: ignore[arg-type]
+        span.end()
+        pending = telemetry.pending_span("task.dispatch", {"odd": Odd()},  # type: ignore[dict-item]
+                                         parent=span.get_span_context())
+        assert pending is not None
+        pending.end()
+        assert telemetry.statistics().spans_dropped == 0
+    finally:
+        telemetry.shutdown()
+    spans = {s.name: s for s in _spans(tmp_path)}
+    assert spans["object.put"].attributes["odd"] == "odd-value"
+    assert spans["object.put"].attributes["plain"] == 1
+    assert spans["task.dispatch"].attributes["odd"] == "odd-value"
+    assert spans["task.dispatch"].parent.span_id == spans["object.put"].context.span_id
+
+
+@pytest.mark.parametrize("sampler", [None, "always_on"])
+def test_open_span_hands_out_the_ids_it_is_recorded_with(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sampler: str | None) -> None:
+    # None: the one-record route (a PendingSpan with its own context); a named sampler:
+    # a span object. Both must record what was handed out before the span ended.
+    if sampler:
+        monkeypatch.setenv("OTEL_TRACES_SAMPLER", sampler)
+    telemetry.configure("driver", session_dir=tmp_path)
+    with telemetry.span("task.execute") as outer:
+        nested = telemetry.open_span("task.submit", {"n": 1})
+        handed_out = nested.get_span_context()
+    root = telemetry.open_span("task.submit", {"n": 2})
+    failed = telemetry.open_span("task.submit", {"n": 3})
+    telemetry.finish_span(failed, error=ValueError("unpicklable argument"))
+    nested.end()
+    root.end()
+    assert isinstance(nested, telemetry.PendingSpan) is (sampler is None)
+    spans = {span.attributes.get("n"): span for span in _spans(tmp_path)
+             if span.name == "task.submit"}
+    assert spans[1].context.span_id == handed_out.span_id
+    assert spans[1].context.trace_id == outer.get_span_context().trace_id
+    assert spans[1].parent is not None
+    assert spans[1].parent.span_id == outer.get_span_context().span_id
+    assert spans[2].parent is None
+    assert spans[2].context.span_id == root.get_span_context().span_id
+    assert spans[3].context.span_id == failed.get_span_context().span_id
+    assert spans[3].status.status_code is StatusCode.ERROR
+    assert spans[3].attributes[attrs.ERROR_TYPE] == "ValueError"
+    assert [event.name for event in spans[3].events] == [attrs.EXCEPTION_EVENT]
+
+
+def test_open_span_follows_a_sampled_out_parent_and_the_off_switch(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    telemetry.configure("worker", session_dir=tmp_path)
+    dropped = telemetry.context_from_carrier(
+        {"traceparent": "00-" + "1" * 32 + "-" + "2" * 16 + "-00"})
+    with telemetry.span("task.execute", context=dropped):
+        child = telemetry.open_span("task.submit", {})
+    assert not child.get_span_context().trace_flags.sampled
+    assert child.get_span_context().trace_id == int("1" * 32, 16)  # still joins the trace
+    child.end()
+    assert [span.name for span in _spans(tmp_path)] == []
+    monkeypatch.setenv("OTEL_SDK_DISABLED", "true")
+    telemetry.configure("worker", session_dir=tmp_path / "disabled")
+    assert not telemetry.open_span("task.submit", {}).get_span_context().is_valid
