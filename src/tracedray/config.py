@@ -255,6 +255,15 @@ TELEMETRY_AGENT_INTERVAL_S: Variable[float] = Variable(
     "of traces/*.jsonl (readers convert what it has not done yet themselves).",
 )
 
+TELEMETRY_AGENT_MAX_DEFER_S: Variable[float] = Variable(
+    "TRACEDRAY_TELEMETRY_AGENT_MAX_DEFER_S",
+    _parse_non_negative_float,
+    lambda: 10.0,
+    "How long a node's telemetry agent may put off converting span spools while other "
+    "processes keep at least half of the machine's CPU busy (0: never put it off). "
+    "Readers of the session (CLI, pytest plugin) convert what is left themselves.",
+)
+
 ALL_VARIABLES: tuple[Variable[Any], ...] = (
     TEMP_DIR,
     ADDRESS,
@@ -279,4 +288,5 @@ ALL_VARIABLES: tuple[Variable[Any], ...] = (
     FAKE_PACKAGE_VERSIONS,
     TELEMETRY_MAPPED_FILES,
     TELEMETRY_AGENT_INTERVAL_S,
+    TELEMETRY_AGENT_MAX_DEFER_S,
 )

@@ -2,7 +2,10 @@
 
 Every process of the node records its spans in a spool (telemetry/spool_format.py);
 this process, started by the raylet, converts them into the ``traces/*.jsonl`` files
-every ``--interval`` seconds. It runs at the lowest CPU priority: ``SCHED_IDLE``
+every ``--interval`` seconds — or, while other processes keep at least half of the
+machine's CPU busy, up to ``--max-defer`` seconds later (conversion_policy.py: even
+at the lowest priority its work slowed a burst of tasks). It runs at the lowest CPU
+priority: ``SCHED_IDLE``
 where the OS has it (Linux; it then never preempts a runtime process when it wakes
 and gets a core only when nothing else wants it), and nice 19. While
 tasks keep every core busy it falls behind, and readers convert what it has not
@@ -34,6 +37,7 @@ from pathlib import Path
 
 from tracedray import config, logs
 from tracedray.core.process import process_alive, terminate
+from tracedray.core.raylet.conversion_policy import CpuMeter, conversion_due
 from tracedray.telemetry.spool_convert import MAX_BYTES_PER_ROUND, sync_traces_dir
 
 DEFAULT_INTERVAL_S = 0.5
@@ -50,6 +54,7 @@ log = logs.get_logger(__name__)
 @dataclass
 class AgentStatistics:
     rounds: int = 0
+    rounds_deferred: int = 0  # the machine was busy (conversion_policy.py)
     spans_converted: int = 0
     busiest_round_spans: int = 0
     warnings: int = 0
@@ -58,9 +63,12 @@ class AgentStatistics:
 class SpoolConverter:
     """The agent's loop, apart from the process around it (tests drive it directly)."""
 
-    def __init__(self, traces_dir: Path, interval_s: float = DEFAULT_INTERVAL_S) -> None:
+    def __init__(self, traces_dir: Path, interval_s: float = DEFAULT_INTERVAL_S, *,
+                 max_defer_s: float = 0.0, meter: CpuMeter | None = None) -> None:
         self.traces_dir = traces_dir
         self.interval_s = interval_s
+        self.max_defer_s = max_defer_s
+        self._meter = meter if meter is not None else CpuMeter()
         self._stats = AgentStatistics()
         self._lock = threading.Lock()
 
@@ -84,14 +92,22 @@ class SpoolConverter:
         ``should_stop`` is polled, not waited on: a SIGTERM handler may only set a
         flag (an Event's lock taken in a handler can deadlock the thread it interrupted).
         """
-        next_round = time.monotonic() + self.interval_s
+        next_round = last_converted = time.monotonic()
+        next_round += self.interval_s
         while not should_stop():
-            if time.monotonic() >= next_round:
-                try:
-                    self.convert_once()
-                except Exception as exc:  # a bad round must not end the agent
-                    log.warning("telemetry.agent_round_failed",
-                                error=f"{type(exc).__name__}: {exc}")
+            now = time.monotonic()
+            if now >= next_round:
+                if conversion_due(self._meter.busy_fraction(), now - last_converted,
+                                  max_defer_s=self.max_defer_s):
+                    try:
+                        self.convert_once()
+                    except Exception as exc:  # a bad round must not end the agent
+                        log.warning("telemetry.agent_round_failed",
+                                    error=f"{type(exc).__name__}: {exc}")
+                    last_converted = time.monotonic()
+                else:
+                    with self._lock:
+                        self._stats.rounds_deferred += 1
                 next_round = time.monotonic() + self.interval_s
             time.sleep(POLL_S)
         self.convert_once(blocking=True)
@@ -107,7 +123,8 @@ def start_agent(session_dir: Path, node_id: str) -> subprocess.Popen[bytes]:
         [sys.executable, "-m", "tracedray.core.raylet.telemetry_agent",
          "--session-dir", str(session_dir), "--node-id", node_id,
          "--parent-pid", str(os.getpid()),
-         "--interval", str(config.TELEMETRY_AGENT_INTERVAL_S.get())],
+         "--interval", str(config.TELEMETRY_AGENT_INTERVAL_S.get()),
+         "--max-defer", str(config.TELEMETRY_AGENT_MAX_DEFER_S.get())],
         stdin=subprocess.DEVNULL)
     lower_priority(process.pid)  # from its first instruction, not once it has started
     return process
@@ -143,14 +160,17 @@ def main() -> None:
     parser.add_argument("--node-id", default="")
     parser.add_argument("--parent-pid", type=int, default=0)
     parser.add_argument("--interval", type=float, default=DEFAULT_INTERVAL_S)
+    parser.add_argument("--max-defer", type=float, default=0.0)
     args = parser.parse_args()
     policy = lower_priority(0)
     # Logs only: the agent records no spans of its own (it would feed its own input).
     logs.configure("agent", session_dir=args.session_dir, node_id=args.node_id,
                    session_id=args.session_dir.name,
-                   config={"interval_s": args.interval, "niceness": NICENESS,
+                   config={"interval_s": args.interval, "max_defer_s": args.max_defer,
+                           "niceness": NICENESS,
                            "scheduler": policy})
-    converter = SpoolConverter(args.session_dir / "traces", args.interval)
+    converter = SpoolConverter(args.session_dir / "traces", args.interval,
+                               max_defer_s=args.max_defer)
     started = time.monotonic()
     stop_requested = [False]
     signal.signal(signal.SIGTERM, lambda signum, frame: stop_requested.__setitem__(0, True))
@@ -167,7 +187,8 @@ def main() -> None:
 
     converter.run(should_stop)
     stats = converter.statistics()
-    log.info("telemetry.agent_stop", rounds=stats.rounds, spans_converted=stats.spans_converted,
+    log.info("telemetry.agent_stop", rounds=stats.rounds, rounds_deferred=stats.rounds_deferred,
+             spans_converted=stats.spans_converted,
              busiest_round_spans=stats.busiest_round_spans, warnings=stats.warnings,
              run_time_s=round(time.monotonic() - started, 3))
     logs.record_process_exit(0)
