@@ -260,7 +260,7 @@ TELEMETRY_AGENT_MAX_DEFER_S: Variable[float] = Variable(
     _parse_non_negative_float,
     lambda: 10.0,
     "How long a node's telemetry agent may put off converting span spools while other "
-    "processes keep at least half of the machine's CPU busy (0: never put it off). "
+    "processes keep a quarter or more of the machine's CPU busy (0: never put it off). "
     "Readers of the session (CLI, pytest plugin) convert what is left themselves.",
 )
 

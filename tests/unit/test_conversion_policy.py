@@ -13,7 +13,7 @@ from tracedray.core.raylet.conversion_policy import CpuMeter, conversion_due
     (0.2, 0.5, 10.0, True),     # the machine has room
     (0.9, 0.5, 10.0, False),    # busy: wait...
     (0.9, 10.0, 10.0, True),    # ...but never longer than max_defer_s
-    (0.5, 0.5, 10.0, False),    # half the machine busy counts as busy
+    (0.25, 0.5, 10.0, False),   # a quarter of the machine busy counts as busy
     (None, 0.5, 10.0, True),    # load unknown (no /proc/stat): never defer
     (1.0, 0.5, 0.0, True),      # deferral turned off
 ])

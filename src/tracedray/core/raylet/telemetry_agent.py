@@ -2,7 +2,7 @@
 
 Every process of the node records its spans in a spool (telemetry/spool_format.py);
 this process, started by the raylet, converts them into the ``traces/*.jsonl`` files
-every ``--interval`` seconds — or, while other processes keep at least half of the
+every ``--interval`` seconds — or, while other processes keep a quarter or more of the
 machine's CPU busy, up to ``--max-defer`` seconds later (conversion_policy.py: even
 at the lowest priority its work slowed a burst of tasks). It runs at the lowest CPU
 priority: ``SCHED_IDLE``
