@@ -465,12 +465,28 @@ def _readable_span(raw: Mapping[str, Any], resource: Resource,
     )
 
 
+def first_sighting(span: Mapping[str, Any], seen: set[tuple[Any, Any]]) -> bool:
+    """False for a span whose (traceId, spanId) was seen already, and notes it.
+
+    A converter killed between appending a spool's lines and recording how far it got
+    leaves those lines twice (spool_convert.py); no two spans share both ids, so the
+    second copy is dropped where spans are read back.
+    """
+    key = (span.get("traceId"), span.get("spanId"))
+    if key in seen:
+        return False
+    seen.add(key)
+    return True
+
+
 def to_readable_spans(resource_spans: Iterable[Mapping[str, Any]]) -> list[ReadableSpan]:
     """Turn ``resourceSpans`` entries back into SDK ``ReadableSpan`` objects.
 
-    Equal resources share one ``Resource`` object. Entries whose ids are missing or
-    not hex raise ``ValueError``/``KeyError``: they did not come from our encoder.
+    Equal resources share one ``Resource`` object; a span seen twice (see
+    :func:`first_sighting`) is returned once. Entries whose ids are missing or not hex
+    raise ``ValueError``/``KeyError``: they did not come from our encoder.
     """
+    seen: set[tuple[Any, Any]] = set()
     resources: dict[str, Resource] = {}
     scopes: dict[tuple[str, str], InstrumentationScope] = {}
     spans: list[ReadableSpan] = []
@@ -489,7 +505,8 @@ def to_readable_spans(resource_spans: Iterable[Mapping[str, Any]]) -> list[Reada
                 scope = InstrumentationScope(scope_key[0], scope_key[1] or None)
                 scopes[scope_key] = scope
             for raw in scope_spans.get("spans") or ():
-                spans.append(_readable_span(raw, resource, scope))
+                if first_sighting(raw, seen):
+                    spans.append(_readable_span(raw, resource, scope))
     return spans
 
 

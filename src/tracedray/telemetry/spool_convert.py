@@ -13,7 +13,8 @@ resource is ~1 KB: repeating it per span tripled the bytes and the conversion ti
 Converters serialise on the spool's ``flock``: under it a converter appends the
 lines of the records from ``converted`` on to ``<component>-<pid>.jsonl`` (one
 ``write``, ``O_APPEND``) and then moves ``converted`` past them. A converter killed
-between the two repeats those lines once; nothing is lost. A spool whose writer
+between the two repeats those lines once; nothing is lost, and readers
+(otlp_json.first_sighting) return each span once. A spool whose writer
 closed it and whose records are all converted is deleted. A spool the reader may
 not write (a copied session folder) is decoded without being changed. A record that
 does not decode is skipped with a warning; one conversion reads at most ``max_bytes``

@@ -194,3 +194,20 @@ def test_attribute_caches_stay_bounded_and_exact() -> None:
     assert len(otlp_json._items) <= otlp_json.ITEM_CACHE_KEYS
     assert all(len(known) <= otlp_json.ITEM_CACHE_VALUES
                for known in otlp_json._items.values())
+
+
+def test_lines_repeated_by_a_killed_converter_are_read_back_once(tmp_path: Path) -> None:
+    """A converter killed between appending lines and recording its progress leaves
+    those lines twice; every reader returns each span once."""
+    from tracedray.cli.tracestore.model import parse_resource_spans
+
+    spans = _sample_spans()
+    encoder = otlp_json.SpanLineEncoder()
+    lines = [encoder.encode(span) for span in spans]
+    (tmp_path / "worker-4.jsonl").write_text("\n".join([*lines, *lines]) + "\n")
+    resource_spans, warnings = otlp_json.read_trace_dir(tmp_path)
+    assert warnings == []
+    readable = otlp_json.to_readable_spans(resource_spans)
+    assert sorted(s.name for s in readable) == sorted(s.name for s in spans)
+    records, problems = parse_resource_spans(resource_spans)
+    assert problems == [] and len(records) == len(spans)

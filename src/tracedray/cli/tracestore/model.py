@@ -16,7 +16,7 @@ from types import MappingProxyType
 from typing import Any
 
 from tracedray.telemetry import attributes as attr
-from tracedray.telemetry.otlp_json import decode_attributes
+from tracedray.telemetry.otlp_json import decode_attributes, first_sighting
 
 # OTLP status codes (opentelemetry.proto.trace.v1.Status.StatusCode).
 STATUS_UNSET = 0
@@ -172,13 +172,17 @@ def parse_span(span: Mapping[str, Any], resource: Mapping[str, Any]) -> SpanReco
 def parse_resource_spans(
     resource_spans: Iterable[Mapping[str, Any]],
 ) -> tuple[list[SpanRecord], list[str]]:
-    """All spans of OTLP ``resourceSpans`` entries; a bad span is skipped with a warning."""
+    """All spans of OTLP ``resourceSpans`` entries; a bad span is skipped with a warning,
+    a span seen twice (a converter killed mid-conversion) is returned once."""
     spans: list[SpanRecord] = []
     warnings: list[str] = []
+    seen: set[tuple[Any, Any]] = set()
     for entry in resource_spans:
         resource = _frozen((entry.get("resource") or {}).get("attributes"))
         for scope in entry.get("scopeSpans", []):
             for raw in scope.get("spans", []):
+                if not first_sighting(raw, seen):
+                    continue
                 try:
                     spans.append(parse_span(raw, resource))
                 except SpanFormatError as exc:

@@ -5,11 +5,12 @@ Even at the lowest priority the agent's conversion is not free while the runtime
 processes run: on the 2-vCPU benchmark machine a burst of small tasks ran ~5% slower
 with the agent converting every half second than with it waiting, and a driver doing
 put+get on one core slowed too while the agent converted on the other
-(benchmarks/telemetry.py; the host's cores are shared, caches and memory bandwidth too). Nothing is lost by waiting — every ended span is already in
-its spool, and every reader converts what the agent has not — so the agent defers a
-round while other processes used at least BUSY_THRESHOLD of the machine's CPU time since
-its last look, for at most ``max_defer_s``; after that it converts whatever the load, so
-a tailer of ``traces/*.jsonl`` never lags by more than about that.
+(benchmarks/telemetry.py; the host's cores are shared, caches and memory bandwidth
+too). Nothing is lost by waiting — every ended span is already in its spool, and every
+reader converts what the agent has not — so the agent defers a round while other
+processes used at least BUSY_THRESHOLD of the machine's CPU time since its last look,
+for at most ``max_defer_s``; after that it converts whatever the load, so a tailer of
+``traces/*.jsonl`` never lags by more than about that.
 
 The decision is :func:`conversion_due`, a pure function; :class:`CpuMeter` reads
 ``/proc/stat`` at the edge (None where there is none: the agent then never defers).
