@@ -25,8 +25,9 @@ def stamp(spec: common_pb2.TaskSpec, context: SpanContext) -> tuple[str, str]:
     spec.trace_id = trace_id
     spec.parent_span_id = context.span_id
     spec.trace_flags = context.trace_flags
-    if context.trace_state:
-        spec.trace_state = context.trace_state.to_header()
+    trace_state = telemetry.trace_state_header(context.trace_state)
+    if trace_state:
+        spec.trace_state = trace_state
     return trace_id.hex(), "%016x" % context.span_id  # noqa: UP031 -- 2x format()'s speed
 
 

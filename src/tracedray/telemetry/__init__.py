@@ -21,6 +21,7 @@ from tracedray.telemetry._api import (
     context_from_carrier,
     current_trace_ids,
     finish_span,
+    finish_spans,
     hex_ids,
     open_span,
     parent_from_carrier,
@@ -29,7 +30,12 @@ from tracedray.telemetry._api import (
     span,
     start_span,
 )
-from tracedray.telemetry._record import PendingSpan, pending_span, record_span
+from tracedray.telemetry._record import (
+    PendingSpan,
+    pending_span,
+    record_span,
+    trace_state_header,
+)
 from tracedray.telemetry._state import (
     TelemetryStatistics,
     configure,
@@ -53,6 +59,7 @@ __all__ = [
     "configure",
     "context_from_carrier",
     "finish_span",
+    "finish_spans",
     "parent_from_carrier",
     "current_trace_ids",
     "enabled",
@@ -63,5 +70,6 @@ __all__ = [
     "span",
     "start_span",
     "statistics",
+    "trace_state_header",
     "tracer",
 ]

@@ -7,7 +7,7 @@ is off they cost one function call and return the API's invalid span.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
 from contextvars import Token
 from types import TracebackType
@@ -31,8 +31,10 @@ from opentelemetry.util.types import AttributeValue
 from tracedray.telemetry import _state
 from tracedray.telemetry._errors import is_error, mark_error
 from tracedray.telemetry._record import (
+    EMPTY_TRACE_STATE,
     LightSpan,
     PendingSpan,
+    end_pending_spans,
     open_light_span,
     remote_span_context,
     start_light_span,
@@ -147,6 +149,21 @@ def finish_span(span: Span | PendingSpan, *, error: BaseException | None = None,
         pass
 
 
+def finish_spans(spans: Sequence[Span | PendingSpan]) -> None:
+    """End spans that finished together without error: PendingSpans as one record
+    (``_record.end_pending_spans``), span objects one by one. Never raises."""
+    try:
+        pending = [span for span in spans if type(span) is PendingSpan]
+        if pending:
+            end_pending_spans(pending)
+        if len(pending) < len(spans):
+            for span in spans:
+                if type(span) is not PendingSpan:
+                    finish_span(span)
+    except Exception:
+        pass
+
+
 def carrier_from_current() -> dict[str, str]:
     """W3C ``traceparent`` (and ``tracestate``) of the current span; ``{}`` if there is none."""
     try:
@@ -179,7 +196,7 @@ def carrier_for(span: Span) -> dict[str, str]:
 # every rule of the W3C format.
 _LOWER_HEX = "0123456789abcdef"
 _FLAGS = [TraceFlags(value) for value in range(256)]
-_NO_STATE = TraceState()
+_NO_STATE = EMPTY_TRACE_STATE  # one empty TraceState: trace_state_header checks identity first
 
 
 _MAX_TRACE_ID = (1 << 128) - 1

@@ -100,6 +100,24 @@ class SpanFileWriter(SpanProcessor):
         except Exception as exc:  # a full disk or an odd value must never reach user code
             self._count_error(exc)
 
+    def append_many(self, records: list[tuple[Any, ...]]) -> None:
+        """Record spans that ended together, from their SPAN tuples, as one SPANS record."""
+        if not records:
+            return
+        spool = self._spool
+        if spool is None:
+            return
+        try:
+            payload = _dumps((spool_format.SPANS, records))
+        except ValueError:  # a value marshal does not know: each span on its own
+            for fields in records:
+                self.append_fields(fields)
+            return
+        try:
+            spool.append(payload)
+        except Exception as exc:  # a full disk must never reach user code
+            self._count_error(exc)
+
     def _append(self, payload: bytes) -> None:
         spool = self._spool
         if spool is None:

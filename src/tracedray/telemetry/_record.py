@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import time
 import traceback as traceback_module
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from opentelemetry import trace
@@ -49,7 +49,7 @@ from tracedray.telemetry.spool_format import SPAN, link_fields
 
 _SAMPLED = TraceFlags(TraceFlags.SAMPLED)
 _NOT_SAMPLED = TraceFlags(TraceFlags.DEFAULT)
-_NO_TRACE_STATE = TraceState()
+EMPTY_TRACE_STATE = TraceState()
 _INTERNAL = SpanKind.INTERNAL
 _UNSET_STATUS = Status(StatusCode.UNSET)
 MAX_ATTRIBUTES = 128  # the SDK's default OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT
@@ -195,9 +195,10 @@ class LightSpan(trace.Span):
                 f"recording={self.is_recording()})")
 
 
-def _trace_state_header(trace_state: TraceState) -> str:
+def trace_state_header(trace_state: TraceState) -> str:
+    """The W3C ``tracestate`` header of ``trace_state``; "" when it is empty."""
     # Identity first: TraceState's truth test is a Python __len__, on every span.
-    return "" if trace_state is _NO_TRACE_STATE or not trace_state else trace_state.to_header()
+    return "" if trace_state is EMPTY_TRACE_STATE or not trace_state else trace_state.to_header()
 
 
 def _emit(span: LightSpan, end_ns: int) -> None:
@@ -214,7 +215,7 @@ def _emit(span: LightSpan, end_ns: int) -> None:
             SPAN, context.trace_id, context.span_id, parent.span_id if parent is not None else 0,
             span._name, 0 if kind is _INTERNAL else kind.value, span._start_ns, end_ns,
             span._attributes, 0 if status is _UNSET_STATUS else status.status_code.value,
-            status.description, span._events, _trace_state_header(context.trace_state),
+            status.description, span._events, trace_state_header(context.trace_state),
             link_fields(links) if links else ()))
     if pipeline.otlp is not None and span._sampled:
         assert pipeline.provider is not None
@@ -250,11 +251,11 @@ def start_light_span(name: str, attributes: Mapping[str, AttributeValue] | None 
         # The default (no OTEL_TRACES_SAMPLER), decided inline: what ParentBased(ALWAYS_ON)
         # returns, without building a SamplingResult per span.
         recording = sampled = not valid_parent or parent.trace_flags.sampled
-        trace_state = parent.trace_state if valid_parent else _NO_TRACE_STATE
+        trace_state = parent.trace_state if valid_parent else EMPTY_TRACE_STATE
     else:
         result = sampler.should_sample(context, trace_id, name, kind, attributes)
         recording, sampled = result.decision.is_recording(), result.decision.is_sampled()
-        trace_state = result.trace_state or _NO_TRACE_STATE
+        trace_state = result.trace_state or EMPTY_TRACE_STATE
     span_context = _local_span_context(trace_id, ids.generate_span_id(),
                                        _SAMPLED if sampled else _NOT_SAMPLED, trace_state)
     if not recording:
@@ -372,7 +373,7 @@ def open_light_span(name: str, attributes: dict[str, AttributeValue],
     parent = trace.get_current_span().get_span_context()
     if not parent.is_valid:
         return PendingSpan(name, attributes, None, _local_span_context(
-            ids.generate_trace_id(), ids.generate_span_id(), _SAMPLED, _NO_TRACE_STATE))
+            ids.generate_trace_id(), ids.generate_span_id(), _SAMPLED, EMPTY_TRACE_STATE))
     if not parent.trace_flags.sampled:  # ParentBased: children follow the parent's decision
         return NonRecordingSpan(_local_span_context(
             parent.trace_id, ids.generate_span_id(), _NOT_SAMPLED, parent.trace_state))
@@ -385,26 +386,63 @@ def _write_directly(pipeline: _state.Pipeline, file_writer: SpanFileWriter, name
                     end_ns: int, context: Context | None, kind: SpanKind,
                     parent: SpanContext | None = None,
                     own: SpanContext | None = None) -> None:
-    """The common case — file only, default sampler, no error — with no span object.
+    """The common case — file only, default sampler, no error — with no span object."""
+    fields = _span_fields(pipeline, name, attributes, start_ns, end_ns, context, kind, parent,
+                          own)
+    if fields is not None:
+        file_writer.append_fields(fields)
+
+
+def _span_fields(pipeline: _state.Pipeline, name: str,
+                 attributes: Mapping[str, AttributeValue] | None, start_ns: int, end_ns: int,
+                 context: Context | None, kind: SpanKind, parent: SpanContext | None,
+                 own: SpanContext | None) -> tuple[Any, ...] | None:
+    """The SPAN record of a finished span (spool_format.py); None when it is not sampled.
 
     ``own`` is the span's context when its ids were handed out before it ended
-    (:func:`open_span`); ``parent`` is then its parent (None: a root span).
+    (:func:`open_light_span`); ``parent`` is then its parent (None: a root span).
+    Otherwise the parent is ``parent``, or the current span (of ``context``).
     """
     if own is not None:
-        file_writer.append_fields((
-            SPAN, own.trace_id, own.span_id, parent.span_id if parent is not None else 0,
-            name, 0 if kind is _INTERNAL else kind.value, start_ns, end_ns, attributes, 0,
-            None, (), _trace_state_header(own.trace_state), ()))
-        return
+        return (SPAN, own.trace_id, own.span_id, parent.span_id if parent is not None else 0,
+                name, 0 if kind is _INTERNAL else kind.value, start_ns, end_ns, attributes, 0,
+                None, (), trace_state_header(own.trace_state), ())
     if parent is None:
         parent = trace.get_current_span(context).get_span_context()
     if parent.is_valid:
         if not parent.trace_flags.sampled:
-            return  # ParentBased: a sampled-out parent drops its children
+            return None  # ParentBased: a sampled-out parent drops its children
         trace_id, parent_id, trace_state = parent.trace_id, parent.span_id, parent.trace_state
     else:
         trace_id, parent_id, trace_state = pipeline.ids.generate_trace_id(), 0, None
-    file_writer.append_fields((
-        SPAN, trace_id, pipeline.ids.generate_span_id(), parent_id, name,
-        0 if kind is _INTERNAL else kind.value, start_ns, end_ns, attributes, 0, None, (),
-        "" if trace_state is None else _trace_state_header(trace_state), ()))
+    return (SPAN, trace_id, pipeline.ids.generate_span_id(), parent_id, name,
+            0 if kind is _INTERNAL else kind.value, start_ns, end_ns, attributes, 0, None, (),
+            "" if trace_state is None else trace_state_header(trace_state), ())
+
+
+def end_pending_spans(spans: Sequence[PendingSpan]) -> None:
+    """End PendingSpans that finished together, without error, as one spool record.
+
+    A caller that learns of many ends at once (a batch of task results) pays one
+    ``marshal`` and one append for all of them instead of one per span; each span is
+    still recorded as it ends. Never raises.
+    """
+    try:
+        pipeline = _state.current()
+        if pipeline is None:
+            return
+        direct = pipeline.direct_writer
+        if direct is None or len(spans) < 2:
+            for pending in spans:
+                pending.end()
+            return
+        end_ns = time.time_ns()
+        records = []
+        for pending in spans:
+            fields = _span_fields(pipeline, pending.name, pending.attributes, pending.start_ns,
+                                  end_ns, None, _INTERNAL, pending.parent, pending.context)
+            if fields is not None:
+                records.append(fields)
+        direct.append_many(records)
+    except Exception:  # telemetry must never break the caller
+        pass

@@ -127,7 +127,8 @@ def _convert_locked(fd: int, path: Path, result: Conversion, *, writable: bool,
     end = start
     # Read-only: nothing records how far we got, so all of it is decoded at once.
     budget = max_bytes if writable else 1 << 62
-    decode, encode, prefix_tag = fmt.decode_payload, fmt.span_json, fmt.PREFIX
+    decode, encode = fmt.decode_payload, fmt.span_json
+    prefix_tag, batch_tag = fmt.PREFIX, fmt.SPANS
     for scan in _scans(fd, start, budget, result):
         for offset, payload in scan.payloads:
             try:
@@ -136,9 +137,12 @@ def _convert_locked(fd: int, path: Path, result: Conversion, *, writable: bool,
                 result.warnings.append(
                     f"{path}: skipped a corrupt record at byte {offset}: {exc}")
                 continue
-            if fields[0] != prefix_tag:
+            tag = fields[0]
+            if tag == prefix_tag:
+                continue
+            for one in (fields[1] if tag == batch_tag else (fields,)):
                 try:
-                    spans.append(encode(fields))
+                    spans.append(encode(one))
                 except Exception as exc:  # a value record_span_json cannot encode
                     result.warnings.append(f"{path}: skipped a span at byte {offset}: {exc}")
         end = scan.end

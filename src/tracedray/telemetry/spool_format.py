@@ -31,6 +31,8 @@ Payload tags:
         attributes) tuples.
     LINE (2, span_json): a span already encoded (spans from the SDK tracer, and
         spans whose attributes marshal cannot carry).
+    SPANS (3, [SPAN tuple, ...]): spans that ended together (a batch of task results
+        ends its dispatch spans at once), one record for all.
 """
 
 from __future__ import annotations
@@ -55,7 +57,7 @@ LENGTH = struct.Struct("<I")
 U64 = struct.Struct("<Q")
 SUFFIX = ".spool"
 
-PREFIX, SPAN, LINE = 0, 1, 2
+PREFIX, SPAN, LINE, SPANS = 0, 1, 2, 3
 _dumps: Any = marshal.dumps  # typed loosely: marshal's stub rejects tuples holding Any
 
 
@@ -150,7 +152,7 @@ def scan_records(data: bytes | memoryview, offset: int) -> Scan:
 def decode_payload(payload: bytes | memoryview) -> tuple[Any, ...]:
     """The tuple of a payload; ValueError/EOFError/TypeError when it is not one of ours."""
     fields = marshal.loads(payload)
-    if type(fields) is not tuple or not fields or fields[0] not in (PREFIX, SPAN, LINE):
+    if type(fields) is not tuple or not fields or fields[0] not in (PREFIX, SPAN, LINE, SPANS):
         raise ValueError("not a spool record")
     return fields
 

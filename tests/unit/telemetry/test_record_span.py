@@ -270,3 +270,37 @@ def test_open_span_follows_a_sampled_out_parent_and_the_off_switch(
     monkeypatch.setenv("OTEL_SDK_DISABLED", "true")
     telemetry.configure("worker", session_dir=tmp_path / "disabled")
     assert not telemetry.open_span("task.submit", {}).get_span_context().is_valid
+
+
+def test_pending_spans_that_end_together_are_one_record_and_every_span(
+        tmp_path: Path) -> None:
+    from tracedray.telemetry import _state
+
+    class Odd:
+        def __str__(self) -> str:
+            return "odd-value"
+
+    telemetry.configure("driver", session_dir=tmp_path, node_id="n1", session_id="s1")
+    try:
+        writer = _state.current().file_writer  # type: ignore[union-attr]
+        with telemetry.span("task.submit") as submit:
+            parent = submit.get_span_context()
+        dispatches = [telemetry.pending_span("task.dispatch", {"n": n}, parent=parent)
+                      for n in range(3)]
+        light = telemetry.start_span("task.dispatch", {"n": 3}, parent=parent)
+        records_before = writer.statistics().spans_written  # type: ignore[union-attr]
+        telemetry.finish_spans([*dispatches, light])  # type: ignore[list-item]
+        # The three PendingSpans: one SPANS record; the span object: its own record.
+        assert writer.statistics().spans_written == records_before + 2  # type: ignore[union-attr]
+        odd = [telemetry.pending_span("task.dispatch", {"n": 10 + n, "odd": Odd()},
+                                      parent=parent) for n in range(2)]
+        telemetry.finish_spans(odd)  # type: ignore[arg-type]  # marshal refuses: one by one
+        assert telemetry.statistics().spans_dropped == 0
+    finally:
+        telemetry.shutdown()
+    spans = [s for s in _spans(tmp_path) if s.name == "task.dispatch"]
+    assert sorted(s.attributes["n"] for s in spans) == [0, 1, 2, 3, 10, 11]
+    assert all(s.parent is not None and s.parent.span_id == parent.span_id for s in spans)
+    assert all(s.context.trace_id == parent.trace_id for s in spans)
+    assert len({s.context.span_id for s in spans}) == 6
+    assert {s.attributes.get("odd") for s in spans if s.attributes["n"] >= 10} == {"odd-value"}

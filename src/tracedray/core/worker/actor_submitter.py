@@ -19,7 +19,7 @@ from tracedray import logs, telemetry
 from tracedray.core import trace_context
 from tracedray.core.address import Address
 from tracedray.core.worker.connection import WorkerConnection
-from tracedray.core.worker.pending_task import PendingTask
+from tracedray.core.worker.pending_task import PendingTask, end_dispatch_spans
 from tracedray.exceptions import ActorDiedError, RayActorError, RaySystemError
 from tracedray.telemetry import attributes as A
 from tracedray.v1 import common_pb2
@@ -147,8 +147,9 @@ class ActorSubmitter:
                     if task is not None:
                         done.append((task, result))
                         break
+        end_dispatch_spans(task for task, result in done if not result.is_application_error)
         for task, result in done:
-            _end(task, ok=not result.is_application_error)
+            _end(task, ok=not result.is_application_error)  # the failed ones
             self._worker.finish_task(task, list(result.returns),
                                      "FAILED" if result.is_application_error else "FINISHED",
                                      reported_by_executor=True)

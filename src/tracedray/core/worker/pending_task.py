@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from tracedray import telemetry
 from tracedray.core.address import Address
 from tracedray.core.serialization import serialize_error
 from tracedray.v1 import common_pb2
@@ -40,6 +41,18 @@ class PendingTask:
     @property
     def task_id(self) -> bytes:
         return self.spec.task_id
+
+
+def end_dispatch_spans(tasks: Iterable[PendingTask]) -> None:
+    """End, as one record, the dispatch spans of tasks whose results came in together
+    and succeeded (a batch of results: one ``marshal`` and one append, not one each)."""
+    spans = []
+    for task in tasks:
+        if task.dispatch_span is not None:
+            spans.append(task.dispatch_span)
+            task.dispatch_span = None
+    if spans:
+        telemetry.finish_spans(spans)
 
 
 def error_value(object_id: bytes, exc: BaseException) -> common_pb2.ObjectValue:

@@ -23,7 +23,7 @@ from tracedray.core import trace_context
 from tracedray.core.address import Address
 from tracedray.core.raylet.client import RayletClient
 from tracedray.core.worker.connection import WorkerConnection
-from tracedray.core.worker.pending_task import PendingTask, error_value
+from tracedray.core.worker.pending_task import PendingTask, end_dispatch_spans, error_value
 from tracedray.core.worker.recovery import is_lost_input
 from tracedray.exceptions import (
     ObjectLostError,
@@ -358,8 +358,9 @@ class TaskSubmitter:
             for key in {t.scheduling_key for t, _ in finished} | {
                     le.key for le in self._all_leases() if le.conn is conn}:
                 self._pump(key)
+        end_dispatch_spans(task for task, result in finished if not result.is_application_error)
         for task, result in finished:
-            _end_span(task, ok=not result.is_application_error)
+            _end_span(task, ok=not result.is_application_error)  # the failed ones
             self._complete(task, list(result.returns),
                            "FAILED" if result.is_application_error else "FINISHED",
                            reported_by_executor=True)
