@@ -22,7 +22,6 @@ from tracedray.telemetry._api import (
     current_trace_ids,
     finish_span,
     finish_spans,
-    hex_ids,
     open_span,
     parent_from_carrier,
     record_error,
@@ -48,7 +47,6 @@ from tracedray.telemetry._state import (
 
 __all__ = [
     "activate",
-    "hex_ids",
     "open_span",
     "remote_parent",
     "PendingSpan",

@@ -68,22 +68,6 @@ class SpanFileWriter(SpanProcessor):
             return
         self._append(spool_format.line_payload(span_json))
 
-    def write_span(self, trace_id: int, span_id: int, parent_span_id: int, name: str,
-                   kind: int, start_ns: int, end_ns: int, attributes: Any,
-                   status_code: int = 0, status_message: str | None = None,
-                   events: Any = (), trace_state: str = "", links: Any = ()) -> None:
-        """Record one span from its fields (the arguments of otlp_json.record_span_json)."""
-        spool = self._spool
-        if spool is None:
-            return
-        try:
-            payload = spool_format.span_payload(
-                trace_id, span_id, parent_span_id, name, kind, start_ns, end_ns, attributes,
-                status_code, status_message, events, trace_state, links)
-            spool.append(payload)
-        except Exception as exc:  # a full disk or an odd value must never reach user code
-            self._count_error(exc)
-
     def append_fields(self, fields: tuple[Any, ...]) -> None:
         """Record one span from the SPAN record tuple its caller built (spool_format.py:
         ``(SPAN, trace_id, ..., trace_state, link_fields)``): the hot paths' single call,

@@ -303,7 +303,7 @@ class PendingSpan:
     For spans nothing runs inside — a task's dispatch, from send to result; a task's
     submission — it skips the span object. ``context`` is the span's own context when
     someone needs it before the span ends (the ids a submitted task carries to its
-    worker, made by :func:`open_span`); None when nobody does.
+    worker, made by :func:`open_light_span`); None when nobody does.
     """
 
     __slots__ = ("name", "attributes", "start_ns", "parent", "context")
