@@ -48,11 +48,5 @@ def trace_id_hex(spec: common_pb2.TaskSpec) -> str:
 
 def carrier(spec: common_pb2.TaskSpec) -> dict[str, str]:
     """The spec's trace context as W3C headers (``traceparent``, ``tracestate``); {} if none."""
-    trace_id = trace_id_hex(spec)
-    if not trace_id:
-        return {}
-    headers = {"traceparent": f"00-{trace_id}-{spec.parent_span_id:016x}-"
-                              f"{spec.trace_flags & 0xFF:02x}"}
-    if spec.trace_state:
-        headers["tracestate"] = spec.trace_state
-    return headers
+    parent = parent_of(spec)
+    return {} if parent is None else telemetry.carrier_of(parent)
