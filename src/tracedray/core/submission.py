@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from opentelemetry.trace import INVALID_SPAN
+
 from tracedray import logs, telemetry
 from tracedray.core import ids, trace_context
 from tracedray.core.call_site import user_call_site
@@ -44,13 +46,15 @@ def build_task(worker: CoreWorker, *, kind: int, function_id: str, function_name
     if actor_options is not None:
         spec.actor_options.CopyFrom(actor_options)
     task_hex = task_id.hex()
-    attributes: dict[str, Any] = {A.TASK_ID: task_hex, A.TASK_FUNCTION: function_name,
-                                  A.TASK_KIND: _KIND_LABEL[kind], A.TASK_CALL_SITE: site,
-                                  A.JOB_ID: spec.job_id.hex(), A.TASK_MAX_RETRIES: max_retries}
-    if actor_id:
-        attributes[A.ACTOR_ID] = actor_id.hex()
-    # Not made current: its context goes into the spec and the log line directly.
-    span = telemetry.open_span("task.submit", attributes)
+    span: Any = INVALID_SPAN
+    if telemetry.enabled():
+        attributes: dict[str, Any] = {
+            A.TASK_ID: task_hex, A.TASK_FUNCTION: function_name, A.TASK_KIND: _KIND_LABEL[kind],
+            A.TASK_CALL_SITE: site, A.JOB_ID: spec.job_id.hex(), A.TASK_MAX_RETRIES: max_retries}
+        if actor_id:
+            attributes[A.ACTOR_ID] = actor_id.hex()
+        # Not made current: its context goes into the spec and the log line directly.
+        span = telemetry.open_span("task.submit", attributes)
     try:
         context = span.get_span_context()
         trace_ids: dict[str, str] = {}

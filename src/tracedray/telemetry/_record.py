@@ -20,16 +20,20 @@ to hold, at the end.
 
 from __future__ import annotations
 
+import random
 import time
 import traceback as traceback_module
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from opentelemetry import context as context_api
 from opentelemetry import trace
 from opentelemetry.context import Context
+from opentelemetry.context.contextvars_context import ContextVarsRuntimeContext
 from opentelemetry.sdk.trace import Event, ReadableSpan, sampling
 from opentelemetry.trace import (
     INVALID_SPAN,
+    INVALID_SPAN_CONTEXT,
     Link,
     NonRecordingSpan,
     SpanContext,
@@ -92,6 +96,53 @@ def _checked_span_context_factory(remote: bool) -> _SpanContextFactory:
 
 _local_span_context = _checked_span_context_factory(remote=False)
 remote_span_context = _checked_span_context_factory(remote=True)
+_getrandbits = random.getrandbits  # what RandomIdGenerator calls (Pipeline.random_ids)
+
+
+def _api_current_span_context() -> SpanContext:
+    return trace.get_current_span().get_span_context()
+
+
+def _current_span_context_reader() -> Callable[[], SpanContext]:
+    """A function returning the current span's SpanContext, as
+    ``trace.get_current_span().get_span_context()`` does.
+
+    That goes through four Python frames of the context API per call (~1 µs in a
+    busy process, on every submitted task). With the API's default runtime context
+    (a ContextVar holding a Context mapping), the span is one ``ContextVar.get`` and
+    one dict lookup away; the shortcut is used only if the installed OpenTelemetry
+    lays the runtime context out that way and the two readings agree.
+    """
+    runtime = getattr(context_api, "_RUNTIME_CONTEXT", None)
+    variable = getattr(runtime, "_current_context", None)
+    key = getattr(trace.propagation, "_SPAN_KEY", None)
+    if type(runtime) is not ContextVarsRuntimeContext or variable is None or key is None:
+        return _api_current_span_context
+    get_context = variable.get
+    span_type = trace.Span
+
+    def fast() -> SpanContext:
+        current = get_context().get(key)
+        if current is None or not isinstance(current, span_type):
+            return INVALID_SPAN_CONTEXT
+        return current.get_span_context()
+
+    try:
+        probe = NonRecordingSpan(_local_span_context(1 << 90, 1 << 40, _SAMPLED,
+                                                     EMPTY_TRACE_STATE))
+        outside = fast() is _api_current_span_context()
+        token = context_api.attach(trace.set_span_in_context(probe))
+        try:
+            inside = fast() is probe.get_span_context() is _api_current_span_context()
+        finally:
+            context_api.detach(token)
+        same = outside and inside and fast() is _api_current_span_context()
+    except Exception:
+        same = False
+    return fast if same else _api_current_span_context
+
+
+current_span_context = _current_span_context_reader()
 
 
 class LightSpan(trace.Span):
@@ -242,22 +293,26 @@ def start_light_span(name: str, attributes: Mapping[str, AttributeValue] | None 
         return INVALID_SPAN
     provider = pipeline.provider
     if parent is None:
-        parent = trace.get_current_span(context).get_span_context()
+        parent = (current_span_context() if context is None
+                  else trace.get_current_span(context).get_span_context())
     ids = provider.id_generator
-    valid_parent = parent.is_valid
-    trace_id = parent.trace_id if valid_parent else ids.generate_trace_id()
+    fast_ids = pipeline.random_ids
+    valid_parent = parent is not INVALID_SPAN_CONTEXT and parent.is_valid
+    trace_id = parent.trace_id if valid_parent else (
+        (_getrandbits(128) if fast_ids else 0) or ids.generate_trace_id())
     sampler = provider.sampler
     if sampler is sampling.DEFAULT_ON:
         # The default (no OTEL_TRACES_SAMPLER), decided inline: what ParentBased(ALWAYS_ON)
         # returns, without building a SamplingResult per span.
-        recording = sampled = not valid_parent or parent.trace_flags.sampled
+        recording = sampled = not valid_parent or bool(parent.trace_flags & _SAMPLED)
         trace_state = parent.trace_state if valid_parent else EMPTY_TRACE_STATE
     else:
         result = sampler.should_sample(context, trace_id, name, kind, attributes)
         recording, sampled = result.decision.is_recording(), result.decision.is_sampled()
         trace_state = result.trace_state or EMPTY_TRACE_STATE
-    span_context = _local_span_context(trace_id, ids.generate_span_id(),
-                                       _SAMPLED if sampled else _NOT_SAMPLED, trace_state)
+    span_id = (_getrandbits(64) if fast_ids else 0) or ids.generate_span_id()
+    span_context = _local_span_context(trace_id, span_id, _SAMPLED if sampled else _NOT_SAMPLED,
+                                       trace_state)
     if not recording:
         return NonRecordingSpan(span_context)
     return LightSpan(pipeline, name, span_context, parent if valid_parent else None, kind,
@@ -322,15 +377,22 @@ class PendingSpan:
         return context if context is not None else INVALID_SPAN.get_span_context()
 
     def end(self, error: BaseException | None = None) -> None:
-        pipeline = _state.current()
+        pipeline = _state._pipeline
         if pipeline is None:
             return
         try:
             direct = pipeline.direct_writer
             if error is None and direct is not None:
-                # The common case, without record_span's keyword parsing.
-                _write_directly(pipeline, direct, self.name, self.attributes, self.start_ns,
-                                time.time_ns(), None, _INTERNAL, self.parent, self.context)
+                own, parent = self.context, self.parent
+                if own is not None:  # the SPAN record, built here: once per submitted task
+                    direct.append_fields((
+                        SPAN, own.trace_id, own.span_id,
+                        parent.span_id if parent is not None else 0, self.name, 0,
+                        self.start_ns, time.time_ns(), self.attributes, 0, None, (),
+                        trace_state_header(own.trace_state), ()))
+                else:
+                    _write_directly(pipeline, direct, self.name, self.attributes,
+                                    self.start_ns, time.time_ns(), None, _INTERNAL, parent)
             elif self.context is not None:
                 # Its ids are known to others already: record them, through a span object.
                 span = LightSpan(pipeline, self.name, self.context, self.parent, _INTERNAL,
@@ -364,21 +426,25 @@ def open_light_span(name: str, attributes: dict[str, AttributeValue],
     between. Otherwise it is what :func:`start_light_span` returns. ``attributes``
     becomes the span's: the caller must not change it afterwards.
     """
-    pipeline = _state.current()
+    pipeline = _state._pipeline
     if pipeline is None or pipeline.provider is None:
         return INVALID_SPAN
     if pipeline.direct_writer is None:
         return start_light_span(name, attributes)
-    ids = pipeline.ids
-    parent = trace.get_current_span().get_span_context()
-    if not parent.is_valid:
+    # Runs for every submitted task: ids drawn as RandomIdGenerator draws them, and
+    # the parent read without the context API's frames (see current_span_context).
+    fast_ids = pipeline.random_ids
+    span_id = (_getrandbits(64) if fast_ids else 0) or pipeline.ids.generate_span_id()
+    parent = current_span_context()
+    if parent is INVALID_SPAN_CONTEXT or not parent.is_valid:
+        trace_id = (_getrandbits(128) if fast_ids else 0) or pipeline.ids.generate_trace_id()
         return PendingSpan(name, attributes, None, _local_span_context(
-            ids.generate_trace_id(), ids.generate_span_id(), _SAMPLED, EMPTY_TRACE_STATE))
-    if not parent.trace_flags.sampled:  # ParentBased: children follow the parent's decision
+            trace_id, span_id, _SAMPLED, EMPTY_TRACE_STATE))
+    if not parent.trace_flags & _SAMPLED:  # ParentBased: children follow the parent
         return NonRecordingSpan(_local_span_context(
-            parent.trace_id, ids.generate_span_id(), _NOT_SAMPLED, parent.trace_state))
+            parent.trace_id, span_id, _NOT_SAMPLED, parent.trace_state))
     return PendingSpan(name, attributes, parent, _local_span_context(
-        parent.trace_id, ids.generate_span_id(), _SAMPLED, parent.trace_state))
+        parent.trace_id, span_id, _SAMPLED, parent.trace_state))
 
 
 def _write_directly(pipeline: _state.Pipeline, file_writer: SpanFileWriter, name: str,
@@ -408,15 +474,20 @@ def _span_fields(pipeline: _state.Pipeline, name: str,
                 name, 0 if kind is _INTERNAL else kind.value, start_ns, end_ns, attributes, 0,
                 None, (), trace_state_header(own.trace_state), ())
     if parent is None:
-        parent = trace.get_current_span(context).get_span_context()
-    if parent.is_valid:
-        if not parent.trace_flags.sampled:
+        parent = (current_span_context() if context is None
+                  else trace.get_current_span(context).get_span_context())
+    fast_ids = pipeline.random_ids
+    if parent is not INVALID_SPAN_CONTEXT and parent.is_valid:
+        if not parent.trace_flags & _SAMPLED:
             return None  # ParentBased: a sampled-out parent drops its children
         trace_id, parent_id, trace_state = parent.trace_id, parent.span_id, parent.trace_state
     else:
-        trace_id, parent_id, trace_state = pipeline.ids.generate_trace_id(), 0, None
-    return (SPAN, trace_id, pipeline.ids.generate_span_id(), parent_id, name,
-            0 if kind is _INTERNAL else kind.value, start_ns, end_ns, attributes, 0, None, (),
+        trace_id = (_getrandbits(128) if fast_ids else 0) or pipeline.ids.generate_trace_id()
+        parent_id, trace_state = 0, None
+    return (SPAN, trace_id,
+            (_getrandbits(64) if fast_ids else 0) or pipeline.ids.generate_span_id(),
+            parent_id, name, 0 if kind is _INTERNAL else kind.value, start_ns, end_ns,
+            attributes, 0, None, (),
             "" if trace_state is None else trace_state_header(trace_state), ())
 
 
@@ -428,7 +499,7 @@ def end_pending_spans(spans: Sequence[PendingSpan]) -> None:
     still recorded as it ends. Never raises.
     """
     try:
-        pipeline = _state.current()
+        pipeline = _state._pipeline
         if pipeline is None:
             return
         direct = pipeline.direct_writer
@@ -437,10 +508,24 @@ def end_pending_spans(spans: Sequence[PendingSpan]) -> None:
                 pending.end()
             return
         end_ns = time.time_ns()
+        fast_ids = pipeline.random_ids
         records = []
         for pending in spans:
+            parent = pending.parent
+            if pending.context is None and parent is not None:
+                # A child of a known parent (a task's dispatch under its submission):
+                # the SPAN record built inline, once per task result.
+                if not parent.trace_flags & _SAMPLED:
+                    continue  # ParentBased: a sampled-out parent drops its children
+                records.append((
+                    SPAN, parent.trace_id,
+                    (_getrandbits(64) if fast_ids else 0) or pipeline.ids.generate_span_id(),
+                    parent.span_id, pending.name, 0, pending.start_ns, end_ns,
+                    pending.attributes, 0, None, (), trace_state_header(parent.trace_state),
+                    ()))
+                continue
             fields = _span_fields(pipeline, pending.name, pending.attributes, pending.start_ns,
-                                  end_ns, None, _INTERNAL, pending.parent, pending.context)
+                                  end_ns, None, _INTERNAL, parent, pending.context)
             if fields is not None:
                 records.append(fields)
         direct.append_many(records)

@@ -60,6 +60,9 @@ class Pipeline:
     # The file writer when a finished span needs nothing else — no OTLP exporter, the
     # default sampler — so record_span can write it without building a span object.
     direct_writer: SpanFileWriter | None = None
+    # ``ids`` is the SDK's RandomIdGenerator: hot paths may call random.getrandbits
+    # themselves, as it does, without its two Python frames per id.
+    random_ids: bool = False
 
 
 _NOOP_TRACER = trace.NoOpTracer()
@@ -180,8 +183,9 @@ def _build(key: tuple[object, ...], component: str, session_dir: Path | None, no
                                                  "error": f"{type(exc).__name__}: {exc}"})
     tracer = provider.get_tracer(INSTRUMENTATION_NAME, __version__)
     direct = file_writer if otlp is None and provider.sampler is sampling.DEFAULT_ON else None
+    ids = provider.id_generator
     return Pipeline(key, pid, component, provider, tracer, file_writer, otlp, scope,
-                    prefix, provider.id_generator, direct)
+                    prefix, ids, direct, type(ids) is RandomIdGenerator)
 
 
 def current() -> Pipeline | None:

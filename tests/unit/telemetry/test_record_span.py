@@ -304,3 +304,81 @@ def test_pending_spans_that_end_together_are_one_record_and_every_span(
     assert all(s.context.trace_id == parent.trace_id for s in spans)
     assert len({s.context.span_id for s in spans}) == 6
     assert {s.attributes.get("odd") for s in spans if s.attributes["n"] >= 10} == {"odd-value"}
+
+
+def test_the_current_span_shortcut_reads_what_the_api_reads(tmp_path: Path) -> None:
+    import threading
+
+    from opentelemetry import context as context_api
+    from opentelemetry import trace
+
+    from tracedray.telemetry import _record
+
+    reader = _record.current_span_context
+    assert reader is not _record._api_current_span_context  # the shortcut is in use here
+
+    def api() -> object:
+        return trace.get_current_span().get_span_context()
+
+    telemetry.configure("driver", session_dir=tmp_path)
+    assert reader() is api() is trace.INVALID_SPAN_CONTEXT
+    with telemetry.span("outer") as outer:
+        assert reader() is api() is outer.get_span_context()
+        with telemetry.span("inner") as inner:
+            assert reader() is inner.get_span_context()
+        seen_in_thread: list[object] = []
+        thread = threading.Thread(target=lambda: seen_in_thread.append(reader()))
+        thread.start()
+        thread.join()
+        assert seen_in_thread == [trace.INVALID_SPAN_CONTEXT]  # contexts are per thread
+    # Something that is not a span under the span key: invalid, as the API says.
+    token = context_api.attach(context_api.set_value(trace.propagation._SPAN_KEY, "junk"))
+    try:
+        assert reader() is api() is trace.INVALID_SPAN_CONTEXT
+    finally:
+        context_api.detach(token)
+
+
+def test_ids_are_drawn_as_the_sdk_draws_them_or_from_a_custom_generator(
+        tmp_path: Path) -> None:
+    import random
+
+    from opentelemetry.sdk.trace.id_generator import IdGenerator
+
+    from tracedray.telemetry import _state
+
+    telemetry.configure("driver", session_dir=tmp_path)
+    pipeline = _state.current()
+    assert pipeline is not None and pipeline.random_ids
+    random.seed(7)
+    expected_span_id, expected_trace_id = random.getrandbits(64), random.getrandbits(128)
+    random.seed(7)
+    root = telemetry.open_span("task.submit", {})
+    assert root.get_span_context().span_id == expected_span_id
+    assert root.get_span_context().trace_id == expected_trace_id
+
+    class Counting(IdGenerator):
+        def __init__(self) -> None:
+            self.n = 0
+
+        def generate_span_id(self) -> int:
+            self.n += 1
+            return self.n
+
+        def generate_trace_id(self) -> int:
+            self.n += 1
+            return 1000 + self.n
+
+    pipeline.ids, pipeline.random_ids = Counting(), False
+    custom = telemetry.open_span("task.submit", {})
+    assert (custom.get_span_context().span_id, custom.get_span_context().trace_id) == (1, 1002)
+    telemetry.record_span("object.put", {}, start_ns=time.time_ns())
+    telemetry.finish_spans([telemetry.pending_span("task.dispatch", {"n": n},  # type: ignore[list-item]
+                                                   parent=custom.get_span_context())
+                            for n in range(2)])
+    custom.end()
+    root.end()
+    telemetry.shutdown()
+    ids = {(s.name, s.context.span_id) for s in _spans(tmp_path)}
+    assert ("task.submit", 1) in ids and ("object.put", 4) in ids
+    assert {span_id for name, span_id in ids if name == "task.dispatch"} == {5, 6}
