@@ -1,7 +1,11 @@
-"""A driver killed holding worker leases does not starve the next one (a real cluster
-started with the CLI, drivers in their own processes): the raylet notices the lessee is
-gone, kills the workers still running its tasks and grants the freed resources to the
-requests waiting."""
+"""A driver that leaves, killed or cleanly, does not starve the next one (a real cluster
+started with the CLI, drivers in their own processes).
+
+Killed holding leases: the raylet notices the lessee is gone, kills the workers still
+running its tasks and grants the freed resources to the requests waiting. Shut down
+cleanly after bursts of tasks: it gives every lease back, and withdraws its requests
+still waiting, so the next driver finds the same warm workers idle.
+"""
 
 from __future__ import annotations
 
@@ -32,6 +36,21 @@ HOLDER = textwrap.dedent("""
     refs = [forever.remote() for _ in range(12)]
     print("SUBMITTED", flush=True)
     sys.stdin.readline()
+""")
+
+# Bursts of empty tasks, then a clean exit.
+BURSTS = textwrap.dedent("""
+    import tracedray as ray
+
+    ray.init(address="auto")
+
+    @ray.remote
+    def empty():
+        return None
+
+    for _ in range(3):
+        ray.get([empty.remote() for _ in range(500)], timeout=120)
+    ray.shutdown()
 """)
 
 NEXT = textwrap.dedent("""
@@ -100,3 +119,19 @@ def test_leases_of_a_killed_driver_go_to_the_next_driver(tmp_path: Path) -> None
         (node,) = run_json("status")["nodes"]
         assert node["leases_reclaimed"] == 2
 
+
+def test_a_clean_exit_leaves_its_workers_to_the_next_driver(tmp_path: Path) -> None:
+    with isolated_root(tmp_path):
+        start_head()  # 2 CPUs
+        (session,) = tmp_path.glob("session_2*")
+        _run_driver(tmp_path, "bursts", BURSTS)
+        before = _workers()
+
+        _run_driver(tmp_path, "next", NEXT)
+
+        assert log_events(session, "lease.reclaimed") == []
+        after = _workers()  # the same workers, none died nor was started since
+        assert set(after) == set(before), (before, after)
+        assert all(w["state"] == "IDLE" for w in after.values()), after
+        (node,) = run_json("status")["nodes"]
+        assert node["leases_reclaimed"] == 0 and node["pending"] == 0

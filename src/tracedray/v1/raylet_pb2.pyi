@@ -86,6 +86,18 @@ class ReturnWorkerRequest(_message.Message):
     disconnect: bool
     def __init__(self, lease_id: _Optional[str] = ..., worker_failed: _Optional[bool] = ..., disconnect: _Optional[bool] = ...) -> None: ...
 
+class WithdrawLeaseRequestsRequest(_message.Message):
+    __slots__ = ("requester_worker_id",)
+    REQUESTER_WORKER_ID_FIELD_NUMBER: _ClassVar[int]
+    requester_worker_id: str
+    def __init__(self, requester_worker_id: _Optional[str] = ...) -> None: ...
+
+class WithdrawLeaseRequestsReply(_message.Message):
+    __slots__ = ("withdrawn",)
+    WITHDRAWN_FIELD_NUMBER: _ClassVar[int]
+    withdrawn: int
+    def __init__(self, withdrawn: _Optional[int] = ...) -> None: ...
+
 class RegisterWorkerRequest(_message.Message):
     __slots__ = ("worker_id", "port", "pid", "is_driver", "task_port")
     WORKER_ID_FIELD_NUMBER: _ClassVar[int]

@@ -309,6 +309,16 @@ class Raylet:
             if pending in self._pending:  # else granted, spilled back or answered
                 self._answer_withdrawn(pending, "the requester went away")
 
+    def withdraw_requests_of(self, worker_id: str) -> int:
+        """Drop every request of a process that is shutting down; returns how many."""
+        if not worker_id:  # requests without a requester (an actor's, from the GCS) stay
+            return 0
+        with self._lock:
+            mine = [p for p in self._pending if p.request.requester.worker_id == worker_id]
+            for pending in mine:
+                self._answer_withdrawn(pending, "the requester is shutting down")
+            return len(mine)
+
     def _answer_withdrawn(self, pending: PendingLease, reason: str) -> None:
         self._pending.remove(pending)
         pending.reply = raylet_pb2.LeaseReply(status=raylet_pb2.LeaseReply.TIMEOUT,
@@ -769,6 +779,10 @@ class _Servicer(raylet_pb2_grpc.RayletServiceServicer):
     def ReturnWorker(self, request: Any, context: Any) -> Any:
         self._r.return_worker(request.lease_id, request.worker_failed)
         return common_pb2.Empty()
+
+    def WithdrawLeaseRequests(self, request: Any, context: Any) -> Any:
+        withdrawn = self._r.withdraw_requests_of(request.requester_worker_id)
+        return raylet_pb2.WithdrawLeaseRequestsReply(withdrawn=withdrawn)
 
     def RegisterWorker(self, request: Any, context: Any) -> Any:
         raylet = self._r
