@@ -50,7 +50,9 @@ RESOURCES = "tracedray.resources"  # JSON of the resource request
 EXIT_CODE = "tracedray.exit.code"
 EXIT_SIGNAL = "tracedray.exit.signal"  # e.g. "SIGKILL"
 EXIT_MEANING = "tracedray.exit.meaning"  # e.g. "killed by the OS, often the OOM killer"
-EXIT_REASON = "tracedray.exit.reason"  # why the raylet stopped it: idle | shutdown | killed
+# Why the raylet stopped it: idle | shutdown | killed | "lessee died: pid …" (its lease's
+# holder died; the rest names it).
+EXIT_REASON = "tracedray.exit.reason"
 NODE_MEMORY_PERCENT = "tracedray.node.memory_percent"
 
 # --- GCS

@@ -86,6 +86,18 @@ class ReturnWorkerRequest(_message.Message):
     disconnect: bool
     def __init__(self, lease_id: _Optional[str] = ..., worker_failed: _Optional[bool] = ..., disconnect: _Optional[bool] = ...) -> None: ...
 
+class WithdrawLeaseRequestsRequest(_message.Message):
+    __slots__ = ("requester_worker_id",)
+    REQUESTER_WORKER_ID_FIELD_NUMBER: _ClassVar[int]
+    requester_worker_id: str
+    def __init__(self, requester_worker_id: _Optional[str] = ...) -> None: ...
+
+class WithdrawLeaseRequestsReply(_message.Message):
+    __slots__ = ("withdrawn",)
+    WITHDRAWN_FIELD_NUMBER: _ClassVar[int]
+    withdrawn: int
+    def __init__(self, withdrawn: _Optional[int] = ...) -> None: ...
+
 class RegisterWorkerRequest(_message.Message):
     __slots__ = ("worker_id", "port", "pid", "is_driver", "task_port")
     WORKER_ID_FIELD_NUMBER: _ClassVar[int]
@@ -261,7 +273,7 @@ class StoredObjectRow(_message.Message):
     def __init__(self, object_id: _Optional[bytes] = ..., size: _Optional[int] = ..., owner: _Optional[str] = ..., call_site: _Optional[str] = ..., spilled: _Optional[bool] = ..., pinned: _Optional[bool] = ..., primary: _Optional[bool] = ...) -> None: ...
 
 class NodeStats(_message.Message):
-    __slots__ = ("node_id", "ip", "pid", "resources_total", "resources_available", "store_used", "store_capacity", "num_objects", "spilled_bytes", "spilled_count", "restored_bytes", "restored_count", "workers", "pending_leases", "infeasible_leases", "objects", "reference_tables", "session_dir")
+    __slots__ = ("node_id", "ip", "pid", "resources_total", "resources_available", "store_used", "store_capacity", "num_objects", "spilled_bytes", "spilled_count", "restored_bytes", "restored_count", "workers", "pending_leases", "infeasible_leases", "objects", "reference_tables", "session_dir", "leases_reclaimed")
     class ResourcesTotalEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -294,6 +306,7 @@ class NodeStats(_message.Message):
     OBJECTS_FIELD_NUMBER: _ClassVar[int]
     REFERENCE_TABLES_FIELD_NUMBER: _ClassVar[int]
     SESSION_DIR_FIELD_NUMBER: _ClassVar[int]
+    LEASES_RECLAIMED_FIELD_NUMBER: _ClassVar[int]
     node_id: str
     ip: str
     pid: int
@@ -312,7 +325,8 @@ class NodeStats(_message.Message):
     objects: _containers.RepeatedCompositeFieldContainer[StoredObjectRow]
     reference_tables: _containers.RepeatedScalarFieldContainer[bytes]
     session_dir: str
-    def __init__(self, node_id: _Optional[str] = ..., ip: _Optional[str] = ..., pid: _Optional[int] = ..., resources_total: _Optional[_Mapping[str, float]] = ..., resources_available: _Optional[_Mapping[str, float]] = ..., store_used: _Optional[int] = ..., store_capacity: _Optional[int] = ..., num_objects: _Optional[int] = ..., spilled_bytes: _Optional[int] = ..., spilled_count: _Optional[int] = ..., restored_bytes: _Optional[int] = ..., restored_count: _Optional[int] = ..., workers: _Optional[_Iterable[_Union[WorkerRow, _Mapping]]] = ..., pending_leases: _Optional[int] = ..., infeasible_leases: _Optional[int] = ..., objects: _Optional[_Iterable[_Union[StoredObjectRow, _Mapping]]] = ..., reference_tables: _Optional[_Iterable[bytes]] = ..., session_dir: _Optional[str] = ...) -> None: ...
+    leases_reclaimed: int
+    def __init__(self, node_id: _Optional[str] = ..., ip: _Optional[str] = ..., pid: _Optional[int] = ..., resources_total: _Optional[_Mapping[str, float]] = ..., resources_available: _Optional[_Mapping[str, float]] = ..., store_used: _Optional[int] = ..., store_capacity: _Optional[int] = ..., num_objects: _Optional[int] = ..., spilled_bytes: _Optional[int] = ..., spilled_count: _Optional[int] = ..., restored_bytes: _Optional[int] = ..., restored_count: _Optional[int] = ..., workers: _Optional[_Iterable[_Union[WorkerRow, _Mapping]]] = ..., pending_leases: _Optional[int] = ..., infeasible_leases: _Optional[int] = ..., objects: _Optional[_Iterable[_Union[StoredObjectRow, _Mapping]]] = ..., reference_tables: _Optional[_Iterable[bytes]] = ..., session_dir: _Optional[str] = ..., leases_reclaimed: _Optional[int] = ...) -> None: ...
 
 class KillWorkerRequest(_message.Message):
     __slots__ = ("worker_id", "force")

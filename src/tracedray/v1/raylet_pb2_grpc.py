@@ -46,6 +46,11 @@ class RayletServiceStub:
                 request_serializer=tracedray_dot_v1_dot_raylet__pb2.ReturnWorkerRequest.SerializeToString,
                 response_deserializer=tracedray_dot_v1_dot_common__pb2.Empty.FromString,
                 _registered_method=True)
+        self.WithdrawLeaseRequests = channel.unary_unary(
+                '/tracedray.v1.RayletService/WithdrawLeaseRequests',
+                request_serializer=tracedray_dot_v1_dot_raylet__pb2.WithdrawLeaseRequestsRequest.SerializeToString,
+                response_deserializer=tracedray_dot_v1_dot_raylet__pb2.WithdrawLeaseRequestsReply.FromString,
+                _registered_method=True)
         self.RegisterWorker = channel.unary_unary(
                 '/tracedray.v1.RayletService/RegisterWorker',
                 request_serializer=tracedray_dot_v1_dot_raylet__pb2.RegisterWorkerRequest.SerializeToString,
@@ -120,6 +125,12 @@ class RayletServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def ReturnWorker(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def WithdrawLeaseRequests(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -212,6 +223,11 @@ def add_RayletServiceServicer_to_server(servicer, server):
                     servicer.ReturnWorker,
                     request_deserializer=tracedray_dot_v1_dot_raylet__pb2.ReturnWorkerRequest.FromString,
                     response_serializer=tracedray_dot_v1_dot_common__pb2.Empty.SerializeToString,
+            ),
+            'WithdrawLeaseRequests': grpc.unary_unary_rpc_method_handler(
+                    servicer.WithdrawLeaseRequests,
+                    request_deserializer=tracedray_dot_v1_dot_raylet__pb2.WithdrawLeaseRequestsRequest.FromString,
+                    response_serializer=tracedray_dot_v1_dot_raylet__pb2.WithdrawLeaseRequestsReply.SerializeToString,
             ),
             'RegisterWorker': grpc.unary_unary_rpc_method_handler(
                     servicer.RegisterWorker,
@@ -329,6 +345,33 @@ class RayletService:
             '/tracedray.v1.RayletService/ReturnWorker',
             tracedray_dot_v1_dot_raylet__pb2.ReturnWorkerRequest.SerializeToString,
             tracedray_dot_v1_dot_common__pb2.Empty.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def WithdrawLeaseRequests(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tracedray.v1.RayletService/WithdrawLeaseRequests',
+            tracedray_dot_v1_dot_raylet__pb2.WithdrawLeaseRequestsRequest.SerializeToString,
+            tracedray_dot_v1_dot_raylet__pb2.WithdrawLeaseRequestsReply.FromString,
             options,
             channel_credentials,
             insecure,

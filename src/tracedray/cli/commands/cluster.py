@@ -191,6 +191,8 @@ def status_rows(views: list[NodeView]) -> list[dict[str, Any]]:
         row["pending"] = view.stats.pending_leases if view.stats else view.node.pending_leases
         row["infeasible"] = (view.stats.infeasible_leases if view.stats
                              else view.node.infeasible_leases)
+        # Leases of processes that died holding them, taken back by the raylet.
+        row["leases_reclaimed"] = view.stats.leases_reclaimed if view.stats else 0
         row["last_heartbeat"] = view.node.last_heartbeat or None
         row["error"] = view.error if view.alive else ""
         out.append(row)
@@ -224,6 +226,7 @@ def status(
                "actors": cluster.num_actors, "tasks": cluster.num_tasks,
                "pending": sum(r["pending"] for r in rows if r["state"] == "ALIVE"),
                "infeasible": sum(r["infeasible"] for r in rows if r["state"] == "ALIVE"),
+               "leases_reclaimed": sum(r["leases_reclaimed"] for r in rows),
                "nodes": rows}
     if output_format is OutputFormat.json:
         print_json(summary)
@@ -266,6 +269,10 @@ def _print_status(summary: dict[str, Any]) -> None:
     console.print(f"pending work: {summary['pending']} lease request(s) waiting; infeasible: "
                   f"{summary['infeasible']} (fits no node; see `tracedray list tasks`)",
                   highlight=False)
+    if summary["leases_reclaimed"]:
+        console.print(f"{summary['leases_reclaimed']} worker lease(s) reclaimed from processes "
+                      "that died holding them (their workers were killed; see `tracedray "
+                      "list workers`)", highlight=False)
     drifted = [r for r in rows if r["version_drift"]]
     if drifted:
         console.print("[bold yellow]version drift[/] (differs from the head node):")

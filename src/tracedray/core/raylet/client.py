@@ -3,9 +3,34 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
+
+import grpc
 
 from tracedray.core import rpc
+from tracedray.exceptions import RaySystemError
 from tracedray.v1 import raylet_pb2, raylet_pb2_grpc
+
+
+class LeaseCall:
+    """A lease request in flight, which its caller can cancel: the raylet then withdraws
+    it (or returns the worker, if it granted one meanwhile) instead of leasing a worker
+    to a process that no longer wants it."""
+
+    def __init__(self, future: Any, address: str) -> None:
+        self._future = future
+        self._address = address
+
+    def result(self) -> raylet_pb2.LeaseReply:
+        with rpc.translate("raylet", self._address):
+            try:
+                return self._future.result()
+            except grpc.FutureCancelledError as exc:
+                raise RaySystemError(f"the lease request to the raylet at {self._address} "
+                                     "was cancelled") from exc
+
+    def cancel(self) -> None:
+        self._future.cancel()
 
 
 class RayletClient:
@@ -18,13 +43,22 @@ class RayletClient:
         with rpc.translate("raylet", self.address):
             return method(request, timeout=timeout)
 
-    def request_lease(self, request: raylet_pb2.LeaseRequest) -> raylet_pb2.LeaseReply:
-        return self._call("RequestWorkerLease", request, timeout=None)  # type: ignore[return-value]
+    def start_lease_request(self, request: raylet_pb2.LeaseRequest) -> LeaseCall:
+        """Ask for a worker lease; the reply (which may take long: the request waits in
+        the raylet's queue) is the call's ``result()``."""
+        return LeaseCall(self._stub.RequestWorkerLease.future(request, timeout=None),
+                         self.address)
 
     def return_worker(self, lease_id: str, *, worker_failed: bool = False,
-                      disconnect: bool = False) -> None:
+                      disconnect: bool = False, timeout: float = 60.0) -> None:
         self._call("ReturnWorker", raylet_pb2.ReturnWorkerRequest(
-            lease_id=lease_id, worker_failed=worker_failed, disconnect=disconnect))
+            lease_id=lease_id, worker_failed=worker_failed, disconnect=disconnect),
+            timeout=timeout)
+
+    def withdraw_lease_requests(self, requester_worker_id: str, timeout: float) -> int:
+        reply = self._call("WithdrawLeaseRequests", raylet_pb2.WithdrawLeaseRequestsRequest(
+            requester_worker_id=requester_worker_id), timeout=timeout)
+        return int(reply.withdrawn)  # type: ignore[attr-defined]
 
     def register_worker(self, worker_id: str, port: int, pid: int, is_driver: bool = False,
                         task_port: int = 0) -> raylet_pb2.RegisterWorkerReply:

@@ -5,10 +5,12 @@ worker exit."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import subprocess
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,6 +24,7 @@ from tracedray.core import rpc
 from tracedray.core.address import Address
 from tracedray.core.gcs.client import GcsClient
 from tracedray.core.object_store.store import ObjectStore
+from tracedray.core.raylet import lease_reclaim as lr
 from tracedray.core.raylet import scheduler
 from tracedray.core.raylet import worker_pool as wp
 from tracedray.core.raylet.client import RayletClient
@@ -44,7 +47,7 @@ from tracedray.v1 import (
 log = logs.get_logger(__name__)
 
 
-@dataclass
+@dataclass(eq=False)  # one waiting request: compared by identity (list.remove, in)
 class PendingLease:
     request: raylet_pb2.LeaseRequest
     decision: scheduler.Decision
@@ -59,6 +62,7 @@ class RayletStatistics:
     pending_leases: int
     infeasible_leases: int
     leases_granted: int
+    leases_reclaimed: int  # task leases taken back because their lessee died
     workers: wp.WorkerPoolStatistics
     resources_available: dict[str, float]
 
@@ -77,6 +81,7 @@ class Raylet:
         self._pending: list[PendingLease] = []
         self._leases: dict[str, wp.WorkerProcess] = {}
         self._granted = 0
+        self._reclaimed = 0
         self._exits: dict[str, threading.Event] = {}
         self._stopped = threading.Event()
         self.gcs = GcsClient(gcs_address)
@@ -175,8 +180,7 @@ class Raylet:
                 request = gcs_pb2.HeartbeatRequest(
                     node_id=self.node_id, resources_available=self.available, sent_at=time.time(),
                     store_used=self.store.statistics().used,
-                    pending_leases=sum(1 for p in self._pending if not p.infeasible),
-                    infeasible_leases=sum(1 for p in self._pending if p.infeasible))
+                    pending_leases=self._queued(), infeasible_leases=self._infeasible())
             if estimate is not None:
                 request.clock_offset_s, request.clock_rtt_s = estimate
                 request.has_clock_estimate = True
@@ -244,11 +248,25 @@ class Raylet:
         if self._agent is not None:
             stop_agent(self._agent)  # after the workers: it converts what they left
 
+    def statistics(self) -> RayletStatistics:
+        with self._lock:
+            return RayletStatistics(
+                pending_leases=self._queued(), infeasible_leases=self._infeasible(),
+                leases_granted=self._granted, leases_reclaimed=self._reclaimed,
+                workers=self.pool.statistics(), resources_available=dict(self.available))
+
     # --- leasing
+    def _queued(self) -> int:
+        """Lease requests waiting for resources this node has (the caller holds the lock)."""
+        return sum(1 for p in self._pending if not p.infeasible)
+
+    def _infeasible(self) -> int:
+        return sum(1 for p in self._pending if p.infeasible)
+
     def _view(self, request: raylet_pb2.LeaseRequest) -> tuple[scheduler.NodeView,
                                                                 list[scheduler.NodeView]]:
-        queued = sum(1 for p in self._pending if not p.infeasible)
-        local = scheduler.NodeView(self.node_id, True, self.total, self.available, queued,
+        local = scheduler.NodeView(self.node_id, True, self.total, self.available,
+                                   self._queued(),
                                    request.input_bytes_by_node.get(self.node_id, 0))
         others = [scheduler.NodeView(n.info.node_id, n.info.state == "ALIVE",
                                      dict(n.info.resources_total), dict(n.resources_available),
@@ -257,8 +275,12 @@ class Raylet:
                   for n in self._peers.values() if n.info.node_id != self.node_id]
         return local, others
 
-    def request_lease(self, request: raylet_pb2.LeaseRequest, actor_id: bytes = b""
+    def request_lease(self, request: raylet_pb2.LeaseRequest, actor_id: bytes = b"", *,
+                      on_requester_gone: Callable[[Callable[[], None]], None] | None = None
                       ) -> raylet_pb2.LeaseReply:
+        """Decide, and wait for the grant if queued. ``on_requester_gone`` registers a
+        function to call when the requester goes away (its RPC ends): the request is
+        then withdrawn, so no worker is started or granted for nobody."""
         with self._lock:
             local, others = self._view(request)
             decision = scheduler.decide(local, others, dict(request.resources),
@@ -275,9 +297,35 @@ class Raylet:
                 self._bg.submit(self._report_infeasible, request, decision.reason)
             self._pending.append(pending)
             self._dispatch()
+        if on_requester_gone is not None:
+            on_requester_gone(functools.partial(self._withdraw, pending))
         pending.done.wait()
         assert pending.reply is not None
         return pending.reply
+
+    def _withdraw(self, pending: PendingLease) -> None:
+        """Drop a request whose requester went away, if it still waits."""
+        with self._lock:
+            if pending in self._pending:  # else granted, spilled back or answered
+                self._answer_withdrawn(pending, "the requester went away")
+
+    def withdraw_requests_of(self, worker_id: str) -> int:
+        """Drop every request of a process that is shutting down; returns how many."""
+        if not worker_id:  # requests without a requester (an actor's, from the GCS) stay
+            return 0
+        with self._lock:
+            mine = [p for p in self._pending if p.request.requester.worker_id == worker_id]
+            for pending in mine:
+                self._answer_withdrawn(pending, "the requester is shutting down")
+            return len(mine)
+
+    def _answer_withdrawn(self, pending: PendingLease, reason: str) -> None:
+        self._pending.remove(pending)
+        pending.reply = raylet_pb2.LeaseReply(status=raylet_pb2.LeaseReply.TIMEOUT,
+                                              reason=reason)
+        pending.done.set()
+        log.debug("lease.withdrawn", requester_pid=pending.request.requester.pid,
+                  task_id=pending.request.task_id.hex(), reason=reason)
 
     def _report_infeasible(self, request: raylet_pb2.LeaseRequest, reason: str) -> None:
         """Put the waiting task in the task table as INFEASIBLE, so `tracedray list tasks`
@@ -342,6 +390,7 @@ class Raylet:
             lease_id = os.urandom(8).hex()
             worker.state = wp.ACTOR if pending.actor_id else wp.LEASED
             worker.lease_id = lease_id
+            worker.lessee = None if pending.actor_id else _lessee_of(request)
             worker.resources = resources
             worker.actor_id = pending.actor_id
             self._leases[lease_id] = worker
@@ -354,14 +403,18 @@ class Raylet:
 
     def return_worker(self, lease_id: str, failed: bool) -> None:
         with self._lock:
-            worker = self._leases.pop(lease_id, None)
-            if worker is None:
+            worker = self._leases.get(lease_id)
+            if worker is None or worker.kill_intended:
+                # Being killed (a reclaimed lease): its exit releases the lease. Idle
+                # now, it could be leased again in the moment before it dies.
                 return
+            del self._leases[lease_id]
             if worker.state == wp.LEASED:
                 scheduler.release(self.available, worker.resources)
             elif worker.state == wp.BLOCKED:
                 scheduler.release(self.available, _without_cpu(worker.resources))
             worker.lease_id = ""
+            worker.lessee = None
             worker.resources = {}
             if worker.state != wp.DEAD:
                 self.pool.mark_idle(worker)
@@ -396,16 +449,74 @@ class Raylet:
                 scheduler.acquire(self.available, cpu)  # may go negative briefly, as in Ray
             self._dispatch()
 
-    # --- idle workers beyond the soft limit
+    # --- idle workers beyond the soft limit, and leases whose lessee died
     def _idle_reaper_loop(self) -> None:
         # Several checks per timeout, so a worker goes soon after its time is up;
         # at most 1 s apart, at least 50 ms (each check is a pass over the pool).
         interval = min(1.0, max(0.05, self.idle_worker_timeout_s / 4))
+        reclaim_at = 0.0
         while not self._stopped.wait(interval):
             try:
                 self.reap_idle_workers()
             except Exception as exc:  # noqa: BLE001 - the loop must survive anything
                 log.error("worker.reap_failed", error=repr(exc))
+            if time.monotonic() < reclaim_at:
+                continue
+            reclaim_at = time.monotonic() + lr.RECLAIM_INTERVAL_S
+            try:
+                self.reclaim_orphaned_leases()
+            except Exception as exc:  # noqa: BLE001 - the loop must survive anything
+                log.error("lease.reclaim_failed", error=repr(exc))
+
+    def reclaim_orphaned_leases(self) -> list[str]:
+        """Kill the workers of task leases whose lessee died; returns those lease ids.
+
+        As in ``reap_idle_workers``, no RPC runs under the lock: (1) under it, the task
+        leases and their lessees; (2) without it, one probe per distinct lessee
+        (``lease_reclaim.probe_lessee``); (3) under it again, each lease the decision
+        calls orphaned is reclaimed only if it still belongs to the same lessee (it may
+        have been returned, and its worker leased again, meanwhile).
+        """
+        with self._lock:
+            if self._stopped.is_set():
+                return []
+            held = [lr.HeldLease(w.lease_id, w.worker_id, w.pid, w.lessee)
+                    for w in self.pool.workers.values()
+                    if w.lessee is not None and w.state in (wp.LEASED, wp.BLOCKED)
+                    and not w.kill_intended]
+        if not held:
+            return []
+        dead_nodes = {node_id for node_id, peer in self._peers.items()
+                      if peer.info.state == "DEAD"}
+        lessees = lr.distinct_lessees(held)
+        probe = functools.partial(lr.probe_lessee, local_node_id=self.node_id,
+                                  dead_nodes=dead_nodes)
+        verdicts = dict(zip(lessees, self._bg.map(probe, lessees), strict=True))
+        orphaned = lr.orphaned_leases(held, verdicts)
+        reclaimed = []
+        with self._lock:
+            for lease, verdict in orphaned:
+                worker = self._leases.get(lease.lease_id)
+                if (self._stopped.is_set() or worker is None or worker.kill_intended
+                        or worker.worker_id != lease.worker_id or worker.lessee != lease.lessee):
+                    continue
+                self._reclaim(worker, lease.lessee, verdict)
+                reclaimed.append(lease.lease_id)
+        return reclaimed
+
+    def _reclaim(self, worker: wp.WorkerProcess, lessee: Address, verdict: lr.Verdict) -> None:
+        """Kill a leased worker whose lessee died (the caller holds the lock); its exit
+        releases the lease's resources (``_mark_dead``) and grants waiting requests."""
+        who = f"pid {lessee.pid} at {lessee.ip}:{lessee.port}, worker id {lessee.worker_id}"
+        worker.stop_reason = f"{wp.STOP_LESSEE_DIED}: {who}"
+        worker.exit_meaning = (f"killed by the raylet: the process holding its lease died "
+                               f"({who}; {verdict.why})")
+        self._reclaimed += 1
+        log.warning("lease.reclaimed", lease_id=worker.lease_id, worker_id=worker.worker_id,
+                    worker_pid=worker.pid, lessee_pid=lessee.pid, lessee_ip=lessee.ip,
+                    lessee_worker_id=lessee.worker_id, lessee_node_id=lessee.node_id,
+                    why=verdict.why, reclaimed_total=self._reclaimed)
+        self.kill_worker(worker.worker_id, force=True)
 
     def reap_idle_workers(self) -> list[str]:
         """Stop the idle task workers ``wp.workers_to_reap`` picks; returns their ids.
@@ -506,6 +617,7 @@ class Raylet:
                     worker.resources)
                 scheduler.release(self.available, held)
                 worker.lease_id = ""
+                worker.lessee = None
             worker.state = wp.DEAD
             self._exits.setdefault(worker.worker_id, threading.Event()).set()
             if not self._stopped.is_set():
@@ -596,9 +708,8 @@ class Raylet:
                 store_capacity=stats.capacity, num_objects=stats.num_objects,
                 spilled_bytes=stats.spilled_bytes, spilled_count=stats.spilled_count,
                 restored_bytes=stats.restored_bytes, restored_count=stats.restored_count,
-                pending_leases=sum(1 for p in self._pending if not p.infeasible),
-                infeasible_leases=sum(1 for p in self._pending if p.infeasible),
-                session_dir=str(self.session_dir))
+                pending_leases=self._queued(), infeasible_leases=self._infeasible(),
+                leases_reclaimed=self._reclaimed, session_dir=str(self.session_dir))
             for worker in self.pool.workers.values():
                 reply.workers.add(worker_id=worker.worker_id, pid=worker.pid, state=worker.state,
                                   actor_id=worker.actor_id.hex(), exit_code=worker.exit_code,
@@ -643,16 +754,35 @@ def _without_cpu(resources: dict[str, float]) -> dict[str, float]:
     return {k: v for k, v in resources.items() if k != "CPU"}
 
 
+def _lessee_of(request: raylet_pb2.LeaseRequest) -> Address | None:
+    return Address.from_proto(request.requester) if request.HasField("requester") else None
+
+
 class _Servicer(raylet_pb2_grpc.RayletServiceServicer):
     def __init__(self, raylet: Raylet) -> None:
         self._r = raylet
 
     def RequestWorkerLease(self, request: Any, context: Any) -> Any:
-        return self._r.request_lease(request)
+        def on_requester_gone(withdraw: Callable[[], None]) -> None:
+            if not context.add_callback(withdraw):
+                withdraw()  # the RPC is over already
+
+        reply = self._r.request_lease(request, on_requester_gone=on_requester_gone)
+        if reply.status == raylet_pb2.LeaseReply.GRANTED and not context.is_active():
+            # The requester went away while it waited (it exited, or gave up): nobody
+            # will use this worker nor return it. It ran nothing for it: back to idle.
+            log.info("lease.abandoned", lease_id=reply.lease_id,
+                     requester_pid=request.requester.pid, worker_pid=reply.worker.pid)
+            self._r.return_worker(reply.lease_id, failed=False)
+        return reply
 
     def ReturnWorker(self, request: Any, context: Any) -> Any:
         self._r.return_worker(request.lease_id, request.worker_failed)
         return common_pb2.Empty()
+
+    def WithdrawLeaseRequests(self, request: Any, context: Any) -> Any:
+        withdrawn = self._r.withdraw_requests_of(request.requester_worker_id)
+        return raylet_pb2.WithdrawLeaseRequestsReply(withdrawn=withdrawn)
 
     def RegisterWorker(self, request: Any, context: Any) -> Any:
         raylet = self._r

@@ -31,7 +31,9 @@ STARTING, IDLE, LEASED, BLOCKED, ACTOR, DEAD = (
 # Chosen for reaping and sent SIGTERM: never leased again, DEAD once the process is gone.
 STOPPING = "STOPPING"
 # Why the raylet meant a worker to exit (``WorkerProcess.stop_reason``; "" = it did not).
+# A reclaimed lease's reason goes on to name the lessee that died.
 STOP_IDLE, STOP_SHUTDOWN, STOP_KILLED = "idle", "shutdown", "killed"
+STOP_LESSEE_DIED = "lessee died"
 # A reaped worker that ignores SIGTERM this long is killed (as at shutdown).
 STOP_GRACE_S = 2.0
 
@@ -44,6 +46,9 @@ class WorkerProcess:
     port: int = 0
     task_port: int = 0  # where callers open task streams to it
     lease_id: str = ""
+    # Who holds its task lease (the lessee); None when idle, and for an actor's lease,
+    # whose lifetime the GCS decides.
+    lessee: Address | None = None
     resources: dict[str, float] = field(default_factory=dict)
     actor_id: bytes = b""
     started_at: float = field(default_factory=time.time)
@@ -162,10 +167,12 @@ class WorkerPool:
 
     def _reap(self, worker: WorkerProcess) -> None:
         returncode = worker.process.wait()
-        reaped_because = worker.exit_meaning if worker.stop_reason == STOP_IDLE else ""
+        # Only the raylet sets a meaning before the exit: why it stopped the worker
+        # (reaped as idle, lease reclaimed). It comes first, the exit's own follows.
+        stopped_because = worker.exit_meaning
         worker.exit_code, worker.exit_signal, worker.exit_meaning = describe_exit(returncode)
-        if reaped_because:
-            worker.exit_meaning = f"{reaped_because}; {worker.exit_meaning}"
+        if stopped_because:
+            worker.exit_meaning = f"{stopped_because}; {worker.exit_meaning}"
         worker.ended_at = time.time()
         worker.registered.set()  # wake anyone waiting for a registration that will never come
         # on_exit marks the worker DEAD under the raylet's lock, together with releasing

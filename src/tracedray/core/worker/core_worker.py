@@ -140,9 +140,12 @@ class CoreWorker:
         self.executor.push(spec, reply)
 
     # --- small services used by the submitters and executor
-    def background(self, fn: Callable[..., Any], *args: Any) -> None:
-        if not self._stopped.is_set():
-            self._pool.submit(_logged, fn, *args)
+    def background(self, fn: Callable[..., Any], *args: Any) -> bool:
+        """Run ``fn(*args)`` on the background pool; False (not run) once stopping."""
+        if self._stopped.is_set():
+            return False
+        self._pool.submit(_logged, fn, *args)
+        return True
 
     def object_path(self, object_id: bytes) -> Path:
         return Path(self.object_path_prefix + object_id.hex())

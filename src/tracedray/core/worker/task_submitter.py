@@ -21,7 +21,7 @@ from opentelemetry import trace as otel_trace
 from tracedray import config, logs, telemetry
 from tracedray.core import trace_context
 from tracedray.core.address import Address
-from tracedray.core.raylet.client import RayletClient
+from tracedray.core.raylet.client import LeaseCall, RayletClient
 from tracedray.core.worker.connection import WorkerConnection
 from tracedray.core.worker.pending_task import PendingTask, end_dispatch_spans, error_value
 from tracedray.core.worker.recovery import is_lost_input
@@ -49,6 +49,9 @@ MAX_PENDING_LEASE_REQUESTS = 16
 # Locality matters once inputs are big enough that moving them costs more than a lease
 # (benchmarks/locality.py: a 1 MB pull between nodes costs ~10 ms, a lease ~1 ms).
 LOCALITY_MIN_BYTES = 512 << 10
+# How long a closing submitter spends giving its leases back, in all: a raylet that
+# does not answer by then takes them back itself once this process is gone.
+CLOSE_BUDGET_S = 2.0
 
 
 @dataclass
@@ -134,6 +137,13 @@ class TaskSubmitter:
         self._queues: dict[str, collections.deque[PendingTask]] = {}
         self._leases: dict[str, list[Lease]] = {}
         self._lease_requests: dict[str, int] = {}
+        # Lease requests in flight, with the raylet each waits at; and how many
+        # _request_lease runs are under way (the close waits for them to end).
+        self._lease_calls: dict[LeaseCall, RayletClient] = {}
+        self._requesting = 0
+        self._requests_over = threading.Condition(self._lock)
+        # Leases dropped while the process stops, before the close: it gives them back.
+        self._dropped_late: list[tuple[RayletClient, str, bool]] = []
         self._tasks: dict[bytes, PendingTask] = {}
         self._linger_s = config.LEASE_LINGER_S.get()
         self._locality_enabled = config.LOCALITY_AWARE.get()
@@ -226,6 +236,25 @@ class TaskSubmitter:
 
     # --- leases
     def _request_lease(self, key: str, example: PendingTask) -> None:
+        with self._lock:
+            if self._closed:  # queued before the close, run after it
+                self._lease_requests[key] -= 1
+                return
+            self._requesting += 1
+        try:
+            failed = self._lease_for(key, example)
+        finally:
+            with self._lock:
+                self._requesting -= 1
+                self._requests_over.notify_all()
+        if failed and not self._closed:
+            time.sleep(0.5)
+            with self._lock:
+                self._pump(key)
+
+    def _lease_for(self, key: str, example: PendingTask) -> bool:
+        """Ask for a lease and keep it (or give it back if this submitter closed
+        meanwhile); True when the request failed."""
         worker = self._worker
         spec = example.spec
         preferred = key.rpartition("@")[2]
@@ -237,32 +266,36 @@ class TaskSubmitter:
         try:
             reply, raylet = self._lease_from(raylet, request)
         except RaySystemError as exc:
-            log.warning("lease.request_failed", error=str(exc), raylet=raylet.address)
+            if not self._closed:  # else cancelled by the close
+                log.warning("lease.request_failed", error=str(exc), raylet=raylet.address)
             with self._lock:
                 self._lease_requests[key] -= 1
-            if not self._closed:
-                time.sleep(0.5)
-                with self._lock:
-                    self._pump(key)
-            return
+            return True
         with self._lock:
             self._lease_requests[key] -= 1
-            if reply.status != raylet_pb2.LeaseReply.GRANTED or self._closed:
-                if reply.status == raylet_pb2.LeaseReply.GRANTED:
-                    self._release_lease_remote(raylet, reply.lease_id, False)
-                return
-            decision: dict[str, object] = {
-                A.SCHEDULING_CANDIDATES: list(reply.candidates),
-                A.SCHEDULING_LOCAL_BYTES: list(reply.local_bytes),
-                A.SCHEDULING_QUEUE_LENGTHS: list(reply.queue_lengths),
-                A.SCHEDULING_REASON: reply.reason,
-                A.SCHEDULING_CHOSEN_NODE: reply.chosen_node,
-            }
-            address = Address.from_proto(reply.worker)
-            conn = WorkerConnection(address, self._on_results, self._on_broken)
-            lease = Lease(reply.lease_id, key, raylet, address, conn, decision)
-            self._leases.setdefault(key, []).append(lease)
-            self._pump(key)
+            if reply.status != raylet_pb2.LeaseReply.GRANTED:
+                return False
+            if not self._closed:
+                self._add_lease(key, raylet, reply)
+                return False
+        # Granted while closing: given back here, not through worker.background, which
+        # stops with this process (the close waits for this).
+        self._return_worker(raylet, reply.lease_id, False, timeout=CLOSE_BUDGET_S)
+        return False
+
+    def _add_lease(self, key: str, raylet: RayletClient, reply: raylet_pb2.LeaseReply) -> None:
+        decision: dict[str, object] = {
+            A.SCHEDULING_CANDIDATES: list(reply.candidates),
+            A.SCHEDULING_LOCAL_BYTES: list(reply.local_bytes),
+            A.SCHEDULING_QUEUE_LENGTHS: list(reply.queue_lengths),
+            A.SCHEDULING_REASON: reply.reason,
+            A.SCHEDULING_CHOSEN_NODE: reply.chosen_node,
+        }
+        address = Address.from_proto(reply.worker)
+        conn = WorkerConnection(address, self._on_results, self._on_broken)
+        lease = Lease(reply.lease_id, key, raylet, address, conn, decision)
+        self._leases.setdefault(key, []).append(lease)
+        self._pump(key)
 
     def _lease_from(self, raylet: RayletClient, request: raylet_pb2.LeaseRequest
                     ) -> tuple[raylet_pb2.LeaseReply, RayletClient]:
@@ -274,9 +307,9 @@ class TaskSubmitter:
         local = self._worker.raylet
         for _ in range(8):
             try:
-                reply = raylet.request_lease(request)
+                reply = self._ask(raylet, request)
             except RaySystemError as exc:
-                if raylet is local:
+                if raylet is local or self._closed:
                     raise
                 log.warning("lease.node_unreachable", raylet=raylet.address, error=str(exc),
                             fallback=local.address)
@@ -289,18 +322,34 @@ class TaskSubmitter:
         raise RaySystemError(f"lease request for {request.scheduling_key} bounced between "
                              "raylets 8 times")
 
+    def _ask(self, raylet: RayletClient, request: raylet_pb2.LeaseRequest
+             ) -> raylet_pb2.LeaseReply:
+        """One lease request, known to the close while it waits."""
+        with self._lock:
+            if self._closed:
+                raise RaySystemError("the task submitter is closed")
+            call = raylet.start_lease_request(request)
+            self._lease_calls[call] = raylet
+        try:
+            return call.result()
+        finally:
+            with self._lock:
+                del self._lease_calls[call]
+
     def lease_nodes(self) -> set[str]:
         """Nodes this process holds worker leases on."""
         with self._lock:
             return {lease.worker.node_id for lease in self._all_leases()}
 
     def _release_lease_remote(self, raylet: RayletClient, lease_id: str, failed: bool) -> None:
-        self._worker.background(self._return_worker, raylet, lease_id, failed)
+        if not self._worker.background(self._return_worker, raylet, lease_id, failed):
+            self._dropped_late.append((raylet, lease_id, failed))
 
     @staticmethod
-    def _return_worker(raylet: RayletClient, lease_id: str, failed: bool) -> None:
+    def _return_worker(raylet: RayletClient, lease_id: str, failed: bool,
+                       timeout: float = 60.0) -> None:
         try:
-            raylet.return_worker(lease_id, worker_failed=failed)
+            raylet.return_worker(lease_id, worker_failed=failed, timeout=timeout)
         except RaySystemError as exc:
             log.debug("lease.return_failed", lease_id=lease_id, error=str(exc))
 
@@ -484,17 +533,48 @@ class TaskSubmitter:
         return True
 
     def fail_all(self, exc: BaseException) -> None:
+        """Close: give every lease back, then fail every unfinished task."""
         with self._lock:
             self._closed = True
             tasks = list(self._tasks.values())
-            for leases in self._leases.values():
-                for lease in leases:
-                    lease.conn.close()
-                    self._release_lease_remote(lease.raylet, lease.lease_id, False)
+            held = self._all_leases()
+            for lease in held:
+                lease.conn.close()
             self._leases.clear()
             self._queues.clear()
+            waiting_at = {raylet.address: raylet for raylet in self._lease_calls.values()}
+            to_return = [(le.raylet, le.lease_id, False) for le in held] + self._dropped_late
+        self._give_leases_back(to_return, list(waiting_at.values()))
         for task in tasks:
             self._complete_error(task, exc, "FAILED")
+
+    def _give_leases_back(self, leases: list[tuple[RayletClient, str, bool]],
+                          waiting_at: list[RayletClient]) -> None:
+        """Leave no lease behind, within CLOSE_BUDGET_S: here, not through
+        worker.background, which stops with this process (the raylets would otherwise
+        only take the leases back once it is gone, killing their workers).
+
+        First the raylets where requests wait withdraw them, so that no worker given
+        back (by this process or another) is granted to this one again; then the leases
+        go back; then the close waits for the requests to end: each is answered, or was
+        granted just before its withdrawal and its thread gives that lease back. A
+        request still waiting at the end (a raylet that did not answer) is cancelled.
+        """
+        deadline = time.monotonic() + CLOSE_BUDGET_S
+        for raylet in waiting_at:
+            try:
+                raylet.withdraw_lease_requests(self._worker.worker_id,
+                                               timeout=max(0.1, deadline - time.monotonic()))
+            except RaySystemError as exc:
+                log.debug("lease.withdraw_failed", raylet=raylet.address, error=str(exc))
+        for raylet, lease_id, failed in leases:
+            self._return_worker(raylet, lease_id, failed,
+                                timeout=max(0.1, deadline - time.monotonic()))
+        with self._lock:
+            self._requests_over.wait_for(lambda: self._requesting == 0,
+                                         timeout=max(0.0, deadline - time.monotonic()))
+            for call in self._lease_calls:
+                call.cancel()
 
     def pending_task(self, task_id: bytes) -> PendingTask | None:
         with self._lock:
