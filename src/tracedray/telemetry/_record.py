@@ -384,12 +384,24 @@ class PendingSpan:
             direct = pipeline.direct_writer
             if error is None and direct is not None:
                 own, parent = self.context, self.parent
-                if own is not None:  # the SPAN record, built here: once per submitted task
+                # The SPAN record built here, for the two hot cases: a span with its own
+                # context (a task's submission) and a child of a known parent (a task's
+                # dispatch whose result came alone).
+                if own is not None:
                     direct.append_fields((
                         SPAN, own.trace_id, own.span_id,
                         parent.span_id if parent is not None else 0, self.name, 0,
                         self.start_ns, time.time_ns(), self.attributes, 0, None, (),
                         trace_state_header(own.trace_state), ()))
+                elif parent is not None:
+                    if parent.trace_flags & _SAMPLED:  # else dropped with its parent
+                        direct.append_fields((
+                            SPAN, parent.trace_id,
+                            (_getrandbits(64) if pipeline.random_ids else 0)
+                            or pipeline.ids.generate_span_id(),
+                            parent.span_id, self.name, 0, self.start_ns, time.time_ns(),
+                            self.attributes, 0, None, (), trace_state_header(parent.trace_state),
+                            ()))
                 else:
                     _write_directly(pipeline, direct, self.name, self.attributes,
                                     self.start_ns, time.time_ns(), None, _INTERNAL, parent)

@@ -155,10 +155,17 @@ def test_children_follow_a_sampled_out_parent(tmp_path: Path, monkeypatch: pytes
         telemetry.record_span("object.get", start_ns=time.time_ns())
         with telemetry.span("task.submit") as child:
             assert not child.is_recording()
-    with telemetry.span("task.execute", context=kept):
+        # Dispatch spans under the dropped span, ending alone and as a batch.
+        parent = span.get_span_context()
+        telemetry.finish_spans([telemetry.pending_span("task.dispatch", {}, parent=parent)])
+        telemetry.finish_spans([telemetry.pending_span("task.dispatch", {}, parent=parent)
+                                for _ in range(2)])
+    with telemetry.span("task.execute", context=kept) as kept_span:
         telemetry.record_span("object.get", start_ns=time.time_ns())
+        telemetry.finish_spans([telemetry.pending_span(
+            "task.dispatch", {}, parent=kept_span.get_span_context())])
     names = sorted(span.name for span in _spans(tmp_path))
-    assert names == ["object.get", "task.execute"]
+    assert names == ["object.get", "task.dispatch", "task.execute"]
     assert {format(span.context.trace_id, "032x") for span in _spans(tmp_path)} == {"3" * 32}
 
 
