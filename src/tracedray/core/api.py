@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import atexit
 import os
 import sys
 import threading
@@ -12,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tracedray import config, logs, telemetry
-from tracedray.core import ids, node, runtime, session
+from tracedray.core import exit_hook, ids, node, runtime, session
 from tracedray.core.address import parse_host_port
 from tracedray.core.call_site import user_call_site
 from tracedray.core.object_ref import ObjectRef
@@ -195,7 +194,8 @@ def shutdown() -> None:
         logs.set_process_context(job_id="")
 
 
-atexit.register(shutdown)
+# Not atexit: that runs after Python joined the thread pools (exit_hook says why).
+exit_hook.run_before_thread_joins(shutdown)
 
 
 def current_session_dir() -> Any:

@@ -51,7 +51,8 @@ EXIT_CODE = "tracedray.exit.code"
 EXIT_SIGNAL = "tracedray.exit.signal"  # e.g. "SIGKILL"
 EXIT_MEANING = "tracedray.exit.meaning"  # e.g. "killed by the OS, often the OOM killer"
 # Why the raylet stopped it: idle | shutdown | killed | "lessee died: pid …" (its lease's
-# holder died; the rest names it).
+# holder died; the rest names it) | "lessee left its tasks running: pid …" (its lease's
+# holder shut down and gave it back while it still ran that holder's tasks).
 EXIT_REASON = "tracedray.exit.reason"
 NODE_MEMORY_PERCENT = "tracedray.node.memory_percent"
 

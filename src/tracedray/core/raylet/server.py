@@ -401,12 +401,15 @@ class Raylet:
             pending.reply = reply
             pending.done.set()
 
-    def return_worker(self, lease_id: str, failed: bool) -> None:
+    def return_worker(self, lease_id: str, failed: bool, disconnect: bool = False) -> None:
         with self._lock:
             worker = self._leases.get(lease_id)
             if worker is None or worker.kill_intended:
                 # Being killed (a reclaimed lease): its exit releases the lease. Idle
                 # now, it could be leased again in the moment before it dies.
+                return
+            if disconnect and worker.state != wp.DEAD:
+                self._stop_abandoned(worker)
                 return
             del self._leases[lease_id]
             if worker.state == wp.LEASED:
@@ -507,7 +510,7 @@ class Raylet:
     def _reclaim(self, worker: wp.WorkerProcess, lessee: Address, verdict: lr.Verdict) -> None:
         """Kill a leased worker whose lessee died (the caller holds the lock); its exit
         releases the lease's resources (``_mark_dead``) and grants waiting requests."""
-        who = f"pid {lessee.pid} at {lessee.ip}:{lessee.port}, worker id {lessee.worker_id}"
+        who = _lessee_name(lessee)
         worker.stop_reason = f"{wp.STOP_LESSEE_DIED}: {who}"
         worker.exit_meaning = (f"killed by the raylet: the process holding its lease died "
                                f"({who}; {verdict.why})")
@@ -516,6 +519,21 @@ class Raylet:
                     worker_pid=worker.pid, lessee_pid=lessee.pid, lessee_ip=lessee.ip,
                     lessee_worker_id=lessee.worker_id, lessee_node_id=lessee.node_id,
                     why=verdict.why, reclaimed_total=self._reclaimed)
+        self.kill_worker(worker.worker_id, force=True)
+
+    def _stop_abandoned(self, worker: wp.WorkerProcess) -> None:
+        """Kill a worker given back while it still runs tasks of its lessee, which is
+        shutting down (the caller holds the lock). Nobody will read their results, and
+        the next lessee would wait behind them: as Ray kills the workers of a finished
+        job. Its exit releases the lease, as for a reclaimed one."""
+        lessee = worker.lessee or Address("", "", 0)
+        who = _lessee_name(lessee)
+        worker.stop_reason = f"{wp.STOP_LESSEE_LEFT}: {who}"
+        worker.exit_meaning = (f"killed by the raylet: the process holding its lease shut "
+                               f"down while it still ran that process's tasks ({who})")
+        log.info("lease.returned_running", lease_id=worker.lease_id, worker_id=worker.worker_id,
+                 worker_pid=worker.pid, lessee_pid=lessee.pid,
+                 lessee_worker_id=lessee.worker_id)
         self.kill_worker(worker.worker_id, force=True)
 
     def reap_idle_workers(self) -> list[str]:
@@ -754,6 +772,10 @@ def _without_cpu(resources: dict[str, float]) -> dict[str, float]:
     return {k: v for k, v in resources.items() if k != "CPU"}
 
 
+def _lessee_name(lessee: Address) -> str:
+    return f"pid {lessee.pid} at {lessee.ip}:{lessee.port}, worker id {lessee.worker_id}"
+
+
 def _lessee_of(request: raylet_pb2.LeaseRequest) -> Address | None:
     return Address.from_proto(request.requester) if request.HasField("requester") else None
 
@@ -777,7 +799,7 @@ class _Servicer(raylet_pb2_grpc.RayletServiceServicer):
         return reply
 
     def ReturnWorker(self, request: Any, context: Any) -> Any:
-        self._r.return_worker(request.lease_id, request.worker_failed)
+        self._r.return_worker(request.lease_id, request.worker_failed, request.disconnect)
         return common_pb2.Empty()
 
     def WithdrawLeaseRequests(self, request: Any, context: Any) -> Any:

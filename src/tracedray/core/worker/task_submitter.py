@@ -14,7 +14,7 @@ import collections
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from opentelemetry import trace as otel_trace
 
@@ -80,6 +80,16 @@ class Lease:
         return self.reuse_attributes
 
 
+class LeaseReturn(NamedTuple):
+    """A lease the close gives back. ``running``: its worker still runs tasks of this
+    process, which nobody will wait for, so the raylet kills it instead of leasing it to
+    the next process behind them."""
+    raylet: RayletClient
+    lease_id: str
+    failed: bool
+    running: bool = False
+
+
 @dataclass(frozen=True)
 class SubmitterStatistics:
     queued: int
@@ -143,7 +153,7 @@ class TaskSubmitter:
         self._requesting = 0
         self._requests_over = threading.Condition(self._lock)
         # Leases dropped while the process stops, before the close: it gives them back.
-        self._dropped_late: list[tuple[RayletClient, str, bool]] = []
+        self._dropped_late: list[LeaseReturn] = []
         self._tasks: dict[bytes, PendingTask] = {}
         self._linger_s = config.LEASE_LINGER_S.get()
         self._locality_enabled = config.LOCALITY_AWARE.get()
@@ -280,7 +290,7 @@ class TaskSubmitter:
                 return False
         # Granted while closing: given back here, not through worker.background, which
         # stops with this process (the close waits for this).
-        self._return_worker(raylet, reply.lease_id, False, timeout=CLOSE_BUDGET_S)
+        self._return_worker(LeaseReturn(raylet, reply.lease_id, False), timeout=CLOSE_BUDGET_S)
         return False
 
     def _add_lease(self, key: str, raylet: RayletClient, reply: raylet_pb2.LeaseReply) -> None:
@@ -342,16 +352,17 @@ class TaskSubmitter:
             return {lease.worker.node_id for lease in self._all_leases()}
 
     def _release_lease_remote(self, raylet: RayletClient, lease_id: str, failed: bool) -> None:
-        if not self._worker.background(self._return_worker, raylet, lease_id, failed):
-            self._dropped_late.append((raylet, lease_id, failed))
+        given_back = LeaseReturn(raylet, lease_id, failed)
+        if not self._worker.background(self._return_worker, given_back):
+            self._dropped_late.append(given_back)
 
     @staticmethod
-    def _return_worker(raylet: RayletClient, lease_id: str, failed: bool,
-                       timeout: float = 60.0) -> None:
+    def _return_worker(lease: LeaseReturn, timeout: float = 60.0) -> None:
         try:
-            raylet.return_worker(lease_id, worker_failed=failed, timeout=timeout)
+            lease.raylet.return_worker(lease.lease_id, worker_failed=lease.failed,
+                                       disconnect=lease.running, timeout=timeout)
         except RaySystemError as exc:
-            log.debug("lease.return_failed", lease_id=lease_id, error=str(exc))
+            log.debug("lease.return_failed", lease_id=lease.lease_id, error=str(exc))
 
     def _drop_lease(self, lease: Lease, failed: bool) -> None:
         leases = self._leases.get(lease.key, [])
@@ -543,12 +554,13 @@ class TaskSubmitter:
             self._leases.clear()
             self._queues.clear()
             waiting_at = {raylet.address: raylet for raylet in self._lease_calls.values()}
-            to_return = [(le.raylet, le.lease_id, False) for le in held] + self._dropped_late
+            to_return = [LeaseReturn(le.raylet, le.lease_id, False, bool(le.inflight))
+                         for le in held] + self._dropped_late
         self._give_leases_back(to_return, list(waiting_at.values()))
         for task in tasks:
             self._complete_error(task, exc, "FAILED")
 
-    def _give_leases_back(self, leases: list[tuple[RayletClient, str, bool]],
+    def _give_leases_back(self, leases: list[LeaseReturn],
                           waiting_at: list[RayletClient]) -> None:
         """Leave no lease behind, within CLOSE_BUDGET_S: here, not through
         worker.background, which stops with this process (the raylets would otherwise
@@ -556,7 +568,8 @@ class TaskSubmitter:
 
         First the raylets where requests wait withdraw them, so that no worker given
         back (by this process or another) is granted to this one again; then the leases
-        go back; then the close waits for the requests to end: each is answered, or was
+        go back (one whose worker still runs tasks of this process to be stopped, see
+        LeaseReturn); then the close waits for the requests to end: each is answered, or was
         granted just before its withdrawal and its thread gives that lease back. A
         request still waiting at the end (a raylet that did not answer) is cancelled.
         """
@@ -567,9 +580,8 @@ class TaskSubmitter:
                                                timeout=max(0.1, deadline - time.monotonic()))
             except RaySystemError as exc:
                 log.debug("lease.withdraw_failed", raylet=raylet.address, error=str(exc))
-        for raylet, lease_id, failed in leases:
-            self._return_worker(raylet, lease_id, failed,
-                                timeout=max(0.1, deadline - time.monotonic()))
+        for lease in leases:
+            self._return_worker(lease, timeout=max(0.1, deadline - time.monotonic()))
         with self._lock:
             self._requests_over.wait_for(lambda: self._requesting == 0,
                                          timeout=max(0.0, deadline - time.monotonic()))
