@@ -68,3 +68,22 @@ def test_invalid_ids_name_no_parent() -> None:
     assert [trace_context.parent_of(s) for s in (zero_span, zero_trace, short)] == [None] * 3
     assert telemetry.remote_parent(1 << 128, SPAN_ID, 1) is None
     assert telemetry.remote_parent(TRACE_ID, SPAN_ID, 1, trace_state="not a header") is not None
+
+
+def test_the_flight_recorder_slot_names_the_same_parent_as_the_spec() -> None:
+    import json
+
+    spec = common_pb2.TaskSpec()
+    assert trace_context.slot_fields(spec) is None
+    assert trace_context.parent_from_slot(None) is None
+    context = telemetry.remote_parent(0xABC << 100, 0x1234, 1, "vendor=x")
+    assert context is not None
+    trace_context.stamp(spec, context)
+    # Through JSON, as the worker writes the slot and the raylet reads it after a crash.
+    fields = json.loads(json.dumps(trace_context.slot_fields(spec)))
+    parent = trace_context.parent_from_slot(fields)
+    assert parent == trace_context.parent_of(spec)
+    assert parent is not None and parent.is_remote and parent.trace_flags.sampled
+    assert parent.trace_state.to_header() == "vendor=x"
+    for torn in (["zz", 1, 1, ""], [1, 2], "junk", ["0" * 32, 1, 1, ""], {}):
+        assert trace_context.parent_from_slot(torn) is None

@@ -9,11 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
-from contextvars import Token
 from types import TracebackType
-from typing import cast
 
-from opentelemetry import context as context_api
 from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.trace import (
@@ -34,6 +31,8 @@ from tracedray.telemetry._record import (
     EMPTY_TRACE_STATE,
     LightSpan,
     PendingSpan,
+    attach_span,
+    detach_span,
     end_pending_spans,
     open_light_span,
     remote_span_context,
@@ -66,7 +65,7 @@ class _SpanScope:
         if exc is not None and is_error(exc):
             record_error(current, exc)
         try:
-            context_api.detach(cast(Token[Context], self._token))
+            detach_span(self._token)
             current.end()
         except Exception:
             pass
@@ -83,7 +82,7 @@ def span(name: str, attributes: Mapping[str, AttributeValue] | None = None, *,
         return _DISABLED_SCOPE
     try:
         current = start_light_span(name, attributes, context=context, kind=kind)
-        return _SpanScope(current, context_api.attach(trace.set_span_in_context(current)))
+        return _SpanScope(current, attach_span(current))
     except Exception:
         return _DISABLED_SCOPE
 
@@ -286,7 +285,7 @@ class _Activation:
 
     def __enter__(self) -> Span:
         try:
-            self._token = context_api.attach(trace.set_span_in_context(self._span))
+            self._token = attach_span(self._span)
         except Exception:
             self._token = None
         return self._span
@@ -296,7 +295,7 @@ class _Activation:
         token, self._token = self._token, None
         if token is not None:
             try:  # noqa: SIM105 -- suppress() costs a context manager object per task
-                context_api.detach(cast(Token[Context], token))
+                detach_span(token)
             except Exception:
                 pass
 

@@ -389,3 +389,32 @@ def test_ids_are_drawn_as_the_sdk_draws_them_or_from_a_custom_generator(
     ids = {(s.name, s.context.span_id) for s in _spans(tmp_path)}
     assert ("task.submit", 1) in ids and ("object.put", 4) in ids
     assert {span_id for name, span_id in ids if name == "task.dispatch"} == {5, 6}
+
+
+def test_the_activation_shortcut_sets_and_restores_what_the_api_sees(tmp_path: Path) -> None:
+    from opentelemetry import baggage, trace
+    from opentelemetry import context as context_api
+
+    from tracedray.telemetry import _record
+
+    assert _record.attach_span is not _record._api_attach_span  # the shortcut is in use
+    telemetry.configure("worker", session_dir=tmp_path)
+    outer = telemetry.start_span("task.execute", {})
+    inner = telemetry.start_span("task.execute", {})
+    # A user's own context value (baggage) must survive our activations.
+    user_token = context_api.attach(baggage.set_baggage("tenant", "acme"))
+    try:
+        before = context_api.get_current()
+        with telemetry.activate(outer):
+            assert trace.get_current_span() is outer
+            assert baggage.get_baggage("tenant") == "acme"
+            with telemetry.activate(inner):
+                assert trace.get_current_span() is inner
+            assert trace.get_current_span() is outer
+            with telemetry.span("user.work") as work:  # span() uses the same shortcut
+                assert trace.get_current_span() is work
+            assert trace.get_current_span() is outer
+        assert context_api.get_current() is before
+    finally:
+        context_api.detach(user_token)
+    assert trace.get_current_span() is trace.INVALID_SPAN

@@ -20,7 +20,7 @@ import grpc
 import psutil
 
 from tracedray import config, logs, telemetry
-from tracedray.core import rpc
+from tracedray.core import rpc, trace_context
 from tracedray.core.address import Address
 from tracedray.core.gcs.client import GcsClient
 from tracedray.core.object_store.store import ObjectStore
@@ -609,9 +609,8 @@ class Raylet:
             attributes[A.EXIT_REASON] = reason
         unexpected = not worker.kill_intended and not self._stopped.is_set()
         if telemetry.enabled():
-            span = telemetry.start_span(
-                "worker.exit", attributes,
-                context=telemetry.context_from_carrier(slot.get("trace_context") or {}))
+            span = telemetry.start_span("worker.exit", attributes,
+                                        parent=trace_context.parent_from_slot(slot.get("trace")))
             if unexpected and (worker.exit_signal or worker.exit_code):
                 telemetry.record_error(span, RaySystemError(
                     f"worker pid {worker.pid} died: {worker.exit_signal or worker.exit_code}: "

@@ -142,12 +142,11 @@ class TaskExecutor:
             attributes[A.ACTOR_ID] = actor_hex
         parent = trace_context.parent_of(spec)
         span = telemetry.start_span("task.execute", attributes, parent=parent)
-        # The raylet reads this slot if the process dies mid-task: W3C header text there,
-        # so it needs no spec to attach worker.exit to the task's trace.
+        # The raylet reads this slot if the process dies mid-task: the parent's trace
+        # fields there, so it needs no spec to attach worker.exit to the task's trace.
         worker.flight_recorder.record({"task_id": task_hex, "attempt": spec.attempt,
                                        "function": name,
-                                       "trace_context": ({} if parent is None else
-                                                         telemetry.carrier_of(parent)),
+                                       "trace": trace_context.slot_fields(spec),
                                        "started_at": time.time()})
         self._running[spec.task_id] = threading.get_ident()
         worker.task_events.record(spec, "RUNNING", node_id=worker.node_id,
