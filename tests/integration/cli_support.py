@@ -107,9 +107,9 @@ def isolated_root(root: Path) -> Iterator[Path]:
         assert not shm, f"shared memory left after tracedray stop: {sorted(shm)[:5]}"
 
 
-def start_head(*extra: str) -> str:
+def start_head(*extra: str, num_cpus: int = 2) -> str:
     """`tracedray start --head` on a free port; returns the GCS address it printed."""
-    out = run("start", "--head", "--port", "0", "--num-cpus", "2",
+    out = run("start", "--head", "--port", "0", "--num-cpus", str(num_cpus),
               "--object-store-memory", str(200 << 20), *extra).stdout
     return next(line.split()[1] for line in out.splitlines() if line.strip().startswith("address:"))
 

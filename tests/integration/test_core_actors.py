@@ -93,6 +93,18 @@ class Barrier:
         return threading.current_thread().name
 
 
+@tracedray.remote(num_cpus=1)
+class SlowInit:
+    """Holds a CPU; its __init__ says it started, then takes (almost) for ever."""
+
+    def __init__(self, started: str) -> None:
+        Path(started).touch()
+        time.sleep(600)
+
+    def ping(self) -> str:
+        return "pong"
+
+
 @tracedray.remote
 class Blocker:
     def block(self, seconds: float) -> str:
@@ -214,6 +226,42 @@ def test_actor_creation_failure_fails_calls_with_init_error(shared_ray: Any) -> 
         ray.get(broken.method.remote(), timeout=60)
     assert "cannot construct this actor" in str(info.value)
     assert isinstance(info.value, exceptions.RayActorError)
+
+
+def _workers_of(actor: Any) -> list[dict[str, Any]]:
+    from tracedray.util.state import list_workers
+
+    return list(list_workers(filters=[f"actor_id={actor._actor_id.hex()}"], limit=None))
+
+
+def _worker_states(actor: Any) -> list[str]:
+    return [w["state"] for w in _workers_of(actor)]
+
+
+def test_an_actor_whose_init_raised_leaves_no_worker_behind(shared_ray: Any) -> None:
+    ray = shared_ray
+    broken = FailsInInit.options(num_cpus=1).remote()
+    with pytest.raises(exceptions.ActorDiedError):
+        ray.get(broken.method.remote(), timeout=60)
+    # Its worker stayed ACTOR for good before, holding the CPU.
+    _wait_for(lambda: _worker_states(broken) == ["DEAD"])
+
+
+def test_killing_an_actor_in_its_init_stops_its_worker(shared_ray: Any, tmp_path: Path) -> None:
+    ray = shared_ray
+    started = tmp_path / "started"
+    slow = SlowInit.remote(str(started))
+    _wait_for(started.exists, timeout=60)
+    ray.kill(slow)
+    # The GCS learns a worker's address once __init__ returned: before, the kill reached
+    # no worker, which ran on and then stayed ACTOR with its CPU for as long as the node.
+    _wait_for(lambda: _worker_states(slow) == ["DEAD"])
+    (worker,) = _workers_of(slow)
+    assert worker["exit_signal"] == "SIGKILL", worker
+    assert worker["exit_meaning"].startswith("killed by the raylet: the GCS declared its actor "
+                                             "dead (killed with tracedray.kill())"), worker
+    with pytest.raises(exceptions.ActorDiedError, match="kill"):
+        ray.get(slow.ping.remote(), timeout=30)
 
 
 def test_kill_fails_queued_and_future_calls(shared_ray: Any) -> None:

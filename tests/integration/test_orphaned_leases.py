@@ -7,6 +7,8 @@ cleanly after bursts of tasks: it gives every lease back, and withdraws its requ
 still waiting, so the next driver finds the same warm workers idle. Ended without
 shutdown() while its tasks run and more wait for a worker: it exits at once all the
 same, giving its leases back (their workers, still running its tasks, are stopped).
+Ended, cleanly or not, while an actor of its waited for a CPU: the GCS declares the
+actor dead and withdraws its creation, so no worker is started for it once the CPU frees.
 """
 
 from __future__ import annotations
@@ -101,8 +103,51 @@ LEAVES_TASKS_RUNNING = textwrap.dedent("""
 ENDINGS = {"raises": "ray.get(refs, timeout=0.5)  # GetTimeoutError",
            "ends": "ray.wait(refs, num_returns=len(refs), timeout=0.5)"}
 
+# A task holds the node's only CPU; an actor that needs one is created meanwhile (its
+# creation waits in the raylet), with `options`; on a line from stdin the script ends,
+# as `ending` says.
+LEAVES_ACTOR_WAITING = textwrap.dedent("""
+    import os, sys, time
+    import tracedray as ray
 
-def _run_driver(folder: Path, name: str, script: str, *args: str) -> None:
+    ray.init(address="auto", namespace="waiting")
+    started = sys.argv[1]
+
+    @ray.remote
+    def hold():
+        open(started, "w").close()
+        time.sleep(600)
+
+    @ray.remote(num_cpus=1)
+    class Waiting:
+        def ping(self):
+            return "pong"
+
+    task = hold.remote()
+    deadline = time.monotonic() + 60
+    while not os.path.exists(started) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert os.path.exists(started)
+    actor = Waiting.options({options}).remote()
+    print("WAITING", actor._actor_id.hex(), flush=True)
+    sys.stdin.readline()
+    {ending}
+""")
+ACTOR_ENDINGS = {"shutdown": "ray.shutdown()", "no_shutdown": "pass  # the exit hook's shutdown"}
+
+# The next driver calls the detached actor the one before left waiting.
+PINGS_KEPT = textwrap.dedent("""
+    import tracedray as ray
+
+    ray.init(address="auto", namespace="waiting")
+    try:
+        print("PING", ray.get(ray.get_actor("kept").ping.remote(), timeout=20), flush=True)
+    finally:
+        ray.shutdown()
+""")
+
+
+def _run_driver(folder: Path, name: str, script: str, *args: str) -> str:
     path = folder / f"{name}.py"
     path.write_text(script)
     driver = subprocess.run([sys.executable, str(path), *args], capture_output=True,
@@ -110,6 +155,7 @@ def _run_driver(folder: Path, name: str, script: str, *args: str) -> None:
     assert driver.returncode == 0, driver.stderr[-3000:]
     if script is NEXT:
         assert f"DONE {args[0]}" in driver.stdout
+    return driver.stdout
 
 
 def _workers() -> dict[int, dict[str, object]]:
@@ -206,3 +252,69 @@ def test_a_driver_ending_without_shutdown_exits_and_gives_its_leases_back(
                 f"lessee left its tasks running: pid {record['lessee_pid']} "), exit_record
         (node,) = run_json("status")["nodes"]
         assert node["leases_reclaimed"] == 0 and node["pending"] == 0
+
+
+def _leave_actor_waiting(folder: Path, ending: str, options: str = "") -> str:
+    """Run LEAVES_ACTOR_WAITING until its actor's creation waits in the raylet, then let
+    it end; returns the actor's id."""
+    script = folder / "waiter.py"
+    script.write_text(LEAVES_ACTOR_WAITING.format(ending=ending, options=options))
+    driver = subprocess.Popen([sys.executable, str(script), str(folder / "started")],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert driver.stdin is not None and driver.stdout is not None
+        line = driver.stdout.readline()
+        assert line.startswith("WAITING"), line
+        wait_for(lambda: run_json("status")["nodes"][0]["pending"] == 1, 30,
+                 "the actor's creation to wait in the raylet for the CPU")
+        driver.stdin.write("\n")
+        driver.stdin.flush()
+        assert driver.wait(timeout=60) == 0
+        return line.split()[1]
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+            driver.wait()
+
+
+@pytest.mark.parametrize("ending", sorted(ACTOR_ENDINGS))
+def test_an_actor_waiting_for_a_cpu_when_its_job_ends_gets_no_worker(
+        tmp_path: Path, ending: str) -> None:
+    with isolated_root(tmp_path):
+        start_head(num_cpus=1)
+        (session,) = tmp_path.glob("session_2*")
+        actor_id = _leave_actor_waiting(tmp_path, ACTOR_ENDINGS[ending])
+
+        # Timed out before: once the task's worker was stopped, its CPU went to a worker
+        # started for the dead actor, which kept it.
+        _run_driver(tmp_path, "next", NEXT, "1", "20")
+
+        (actor,) = [a for a in run_json("list", "actors") if a["actor_id"] == actor_id]
+        assert actor["state"] == "DEAD" and "finished" in actor["death_cause"], actor
+        # The job's end withdrew the request before the task's CPU came free: no worker
+        # was ever granted to the actor.
+        assert [w for w in _workers().values() if w["actor_id"] == actor_id] == []
+        (withdrawn,) = [r for r in log_events(session, "actor.creation_withdrawn")
+                        if r["actor_id"] == actor_id]
+        assert withdrawn["level"] == "info" and withdrawn["requests_withdrawn"] == 1, withdrawn
+        assert withdrawn["killed_worker_pids"] == [] and "finished" in withdrawn["cause"]
+        (node,) = run_json("status")["nodes"]
+        assert "ACTOR" not in node["workers"] and node["pending"] == 0, node
+        assert node["resources_available"]["CPU"] == 1, node
+
+
+def test_a_detached_actor_waiting_for_a_cpu_outlives_its_job(tmp_path: Path) -> None:
+    with isolated_root(tmp_path):
+        start_head(num_cpus=1)
+        (session,) = tmp_path.glob("session_2*")
+        actor_id = _leave_actor_waiting(tmp_path, "ray.shutdown()",
+                                        options='name="kept", lifetime="detached"')
+
+        # Its creation went on once the job's task freed the CPU.
+        assert "PING pong" in _run_driver(tmp_path, "pings", PINGS_KEPT)
+
+        (actor,) = [a for a in run_json("list", "actors") if a["actor_id"] == actor_id]
+        assert actor["state"] == "ALIVE" and actor["is_detached"], actor
+        assert log_events(session, "actor.creation_withdrawn") == []
+        assert [w["state"] for w in _workers().values() if w["actor_id"] == actor_id] == [
+            "ACTOR"]

@@ -353,6 +353,22 @@ class StartActorWorkerRequest(_message.Message):
     job_id: bytes
     def __init__(self, actor_id: _Optional[bytes] = ..., resources: _Optional[_Mapping[str, float]] = ..., job_id: _Optional[bytes] = ...) -> None: ...
 
+class WithdrawActorCreationRequest(_message.Message):
+    __slots__ = ("actor_id", "cause")
+    ACTOR_ID_FIELD_NUMBER: _ClassVar[int]
+    CAUSE_FIELD_NUMBER: _ClassVar[int]
+    actor_id: bytes
+    cause: str
+    def __init__(self, actor_id: _Optional[bytes] = ..., cause: _Optional[str] = ...) -> None: ...
+
+class WithdrawActorCreationReply(_message.Message):
+    __slots__ = ("withdrawn", "killed_worker_pids")
+    WITHDRAWN_FIELD_NUMBER: _ClassVar[int]
+    KILLED_WORKER_PIDS_FIELD_NUMBER: _ClassVar[int]
+    withdrawn: int
+    killed_worker_pids: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, withdrawn: _Optional[int] = ..., killed_worker_pids: _Optional[_Iterable[int]] = ...) -> None: ...
+
 class ShutdownNodeRequest(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...

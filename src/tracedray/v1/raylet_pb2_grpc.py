@@ -101,6 +101,11 @@ class RayletServiceStub:
                 request_serializer=tracedray_dot_v1_dot_raylet__pb2.StartActorWorkerRequest.SerializeToString,
                 response_deserializer=tracedray_dot_v1_dot_raylet__pb2.LeaseReply.FromString,
                 _registered_method=True)
+        self.WithdrawActorCreation = channel.unary_unary(
+                '/tracedray.v1.RayletService/WithdrawActorCreation',
+                request_serializer=tracedray_dot_v1_dot_raylet__pb2.WithdrawActorCreationRequest.SerializeToString,
+                response_deserializer=tracedray_dot_v1_dot_raylet__pb2.WithdrawActorCreationReply.FromString,
+                _registered_method=True)
         self.ShutdownNode = channel.unary_unary(
                 '/tracedray.v1.RayletService/ShutdownNode',
                 request_serializer=tracedray_dot_v1_dot_raylet__pb2.ShutdownNodeRequest.SerializeToString,
@@ -199,6 +204,13 @@ class RayletServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def WithdrawActorCreation(self, request, context):
+        """The GCS declared an actor DEAD while its creation was under way here.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def ShutdownNode(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -278,6 +290,11 @@ def add_RayletServiceServicer_to_server(servicer, server):
                     servicer.StartActorWorker,
                     request_deserializer=tracedray_dot_v1_dot_raylet__pb2.StartActorWorkerRequest.FromString,
                     response_serializer=tracedray_dot_v1_dot_raylet__pb2.LeaseReply.SerializeToString,
+            ),
+            'WithdrawActorCreation': grpc.unary_unary_rpc_method_handler(
+                    servicer.WithdrawActorCreation,
+                    request_deserializer=tracedray_dot_v1_dot_raylet__pb2.WithdrawActorCreationRequest.FromString,
+                    response_serializer=tracedray_dot_v1_dot_raylet__pb2.WithdrawActorCreationReply.SerializeToString,
             ),
             'ShutdownNode': grpc.unary_unary_rpc_method_handler(
                     servicer.ShutdownNode,
@@ -642,6 +659,33 @@ class RayletService:
             '/tracedray.v1.RayletService/StartActorWorker',
             tracedray_dot_v1_dot_raylet__pb2.StartActorWorkerRequest.SerializeToString,
             tracedray_dot_v1_dot_raylet__pb2.LeaseReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def WithdrawActorCreation(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tracedray.v1.RayletService/WithdrawActorCreation',
+            tracedray_dot_v1_dot_raylet__pb2.WithdrawActorCreationRequest.SerializeToString,
+            tracedray_dot_v1_dot_raylet__pb2.WithdrawActorCreationReply.FromString,
             options,
             channel_credentials,
             insecure,

@@ -3,7 +3,9 @@
 States: PENDING_CREATION → ALIVE → (RESTARTING → ALIVE)* → DEAD.
 The placement step asks a raylet for a dedicated worker, pushes the creation task
 to it over the same task stream callers use, and marks the actor ALIVE when
-``__init__`` returned (or DEAD with the error as cause if it raised).
+``__init__`` returned (or DEAD with the error as cause if it raised). An actor declared
+DEAD while its creation is under way has it withdrawn from the raylet, so that no worker
+stays behind for it (``actor_creation`` says when and why).
 """
 
 from __future__ import annotations
@@ -17,16 +19,20 @@ from typing import Any
 from tracedray import logs, telemetry
 from tracedray.core import trace_context
 from tracedray.core.address import Address
+from tracedray.core.gcs import actor_creation as ac
 from tracedray.core.raylet.client import RayletClient
 from tracedray.core.raylet.scheduler import feasible, fits
 from tracedray.core.serialization import deserialize
 from tracedray.core.worker.connection import WorkerConnection
 from tracedray.exceptions import RaySystemError
 from tracedray.telemetry import attributes as A
-from tracedray.v1 import common_pb2, gcs_pb2
+from tracedray.v1 import common_pb2, gcs_pb2, raylet_pb2
 
 log = logs.get_logger(__name__)
 SETTLED = ("ALIVE", "DEAD")
+# How long the GCS waits for a raylet to withdraw a dead actor's creation: a job's end
+# waits for it, and the driver gives FinishJob 10 s.
+WITHDRAW_TIMEOUT_S = 5.0
 
 
 class ActorManager:
@@ -36,6 +42,9 @@ class ActorManager:
         self._persist = persist
         self._actors: dict[bytes, gcs_pb2.ActorInfo] = {}
         self._names: dict[tuple[str, str], bytes] = {}
+        # The nodes where each actor's creation is under way (asked for a worker, or
+        # running __init__ there): one entry per placement, as a restart may overlap one.
+        self._placing: dict[bytes, list[str]] = {}
         self._cond = threading.Condition()
         self._pool = ThreadPoolExecutor(max_workers=32, thread_name_prefix="tracedray-actors")
 
@@ -96,20 +105,26 @@ class ActorManager:
         with self._cond:
             return list(self._actors.values())
 
-    def kill(self, actor_id: bytes, no_restart: bool) -> None:
+    def kill(self, actor_id: bytes, no_restart: bool,
+             cause: str = "killed with tracedray.kill()") -> None:
         with self._cond:
             info = self._actors.get(actor_id)
             if info is None or info.state == "DEAD":
                 return
             if no_restart:
-                self._set_dead(info, "killed with tracedray.kill()")
+                self._set_dead(info, cause)
             address = Address.from_proto(info.address) if info.HasField("address") else None
             node = self._raylet_of(info.node_id)
+            # Its creation under way: the request waits in a raylet, or has a worker the
+            # GCS does not know of yet (the address above is set once ALIVE).
+            creating = sorted(set(self._placing.get(actor_id, ()))) if no_restart else []
         if address is not None and node is not None:
             try:
                 RayletClient(node).kill_worker(address.worker_id, force=True)
             except RaySystemError as exc:
                 log.warning("actor.kill_failed", actor_id=actor_id.hex(), error=str(exc))
+        for node_id in creating:
+            self._withdraw_creation(actor_id, node_id, cause)
 
     def on_worker_death(self, death: gcs_pb2.WorkerDeath) -> None:
         with self._cond:
@@ -129,7 +144,8 @@ class ActorManager:
     def on_job_finished(self, job_id: bytes) -> None:
         for info in self.list():
             if info.job_id == job_id and not info.detached and info.state != "DEAD":
-                self.kill(info.actor_id, no_restart=True)
+                self.kill(info.actor_id, no_restart=True,
+                          cause=f"its job {job_id.hex()} finished (the actor is not detached)")
 
     # --- internals
     def _after_failure(self, info: gcs_pb2.ActorInfo, cause: str) -> None:
@@ -195,38 +211,100 @@ class ActorManager:
                     with self._cond:
                         if self._actors[actor_id].state == "DEAD":
                             return
-            raylet = RayletClient(Address.from_proto(node.info.raylet).target)
-            from tracedray.v1 import raylet_pb2
-
-            try:
-                lease = raylet.start_actor_worker(raylet_pb2.StartActorWorkerRequest(
-                    actor_id=actor_id, resources=resources, job_id=spec.job_id))
-            except RaySystemError as exc:
-                with self._cond:
-                    self._after_failure(self._actors[actor_id], f"placement failed: {exc}")
-                return
-            if lease.status != raylet_pb2.LeaseReply.GRANTED:
-                with self._cond:
-                    self._after_failure(self._actors[actor_id], f"no worker: {lease.reason}")
+            node_id = node.info.node_id
+            with self._cond:
+                if self._actors[actor_id].state == "DEAD":
+                    return
+                self._placing.setdefault(actor_id, []).append(node_id)
+            lease = self._request_worker(actor_id, node, spec)
+            if lease is None:
                 return
             address = Address.from_proto(lease.worker)
             span.set_attribute(A.NODE_ID, address.node_id)
             span.set_attribute(A.WORKER_PID, address.pid)
             error = self._run_creation_task(address, spec)
+        self._finish_creation(actor_id, node_id, address, error)
+
+    def _request_worker(self, actor_id: bytes, node: gcs_pb2.NodeWithLoad,
+                        spec: common_pb2.TaskSpec) -> raylet_pb2.LeaseReply | None:
+        """Ask the node's raylet for the actor's worker (the request may wait there for
+        resources). Returns the lease to run ``__init__`` on, or None: no worker (the
+        failure is handled) or the actor died meanwhile (what it got is given back)."""
+        node_id = node.info.node_id
+        raylet = RayletClient(Address.from_proto(node.info.raylet).target)
+        lease: raylet_pb2.LeaseReply | None = None
+        try:
+            lease = raylet.start_actor_worker(raylet_pb2.StartActorWorkerRequest(
+                actor_id=actor_id, resources=dict(spec.resources), job_id=spec.job_id))
+        except RaySystemError as exc:
+            failure = f"placement failed: {exc}"
+        else:
+            failure = f"no worker: {lease.reason}"
+        granted = lease is not None and lease.status == raylet_pb2.LeaseReply.GRANTED
         with self._cond:
             info = self._actors[actor_id]
-            if info.state == "DEAD":
-                return
-            if error:
+            step = ac.after_lease(info.state, granted)
+            if step != ac.CREATE:
+                self._placement_ended(actor_id, node_id)
+            if step == ac.FAIL:
+                self._after_failure(info, failure)
+            cause = info.death_cause
+        if step == ac.DISCARD:  # granted a moment before the withdrawal came, or after it
+            self._withdraw_creation(actor_id, node_id, cause)
+        elif step == ac.WITHDRAWN:
+            log.debug("actor.placement_withdrawn", actor_id=actor_id.hex(), node_id=node_id,
+                      reply=failure)
+        return lease if step == ac.CREATE else None
+
+    def _finish_creation(self, actor_id: bytes, node_id: str, address: Address,
+                         error: str) -> None:
+        with self._cond:
+            self._placement_ended(actor_id, node_id)
+            info = self._actors[actor_id]
+            step = ac.after_init(info.state, error)
+            if step == ac.DIE:
                 self._set_dead(info, error)
-                return
-            info.state = "ALIVE"
-            info.address.CopyFrom(address.to_proto())
-            info.node_id = address.node_id
-            info.pid = address.pid
-            self._save(info)
-        log.info("actor.alive", actor_id=actor_id.hex(), node_id=address.node_id,
-                 pid=address.pid, restarts=info.num_restarts)
+            elif step == ac.ALIVE:
+                info.state = "ALIVE"
+                info.address.CopyFrom(address.to_proto())
+                info.node_id = address.node_id
+                info.pid = address.pid
+                self._save(info)
+            cause, restarts = info.death_cause, info.num_restarts
+        if step == ac.ALIVE:
+            log.info("actor.alive", actor_id=actor_id.hex(), node_id=address.node_id,
+                     pid=address.pid, restarts=restarts)
+        else:  # dead: its worker must not stay behind, holding the actor's resources
+            self._withdraw_creation(actor_id, node_id, cause)
+
+    def _placement_ended(self, actor_id: bytes, node_id: str) -> None:
+        """The caller holds the lock."""
+        nodes = self._placing.get(actor_id, [])
+        if node_id in nodes:
+            nodes.remove(node_id)
+        if not nodes:
+            self._placing.pop(actor_id, None)
+
+    def _withdraw_creation(self, actor_id: bytes, node_id: str, cause: str) -> None:
+        """Have the raylet drop what it holds for a dead actor's creation: the waiting
+        request, or the worker it granted. Without the lock: this is an RPC."""
+        target = self._raylet_of(node_id)
+        if target is None:
+            return  # the node is gone, and its workers with it
+        cause = ac.one_line_cause(cause)  # the whole of it is in actor.dead's line
+        try:
+            reply = RayletClient(target).withdraw_actor_creation(actor_id, cause,
+                                                                 timeout=WITHDRAW_TIMEOUT_S)
+        except RaySystemError as exc:
+            log.warning("actor.creation_withdraw_failed", actor_id=actor_id.hex(),
+                        node_id=node_id, cause=cause, error=str(exc))
+            return
+        killed = list(reply.killed_worker_pids)
+        # Info when it undid something; a withdrawal that found nothing (done already, or
+        # the request not arrived yet: the placement discards what it gets) is a detail.
+        (log.info if reply.withdrawn or killed else log.debug)(
+            "actor.creation_withdrawn", actor_id=actor_id.hex(), node_id=node_id,
+            cause=cause, requests_withdrawn=reply.withdrawn, killed_worker_pids=killed)
 
     def _run_creation_task(self, address: Address, spec: common_pb2.TaskSpec) -> str:
         """Push the creation task; returns "" on success, else the cause of death."""

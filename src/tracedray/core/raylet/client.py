@@ -101,6 +101,11 @@ class RayletClient:
                            ) -> raylet_pb2.LeaseReply:
         return self._call("StartActorWorker", request, timeout=None)  # type: ignore[return-value]
 
+    def withdraw_actor_creation(self, actor_id: bytes, cause: str, timeout: float
+                                ) -> raylet_pb2.WithdrawActorCreationReply:
+        return self._call("WithdrawActorCreation", raylet_pb2.WithdrawActorCreationRequest(  # type: ignore[return-value]
+            actor_id=actor_id, cause=cause), timeout=timeout)
+
     def shutdown_node(self) -> None:
         self._call("ShutdownNode", raylet_pb2.ShutdownNodeRequest(), timeout=10.0)
 

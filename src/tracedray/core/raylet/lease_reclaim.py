@@ -9,7 +9,8 @@ raylet kills such a worker (it may still be running the dead lessee's task, whos
 result nobody will read); its exit releases the lease like any other worker exit.
 
 Actor leases are not reclaimed here: an actor's lifetime is the GCS's to decide
-(a detached actor outlives its creator).
+(a detached actor outlives its creator), and the GCS withdraws the creation of an actor
+it declared dead (``Raylet.withdraw_actor_creation``).
 
 :func:`orphaned_leases` decides, a pure function of the leases and a verdict per
 lessee; :func:`probe_lessee` does the I/O that gives the verdicts. Only a sure death

@@ -319,6 +319,33 @@ class Raylet:
                 self._answer_withdrawn(pending, "the requester is shutting down")
             return len(mine)
 
+    def withdraw_actor_creation(self, actor_id: bytes, cause: str) -> tuple[int, list[int]]:
+        """Drop what this node holds for the creation of an actor the GCS declared dead
+        (``cause`` says why): its waiting requests are answered instead of granted, and
+        the workers granted to it are killed, their exits releasing the resources.
+        Returns how many requests were withdrawn and the pids of the killed workers."""
+        if not actor_id:  # task leases have no actor id: none of them is concerned
+            return 0, []
+        with self._lock:
+            waiting = [p for p in self._pending if p.actor_id == actor_id]
+            for pending in waiting:
+                self._answer_withdrawn(pending, f"the actor is dead: {cause}")
+            granted = [w for w in self.pool.workers.values() if w.actor_id == actor_id
+                       and w.state != wp.DEAD and not w.kill_intended]
+            for worker in granted:
+                self._discard_actor_worker(worker, cause)
+        return len(waiting), [w.pid for w in granted]
+
+    def _discard_actor_worker(self, worker: wp.WorkerProcess, cause: str) -> None:
+        """Kill the worker of a dead actor (the caller holds the lock): it may be running
+        ``__init__``, or idle in state ACTOR for good, holding the actor's resources."""
+        worker.stop_reason = f"{wp.STOP_ACTOR_DEAD}: {cause}"
+        worker.exit_meaning = f"killed by the raylet: the GCS declared its actor dead ({cause})"
+        log.info("actor.worker_discarded", actor_id=worker.actor_id.hex(),
+                 worker_id=worker.worker_id, worker_pid=worker.pid, lease_id=worker.lease_id,
+                 cause=cause)
+        self.kill_worker(worker.worker_id, force=True)
+
     def _answer_withdrawn(self, pending: PendingLease, reason: str) -> None:
         self._pending.remove(pending)
         pending.reply = raylet_pb2.LeaseReply(status=raylet_pb2.LeaseReply.TIMEOUT,
@@ -868,6 +895,11 @@ class _Servicer(raylet_pb2_grpc.RayletServiceServicer):
         lease = raylet_pb2.LeaseRequest(resources=request.resources, job_id=request.job_id,
                                         grant_or_reject=True, is_actor=True)
         return self._r.request_lease(lease, actor_id=request.actor_id)
+
+    def WithdrawActorCreation(self, request: Any, context: Any) -> Any:
+        withdrawn, killed = self._r.withdraw_actor_creation(request.actor_id, request.cause)
+        return raylet_pb2.WithdrawActorCreationReply(withdrawn=withdrawn,
+                                                     killed_worker_pids=killed)
 
     def ShutdownNode(self, request: Any, context: Any) -> Any:
         threading.Thread(target=_shutdown_and_exit, args=(self._r,), daemon=True).start()

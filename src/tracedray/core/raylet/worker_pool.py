@@ -32,10 +32,12 @@ STARTING, IDLE, LEASED, BLOCKED, ACTOR, DEAD = (
 STOPPING = "STOPPING"
 # Why the raylet meant a worker to exit (``WorkerProcess.stop_reason``; "" = it did not).
 # A reclaimed lease's reason goes on to name the lessee that died; an abandoned one's,
-# the lessee that shut down while the worker still ran its tasks.
+# the lessee that shut down while the worker still ran its tasks; a dead actor's, why
+# the GCS declared the actor dead while its creation was under way.
 STOP_IDLE, STOP_SHUTDOWN, STOP_KILLED = "idle", "shutdown", "killed"
 STOP_LESSEE_DIED = "lessee died"
 STOP_LESSEE_LEFT = "lessee left its tasks running"
+STOP_ACTOR_DEAD = "actor dead"
 # A reaped worker that ignores SIGTERM this long is killed (as at shutdown).
 STOP_GRACE_S = 2.0
 
