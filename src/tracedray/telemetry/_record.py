@@ -24,6 +24,7 @@ import random
 import time
 import traceback as traceback_module
 from collections.abc import Callable, Mapping, Sequence
+from contextvars import ContextVar
 from typing import Any
 
 from opentelemetry import context as context_api
@@ -99,6 +100,19 @@ remote_span_context = _checked_span_context_factory(remote=True)
 _getrandbits = random.getrandbits  # what RandomIdGenerator calls (Pipeline.random_ids)
 
 
+def _context_layout() -> tuple[ContextVar[Context], str] | None:
+    """The ContextVar holding OpenTelemetry's current Context and the key of the current
+    span in it, when the installed API keeps its runtime context that way (the default
+    ``contextvars_context``); None otherwise: then only the public API is used."""
+    runtime = getattr(context_api, "_RUNTIME_CONTEXT", None)
+    variable = getattr(runtime, "_current_context", None)
+    key = getattr(trace.propagation, "_SPAN_KEY", None)
+    if (type(runtime) is not ContextVarsRuntimeContext or not isinstance(variable, ContextVar)
+            or not isinstance(key, str)):
+        return None
+    return variable, key
+
+
 def _api_current_span_context() -> SpanContext:
     return trace.get_current_span().get_span_context()
 
@@ -113,11 +127,10 @@ def _current_span_context_reader() -> Callable[[], SpanContext]:
     one dict lookup away; the shortcut is used only if the installed OpenTelemetry
     lays the runtime context out that way and the two readings agree.
     """
-    runtime = getattr(context_api, "_RUNTIME_CONTEXT", None)
-    variable = getattr(runtime, "_current_context", None)
-    key = getattr(trace.propagation, "_SPAN_KEY", None)
-    if type(runtime) is not ContextVarsRuntimeContext or variable is None or key is None:
+    layout = _context_layout()
+    if layout is None:
         return _api_current_span_context
+    variable, key = layout
     get_context = variable.get
     span_type = trace.Span
 
@@ -164,11 +177,10 @@ def _span_activation() -> tuple[Callable[[trace.Span], object], Callable[[object
     shortcut is used only if the installed API lays its context out that way and the
     API sees what it sets.
     """
-    runtime = getattr(context_api, "_RUNTIME_CONTEXT", None)
-    variable = getattr(runtime, "_current_context", None)
-    key = getattr(trace.propagation, "_SPAN_KEY", None)
-    if type(runtime) is not ContextVarsRuntimeContext or variable is None or key is None:
+    layout = _context_layout()
+    if layout is None:
         return _api_attach_span, _api_detach
+    variable, key = layout
     get_context, set_context, reset = variable.get, variable.set, variable.reset
 
     def attach_span(span: trace.Span) -> object:
@@ -176,7 +188,7 @@ def _span_activation() -> tuple[Callable[[trace.Span], object], Callable[[object
         values[key] = span
         return set_context(Context(values))
 
-    def detach(token: object) -> None:
+    def detach(token: Any) -> None:  # the Token set_context returned
         reset(token)
 
     try:
