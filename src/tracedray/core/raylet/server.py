@@ -339,12 +339,12 @@ class Raylet:
     def _discard_actor_worker(self, worker: wp.WorkerProcess, cause: str) -> None:
         """Kill the worker of a dead actor (the caller holds the lock): it may be running
         ``__init__``, or idle in state ACTOR for good, holding the actor's resources."""
-        worker.stop_reason = f"{wp.STOP_ACTOR_DEAD}: {cause}"
-        worker.exit_meaning = f"killed by the raylet: the GCS declared its actor dead ({cause})"
         log.info("actor.worker_discarded", actor_id=worker.actor_id.hex(),
                  worker_id=worker.worker_id, worker_pid=worker.pid, lease_id=worker.lease_id,
                  cause=cause)
-        self.kill_worker(worker.worker_id, force=True)
+        self.kill_worker(worker.worker_id, force=True, reason=f"{wp.STOP_ACTOR_DEAD}: {cause}",
+                         meaning=f"killed by the raylet: the GCS declared its actor dead "
+                                 f"({cause})")
 
     def _answer_withdrawn(self, pending: PendingLease, reason: str) -> None:
         self._pending.remove(pending)
@@ -538,15 +538,14 @@ class Raylet:
         """Kill a leased worker whose lessee died (the caller holds the lock); its exit
         releases the lease's resources (``_mark_dead``) and grants waiting requests."""
         who = _lessee_name(lessee)
-        worker.stop_reason = f"{wp.STOP_LESSEE_DIED}: {who}"
-        worker.exit_meaning = (f"killed by the raylet: the process holding its lease died "
-                               f"({who}; {verdict.why})")
         self._reclaimed += 1
         log.warning("lease.reclaimed", lease_id=worker.lease_id, worker_id=worker.worker_id,
                     worker_pid=worker.pid, lessee_pid=lessee.pid, lessee_ip=lessee.ip,
                     lessee_worker_id=lessee.worker_id, lessee_node_id=lessee.node_id,
                     why=verdict.why, reclaimed_total=self._reclaimed)
-        self.kill_worker(worker.worker_id, force=True)
+        self.kill_worker(worker.worker_id, force=True, reason=f"{wp.STOP_LESSEE_DIED}: {who}",
+                         meaning=f"killed by the raylet: the process holding its lease died "
+                                 f"({who}; {verdict.why})")
 
     def _stop_abandoned(self, worker: wp.WorkerProcess) -> None:
         """Kill a worker given back while it still runs tasks of its lessee, which is
@@ -555,13 +554,12 @@ class Raylet:
         job. Its exit releases the lease, as for a reclaimed one."""
         lessee = worker.lessee or Address("", "", 0)
         who = _lessee_name(lessee)
-        worker.stop_reason = f"{wp.STOP_LESSEE_LEFT}: {who}"
-        worker.exit_meaning = (f"killed by the raylet: the process holding its lease shut "
-                               f"down while it still ran that process's tasks ({who})")
         log.info("lease.returned_running", lease_id=worker.lease_id, worker_id=worker.worker_id,
                  worker_pid=worker.pid, lessee_pid=lessee.pid,
                  lessee_worker_id=lessee.worker_id)
-        self.kill_worker(worker.worker_id, force=True)
+        self.kill_worker(worker.worker_id, force=True, reason=f"{wp.STOP_LESSEE_LEFT}: {who}",
+                         meaning=f"killed by the raylet: the process holding its lease shut "
+                                 f"down while it still ran that process's tasks ({who})")
 
     def reap_idle_workers(self) -> list[str]:
         """Stop the idle task workers ``wp.workers_to_reap`` picks; returns their ids.
@@ -689,9 +687,19 @@ class Raylet:
                                          node_memory_percent=psutil.virtual_memory().percent,
                                          pid=worker.pid)
 
-    def kill_worker(self, worker_id: str, force: bool) -> None:
+    def kill_worker(self, worker_id: str, force: bool, *, reason: str = "",
+                    meaning: str = "") -> None:
+        """Stop a worker on purpose. ``reason`` (its exit's stop reason) and ``meaning``
+        (what its exit meant) are set before the signal, so that the exit handler, which
+        may run at once, records why the raylet killed it."""
         worker = self.pool.workers.get(worker_id)
-        if worker is None or worker.process.poll() is not None:
+        if worker is None:
+            return
+        if reason:
+            worker.stop_reason = reason
+        if meaning:
+            worker.exit_meaning = meaning
+        if worker.process.poll() is not None:
             return
         worker.kill_intended = True
         worker.stop_reason = worker.stop_reason or wp.STOP_KILLED
