@@ -2,14 +2,24 @@
 
 "On" is the default: every span written to the session's trace files, every log
 line to the log files. "Off" is ``OTEL_SDK_DISABLED=true`` (spans become no-ops;
-log lines stay, they are not part of the OTel switch). Each case runs in a fresh
-driver process with its own cluster, because the variable is read once per
-process; the cases alternate (on, off, on, off, ...) so drift on the machine hits
-both. Within a round each workload runs REPEATS times and its best run counts.
+log lines stay, they are not part of the OTel switch).
 
-Printed per workload: the best ops/s on and off over all rounds, their ratio, and
-the median of the rounds' paired on/off ratios (1.0 = free; the goal in issue 3 is
->= 0.85; the verdict uses the median).
+The variable is read once per process, so the two cases are two drivers, each with
+its own cluster, started side by side and kept alive for the whole benchmark. They
+take turns: a workload runs once on one cluster while the other idles, then once on
+the other, in ABBA order (on, off, off, on, ...), for every round. Each pair of
+adjacent runs gives one on/off ratio. On this shared 2-core machine the speed of the
+same run moves by ±30% within a minute; runs a few seconds apart see nearly the same
+machine, and the median of many such pairs is the figure least moved by it.
+
+Spans the telemetry agent put off converting while a run kept the machine busy are
+converted (in a separate process) after the run and outside its timing, so that
+backlog never lands in the other cluster's run; its CPU counts in the "cluster CPU
+per op" figure, which says what a workload costs rather than how fast it went.
+
+Printed per workload: the median on/off ratio of the pairs (1.0 = free; the goal in
+issue 3 is >= 0.85, and the verdict uses it), the spread of the pairs, the median
+ops/s of each side, and the cluster's CPU per op.
 
 Usage: python benchmarks/telemetry.py [--rounds N] [--tasks N]
 """
@@ -25,12 +35,15 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import IO, Any
 
 GOAL = 0.85
+EMPTY, ROUND_TRIPS = "empty tasks/s (submit all, get all)", "task round trips/s"
+PUT_GET_SMALL, PUT_GET_1MB = "put+get small/s", "put+get 1 MiB/s"
+WORKLOADS = (EMPTY, ROUND_TRIPS, PUT_GET_SMALL, PUT_GET_1MB)
 
 
-REPEATS = 3  # each workload runs this many times per cluster; its best run counts
+# --------------------------------------------------------------------------- a side
 
 
 def _cluster_cpu_s() -> float:
@@ -67,26 +80,8 @@ def _convert_backlog() -> float:
     return float(done.stdout.strip().splitlines()[-1])
 
 
-def _measure(out: dict[str, float], name: str, count: int, action: Callable[[], Any]) -> None:
-    """Best ops/s of REPEATS runs (a burst of other work on the machine hits one run),
-    and the cluster's CPU µs per op over all of them (``<name> cpu``): less moved by
-    other work, it says what the workload costs rather than how fast it went. It
-    includes turning the workload's spans into JSON lines, which the telemetry agent
-    may have put off while the runs kept the machine busy: that backlog is converted
-    after the runs, outside the timing, inside the CPU figure."""
-    best = 0.0
-    cpu_before = _cluster_cpu_s()
-    for _ in range(REPEATS):
-        start = time.perf_counter()
-        action()
-        best = max(best, count / (time.perf_counter() - start))
-    cpu = _cluster_cpu_s() - cpu_before + _convert_backlog()
-    out[name] = best
-    out[f"{name} cpu"] = cpu / (count * REPEATS) * 1e6
-
-
-def child(tasks: int) -> dict[str, float]:
-    """One measurement round in this process (its own cluster); returns ops/s."""
+def _workloads(tasks: int) -> dict[str, tuple[int, Callable[[], Any]]]:
+    """name -> (operations per run, one run)."""
     import numpy as np
 
     import tracedray
@@ -95,101 +90,174 @@ def child(tasks: int) -> dict[str, float]:
     def empty() -> None:
         return None
 
+    def burst() -> None:
+        tracedray.get([empty.remote() for _ in range(tasks)])
+
+    def round_trips() -> None:
+        for _ in range(500):
+            tracedray.get(empty.remote())
+
+    small = {"key": "value", "numbers": list(range(16))}
+
+    def put_get_small() -> None:
+        for _ in range(5000):
+            tracedray.get(tracedray.put(small))
+
+    array = np.ones(1 << 17)  # 1 MiB: goes through the shared-memory store
+
+    def put_get_1mb() -> None:
+        for _ in range(300):
+            tracedray.get(tracedray.put(array))
+
+    return {EMPTY: (tasks, burst), ROUND_TRIPS: (500, round_trips),
+            PUT_GET_SMALL: (5000, put_get_small), PUT_GET_1MB: (300, put_get_1mb)}
+
+
+def serve(tasks: int) -> None:
+    """One side: start a cluster, then run what the coordinator asks for on stdin.
+
+    Each request is a workload's name; the answer (one JSON line on stdout) is its
+    ops/s and the cluster's CPU µs per op, the backlog's conversion included.
+    """
+    import tracedray
+
     tracedray.init(num_cpus=2, object_store_memory=512 << 20)
     try:
-        tracedray.get([empty.remote() for _ in range(500)])  # warm the worker pool
-        out: dict[str, float] = {}
-        _measure(out, "empty tasks/s (submit all, get all)", tasks,
-                 lambda: tracedray.get([empty.remote() for _ in range(tasks)]))
-
-        def round_trips() -> None:
-            for _ in range(500):
-                tracedray.get(empty.remote())
-
-        _measure(out, "task round trips/s", 500, round_trips)
-        small = {"key": "value", "numbers": list(range(16))}
-
-        def put_get_small() -> None:
-            for _ in range(5000):
-                tracedray.get(tracedray.put(small))
-
-        _measure(out, "put+get small/s", 5000, put_get_small)
-        array = np.ones(1 << 17)  # 1 MiB: goes through the shared-memory store
-
-        def put_get_1mb() -> None:
-            for _ in range(300):
-                tracedray.get(tracedray.put(array))
-
-        _measure(out, "put+get 1 MiB/s", 300, put_get_1mb)
-        return out
+        workloads = _workloads(tasks)
+        for _count, run in workloads.values():  # warm the worker pool and every path
+            run()
+        _convert_backlog()
+        print(json.dumps({"ready": True}), flush=True)
+        for line in sys.stdin:
+            name = line.strip()
+            if not name:
+                break
+            count, run = workloads[name]
+            cpu_before = _cluster_cpu_s()
+            start = time.perf_counter()
+            run()
+            elapsed = time.perf_counter() - start
+            cpu = _cluster_cpu_s() - cpu_before + _convert_backlog()
+            print(json.dumps({"rate": count / elapsed, "cpu_us": cpu / count * 1e6}),
+                  flush=True)
     finally:
         tracedray.shutdown()
 
 
-def _run_child(telemetry_on: bool, tasks: int, temp_root: str) -> dict[str, float]:
-    env = {**os.environ, "TRACEDRAY_TEMP_DIR": temp_root}
-    for key in ("OTEL_SDK_DISABLED", "OTEL_EXPORTER_OTLP_ENDPOINT",
-                "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"):
-        env.pop(key, None)  # "on" means the default pipeline, with no network exporter
-    if not telemetry_on:
-        env["OTEL_SDK_DISABLED"] = "true"
-    done = subprocess.run([sys.executable, __file__, "--child", "--tasks", str(tasks)],
-                          env=env, capture_output=True, text=True, check=False, timeout=600)
-    if done.returncode != 0:
-        raise SystemExit(f"benchmark child failed ({'on' if telemetry_on else 'off'}):\n"
-                         f"{done.stderr[-4000:]}")
-    result: dict[str, float] = json.loads(done.stdout.strip().splitlines()[-1])
-    return result
+# --------------------------------------------------------------------------- coordinator
 
 
-def best_of(rounds: list[dict[str, float]]) -> dict[str, float]:
-    return {key: max(r[key] for r in rounds) for key in rounds[0]}
+class Side:
+    """A serving driver process (telemetry on or off) and its cluster."""
+
+    def __init__(self, telemetry_on: bool, tasks: int, temp_root: str) -> None:
+        self.label = "on" if telemetry_on else "off"
+        env = {**os.environ, "TRACEDRAY_TEMP_DIR": os.path.join(temp_root, self.label)}
+        for key in ("OTEL_SDK_DISABLED", "OTEL_EXPORTER_OTLP_ENDPOINT",
+                    "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"):
+            env.pop(key, None)  # "on" means the default pipeline, with no network exporter
+        if not telemetry_on:
+            env["OTEL_SDK_DISABLED"] = "true"
+        self.process = subprocess.Popen(
+            [sys.executable, __file__, "--serve", "--tasks", str(tasks)], env=env,
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+
+    def _answer(self) -> dict[str, Any]:
+        stdout: IO[str] | None = self.process.stdout
+        assert stdout is not None
+        line = stdout.readline()
+        if not line:
+            raise SystemExit(f"the telemetry-{self.label} side ended early "
+                             f"(exit code {self.process.wait()}); see its stderr above")
+        answer: dict[str, Any] = json.loads(line)
+        return answer
+
+    def wait_ready(self) -> None:
+        self._answer()
+
+    def run(self, workload: str) -> dict[str, float]:
+        stdin = self.process.stdin
+        assert stdin is not None
+        stdin.write(workload + "\n")
+        stdin.flush()
+        return self._answer()
+
+    def close(self) -> None:
+        if self.process.stdin is not None:
+            try:
+                self.process.stdin.write("\n")
+                self.process.stdin.close()
+            except OSError:
+                pass
+        try:
+            self.process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+
+
+def _quartiles(values: list[float]) -> tuple[float, float]:
+    if len(values) < 4:
+        return min(values), max(values)
+    q = statistics.quantiles(values, n=4)
+    return q[0], q[2]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=8,
+                        help="runs of each workload per side (default 8)")
     parser.add_argument("--tasks", type=int, default=5000)
-    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.child:
-        print(json.dumps(child(args.tasks)))
+    if args.serve:
+        serve(args.tasks)
         return
-    on_rounds: list[dict[str, float]] = []
-    off_rounds: list[dict[str, float]] = []
+    names = list(WORKLOADS)
+    runs: dict[str, dict[str, list[dict[str, float]]]] = {
+        name: {"on": [], "off": []} for name in names}
+    ratios: dict[str, list[float]] = {name: [] for name in names}
     with tempfile.TemporaryDirectory(prefix="tracedray-bench-") as temp_root:
-        for _ in range(args.rounds):
-            on_rounds.append(_run_child(True, args.tasks, temp_root))
-            off_rounds.append(_run_child(False, args.tasks, temp_root))
-    rates = [key for key in on_rounds[0] if not key.endswith(" cpu")]
-    on, off = best_of(on_rounds), best_of(off_rounds)
-    # Each round's on/off pair ran back to back: the median of those ratios is the
-    # figure least moved by what else the machine was doing.
-    paired = {key: statistics.median(r_on[key] / r_off[key]
-                                     for r_on, r_off in zip(on_rounds, off_rounds, strict=True))
-              for key in on_rounds[0]}
-    width = max(len(key) for key in rates)
-    print(f"{'workload':<{width}}  {'telemetry on':>13}  {'off':>13}  {'best/best':>9}  "
-          f"{'median pair':>11}")
-    for key in rates:
-        print(f"{key:<{width}}  {on[key]:>13,.0f}  {off[key]:>13,.0f}  "
-              f"{on[key] / off[key]:>9.2f}  {paired[key]:>11.2f}")
-    worst = min(paired[key] for key in rates)
+        on, off = Side(True, args.tasks, temp_root), Side(False, args.tasks, temp_root)
+        try:
+            on.wait_ready()
+            off.wait_ready()
+            for round_index in range(args.rounds):
+                for name in names:
+                    # ABBA: whichever side runs second in a pair gets the warmer (or
+                    # more disturbed) machine equally often.
+                    order = (on, off) if round_index % 2 == 0 else (off, on)
+                    results = {side.label: side.run(name) for side in order}
+                    for label, result in results.items():
+                        runs[name][label].append(result)
+                    ratios[name].append(results["on"]["rate"] / results["off"]["rate"])
+        finally:
+            on.close()
+            off.close()
+    width = max(len(name) for name in names)
+    print(f"{'workload':<{width}}  {'median on/off':>13}  {'pairs IQR':>11}  "
+          f"{'ops/s on':>10}  {'ops/s off':>10}")
+    for name in names:
+        low, high = _quartiles(ratios[name])
+        rate_on = statistics.median(r["rate"] for r in runs[name]["on"])
+        rate_off = statistics.median(r["rate"] for r in runs[name]["off"])
+        print(f"{name:<{width}}  {statistics.median(ratios[name]):>13.2f}  "
+              f"{low:>5.2f}-{high:<5.2f}  {rate_on:>10,.0f}  {rate_off:>10,.0f}")
+    worst = min(statistics.median(ratios[name]) for name in names)
     verdict = "meets" if worst >= GOAL else "MISSES"
     print(f"\nworst median on/off ratio {worst:.2f} ({verdict} the goal of >= {GOAL}); "
-          f"{args.rounds} alternating rounds, each a fresh cluster, each workload the best "
-          f"of {REPEATS} runs.")
-    print(f"\n{'cluster CPU per op (µs, median)':<{width}}  {'on':>13}  {'off':>13}  "
-          f"{'off/on':>9}")
-    for key in rates:
-        cpu_on = statistics.median(r[f"{key} cpu"] for r in on_rounds)
-        cpu_off = statistics.median(r[f"{key} cpu"] for r in off_rounds)
-        print(f"{key:<{width}}  {cpu_on:>13,.1f}  {cpu_off:>13,.1f}  {cpu_off / cpu_on:>9.2f}")
+          f"{args.rounds} runs of each workload per side, the two clusters taking turns "
+          f"(ABBA), one ratio per adjacent pair.")
+    print(f"\n{'cluster CPU per op (µs, median)':<{width}}  {'on':>13}  {'off':>11}  "
+          f"{'off/on':>10}")
+    for name in names:
+        cpu_on = statistics.median(r["cpu_us"] for r in runs[name]["on"])
+        cpu_off = statistics.median(r["cpu_us"] for r in runs[name]["off"])
+        print(f"{name:<{width}}  {cpu_on:>13,.1f}  {cpu_off:>11,.1f}  {cpu_off / cpu_on:>10.2f}")
     print("on = spans to the session's trace files + JSON logs (the default); "
           "off = OTEL_SDK_DISABLED=true (spans are no-ops; JSON logs stay on).\n"
-          "CPU includes converting the workload's spans to JSON lines, done by the node's "
-          "agent during the runs or, when it put that off while the machine was busy, "
-          "after them.")
+          "CPU includes converting the workload's spans to JSON lines (by the node's agent "
+          "during the run, or after it, outside the timing, when the agent put it off).")
 
 
 if __name__ == "__main__":

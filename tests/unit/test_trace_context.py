@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from opentelemetry.trace import SpanContext, TraceFlags, TraceState
 
 from tracedray import telemetry
@@ -87,3 +88,74 @@ def test_the_flight_recorder_slot_names_the_same_parent_as_the_spec() -> None:
     assert parent.trace_state.to_header() == "vendor=x"
     for torn in (["zz", 1, 1, ""], [1, 2], "junk", ["0" * 32, 1, 1, ""], {}):
         assert trace_context.parent_from_slot(torn) is None
+
+
+def _recorded(tmp_path, name: str):  # type: ignore[no-untyped-def]
+    from tracedray.telemetry import otlp_json
+
+    resource_spans, warnings = otlp_json.read_trace_dir(tmp_path / "traces")
+    assert warnings == []
+    return [span for span in otlp_json.to_readable_spans(resource_spans) if span.name == name]
+
+
+@pytest.mark.parametrize("flags, state", [(1, None), (0, None), (1, "vendor=v1")])
+def test_a_child_of_the_spec_is_the_span_the_general_path_starts(
+        tmp_path, flags: int, state: str | None) -> None:  # type: ignore[no-untyped-def]
+    # start_child builds the worker's task.execute in one frame in the common case; it
+    # must be the span start_span(parent=parent_of(spec)) starts, whatever the flags.
+    telemetry.configure("worker", session_dir=tmp_path)
+    spec = common_pb2.TaskSpec()
+    trace_context.stamp(spec, _context(flags, TraceState.from_header([state]) if state else None))
+    spec = _wire(spec)
+    fast = trace_context.start_child(spec, "task.execute", {"k": "v"})
+    general = telemetry.start_span("task.execute", {"k": "v"},
+                                   parent=trace_context.parent_of(spec))
+    for span in (fast, general):
+        context = span.get_span_context()
+        assert (type(span), span.is_recording(), context.trace_id, context.trace_flags,
+                context.is_remote, context.trace_state) == (
+            type(general), bool(flags), TRACE_ID, TraceFlags(flags), False,
+            general.get_span_context().trace_state)
+        span.end()
+    recorded = _recorded(tmp_path, "task.execute")
+    assert len(recorded) == (2 if flags else 0)
+    for span in recorded:
+        assert span.parent is not None and span.parent.span_id == SPAN_ID
+        assert dict(span.attributes) == {"k": "v"}
+        assert span.context.trace_state.to_header() == (state or "")
+
+
+def test_a_child_of_a_spec_naming_no_parent_is_a_child_of_the_current_span(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    telemetry.configure("worker", session_dir=tmp_path)
+    with telemetry.span("outer") as outer:
+        child = trace_context.start_child(common_pb2.TaskSpec(), "task.execute", {})
+    assert child.get_span_context().trace_id == outer.get_span_context().trace_id
+    child.end()
+    (recorded,) = _recorded(tmp_path, "task.execute")
+    assert recorded.parent is not None
+    assert recorded.parent.span_id == outer.get_span_context().span_id
+    root = trace_context.start_child(common_pb2.TaskSpec(), "task.execute", {})
+    assert root.is_recording() and root.get_span_context().trace_id != TRACE_ID
+
+
+def test_a_configured_sampler_sees_the_spec_s_parent(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    # parentbased_always_off drops roots but keeps children of sampled parents: a
+    # sampler that is not handed the remote parent would drop every task.execute.
+    monkeypatch.setenv("OTEL_TRACES_SAMPLER", "parentbased_always_off")
+    telemetry.configure("worker", session_dir=tmp_path)
+    spec = common_pb2.TaskSpec()
+    trace_context.stamp(spec, _context(1))
+    span = trace_context.start_child(_wire(spec), "task.execute", {})
+    assert span.is_recording()
+    span.end()
+    assert len(_recorded(tmp_path, "task.execute")) == 1
+    assert not trace_context.start_child(common_pb2.TaskSpec(), "task.execute", {}).is_recording()
+
+
+def test_before_configure_a_child_is_the_invalid_span() -> None:
+    from opentelemetry.trace import INVALID_SPAN
+
+    telemetry.shutdown()
+    spec = common_pb2.TaskSpec()
+    trace_context.stamp(spec, _context(1))
+    assert trace_context.start_child(spec, "task.execute", {}) is INVALID_SPAN

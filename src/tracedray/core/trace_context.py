@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from opentelemetry.trace import SpanContext
+from opentelemetry.trace import Span, SpanContext
 
 from tracedray import telemetry
 from tracedray.v1 import common_pb2
@@ -42,6 +42,15 @@ def parent_of(spec: common_pb2.TaskSpec) -> SpanContext | None:
         return None  # none recorded (telemetry off in the caller), or not ours
     return telemetry.remote_parent(int.from_bytes(trace_id, "big"), spec.parent_span_id,
                                    spec.trace_flags, spec.trace_state)
+
+
+def start_child(spec: common_pb2.TaskSpec, name: str,
+                attributes: dict[str, Any]) -> Span:
+    """Start a span (not made current) whose parent is the one the spec names — a task's
+    ``task.execute`` under its caller's ``task.submit`` — or, if it names none, the
+    current span. ``attributes`` becomes the span's."""
+    return telemetry.start_remote_child(name, attributes, spec.trace_id, spec.parent_span_id,
+                                        spec.trace_flags, spec.trace_state)
 
 
 def trace_id_hex(spec: common_pb2.TaskSpec) -> str:

@@ -26,7 +26,6 @@ from tracedray.telemetry._api import (
     open_span,
     parent_from_carrier,
     record_error,
-    remote_parent,
     span,
     start_span,
 )
@@ -34,6 +33,8 @@ from tracedray.telemetry._record import (
     PendingSpan,
     pending_span,
     record_span,
+    remote_parent,
+    start_remote_child,
     trace_state_header,
 )
 from tracedray.telemetry._state import (
@@ -69,6 +70,7 @@ __all__ = [
     "shutdown",
     "span",
     "start_span",
+    "start_remote_child",
     "statistics",
     "trace_state_header",
     "tracer",

@@ -19,8 +19,6 @@ from opentelemetry.trace import (
     Span,
     SpanContext,
     SpanKind,
-    TraceFlags,
-    TraceState,
 )
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 from opentelemetry.util.types import AttributeValue
@@ -29,6 +27,7 @@ from tracedray.telemetry import _state
 from tracedray.telemetry._errors import is_error, mark_error
 from tracedray.telemetry._record import (
     EMPTY_TRACE_STATE,
+    TRACE_FLAGS,
     LightSpan,
     PendingSpan,
     attach_span,
@@ -203,29 +202,7 @@ def carrier_of(span_context: SpanContext) -> dict[str, str]:
 # else — another version, a tracestate — goes through the propagator, which knows
 # every rule of the W3C format.
 _LOWER_HEX = "0123456789abcdef"
-_FLAGS = [TraceFlags(value) for value in range(256)]
 _NO_STATE = EMPTY_TRACE_STATE  # one empty TraceState: trace_state_header checks identity first
-
-
-_MAX_TRACE_ID = (1 << 128) - 1
-_MAX_SPAN_ID = (1 << 64) - 1
-
-
-def remote_parent(trace_id: int, span_id: int, flags: int,
-                  trace_state: str = "") -> SpanContext | None:
-    """The remote span a W3C trace context names, from its fields (the binary form of
-    ``traceparent`` and the ``tracestate`` header) rather than from header text.
-
-    None when the ids are not a valid W3C pair (zero or out of range), as for a
-    carrier holding none. Never raises.
-    """
-    try:
-        if not (0 < trace_id <= _MAX_TRACE_ID and 0 < span_id <= _MAX_SPAN_ID):
-            return None
-        state = TraceState.from_header([trace_state]) if trace_state else _NO_STATE
-        return remote_span_context(trace_id, span_id, _FLAGS[flags & 0xFF], state)
-    except Exception:
-        return None
 
 
 def context_from_carrier(carrier: Mapping[str, str]) -> Context | None:
@@ -263,7 +240,7 @@ def parent_from_carrier(carrier: Mapping[str, str]) -> SpanContext | None:
             trace_id, span_id = int(header[3:35], 16), int(header[36:52], 16)
             if not trace_id or not span_id:
                 return None  # all-zero ids are invalid (W3C)
-            return remote_span_context(trace_id, span_id, _FLAGS[int(header[53:], 16)],
+            return remote_span_context(trace_id, span_id, TRACE_FLAGS[int(header[53:], 16)],
                                        _NO_STATE)
         extracted = _W3C.extract(dict(carrier))
         remote = trace.get_current_span(extracted).get_span_context()

@@ -140,8 +140,7 @@ class TaskExecutor:
             A.WORKER_ID: worker.worker_id}
         if actor_hex:
             attributes[A.ACTOR_ID] = actor_hex
-        parent = trace_context.parent_of(spec)
-        span = telemetry.start_span("task.execute", attributes, parent=parent)
+        span = trace_context.start_child(spec, "task.execute", attributes)
         # The raylet reads this slot if the process dies mid-task: the parent's trace
         # fields there, so it needs no spec to attach worker.exit to the task's trace.
         worker.flight_recorder.record({"task_id": task_hex, "attempt": spec.attempt,
