@@ -33,7 +33,7 @@ class SpoolStatistics:
 
 _PADDED = fmt.LENGTH.size + fmt.ALIGN - 1
 _ALIGN_MASK = ~(fmt.ALIGN - 1)
-_pack_length = fmt.LENGTH.pack
+_pack_length_into = fmt.LENGTH.pack_into
 assert fmt.LENGTH.size == 4
 
 
@@ -77,7 +77,11 @@ class SpoolWriter(MappedAppender):
     def append(self, payload: bytes) -> None:
         length = len(payload)
         size = (length + _PADDED) & _ALIGN_MASK  # fmt.record_size, inline: hot path
-        with self._lock:
+        # acquire/release rather than ``with``, and the length packed in place: this runs
+        # for every span, and each saves ~0.7k instructions.
+        lock = self._lock
+        lock.acquire()
+        try:
             # Room for the record and the zero length word that ends the data.
             if self._map is None or self._pos + size + 4 > self._size:
                 if self._fd is None:
@@ -90,9 +94,11 @@ class SpoolWriter(MappedAppender):
             assert mapping is not None
             start = pos + 4
             mapping[start:start + length] = payload
-            mapping[pos:start] = _pack_length(length)  # last: commits the record
+            _pack_length_into(mapping, pos, length)  # last: commits the record
             self._pos = pos + size
             self._records += 1
+        finally:
+            lock.release()
 
     def _room_mapped(self, need: int) -> bool:
         """Move the window so ``need`` bytes fit; False when appending with pwrite
