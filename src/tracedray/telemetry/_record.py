@@ -509,28 +509,11 @@ class PendingSpan:
         try:
             direct = pipeline.direct_writer
             if error is None and direct is not None:
-                own, parent = self.context, self.parent
-                # The SPAN record built here, for the two hot cases: a span with its own
-                # context (a task's submission) and a child of a known parent (a task's
-                # dispatch whose result came alone).
-                if own is not None:
-                    direct.append_fields((
-                        SPAN, own.trace_id, own.span_id,
-                        parent.span_id if parent is not None else 0, self.name, 0,
-                        self.start_ns, time.time_ns(), self.attributes, 0, None, (),
-                        trace_state_header(own.trace_state), ()))
-                elif parent is not None:
-                    if parent.trace_flags & _SAMPLED:  # else dropped with its parent
-                        direct.append_fields((
-                            SPAN, parent.trace_id,
-                            (_getrandbits(64) if pipeline.random_ids else 0)
-                            or pipeline.ids.generate_span_id(),
-                            parent.span_id, self.name, 0, self.start_ns, time.time_ns(),
-                            self.attributes, 0, None, (), trace_state_header(parent.trace_state),
-                            ()))
-                else:
-                    _write_directly(pipeline, direct, self.name, self.attributes,
-                                    self.start_ns, time.time_ns(), None, _INTERNAL, parent)
+                fields = _span_fields(pipeline, self.name, self.attributes, self.start_ns,
+                                      time.time_ns(), None, _INTERNAL, self.parent,
+                                      self.context)
+                if fields is not None:
+                    direct.append_fields(fields)
             elif self.context is not None:
                 # Its ids are known to others already: record them, through a span object.
                 span = LightSpan(pipeline, self.name, self.context, self.parent, _INTERNAL,
@@ -646,24 +629,10 @@ def end_pending_spans(spans: Sequence[PendingSpan]) -> None:
                 pending.end()
             return
         end_ns = time.time_ns()
-        fast_ids = pipeline.random_ids
         records = []
         for pending in spans:
-            parent = pending.parent
-            if pending.context is None and parent is not None:
-                # A child of a known parent (a task's dispatch under its submission):
-                # the SPAN record built inline, once per task result.
-                if not parent.trace_flags & _SAMPLED:
-                    continue  # ParentBased: a sampled-out parent drops its children
-                records.append((
-                    SPAN, parent.trace_id,
-                    (_getrandbits(64) if fast_ids else 0) or pipeline.ids.generate_span_id(),
-                    parent.span_id, pending.name, 0, pending.start_ns, end_ns,
-                    pending.attributes, 0, None, (), trace_state_header(parent.trace_state),
-                    ()))
-                continue
             fields = _span_fields(pipeline, pending.name, pending.attributes, pending.start_ns,
-                                  end_ns, None, _INTERNAL, parent, pending.context)
+                                  end_ns, None, _INTERNAL, pending.parent, pending.context)
             if fields is not None:
                 records.append(fields)
         direct.append_many(records)
