@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 import tracedray
 from tracedray.core import node, session
 from tracedray.exceptions import ClusterConnectionError, ConfigError
+from tracedray.telemetry.append_file import read_data
 from tracedray.testing.redis_server import free_port
 
 
@@ -52,3 +57,16 @@ def test_malformed_url_is_a_config_error_before_any_process(
         tracedray.init(num_cpus=1, object_store_memory=64 << 20)
     assert url in str(caught.value)
     assert reason in str(caught.value)
+
+
+def test_a_gcs_that_cannot_start_exits_1_and_logs_it(tmp_path: Path) -> None:
+    done = subprocess.run([sys.executable, "-m", "tracedray.core.gcs.main", "--session-dir",
+                           str(tmp_path), "--storage", "mysql://127.0.0.1:3306",
+                           "--ready-file", str(tmp_path / "ready")],
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 1, done.stderr[-2000:]
+    assert json.loads((tmp_path / "ready").read_text())["error_type"] == "ConfigError"
+    (log,) = (tmp_path / "logs").glob("gcs-*.jsonl")
+    last = json.loads(read_data(log).decode().splitlines()[-1])
+    assert (last["event"], last["exit_code"], last["exit_code_source"]) == \
+        ("process.exit", 1, "sys.exit")

@@ -18,7 +18,6 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
 from typing import Any, cast
 
 import structlog
@@ -28,6 +27,7 @@ from tracedray import config
 from tracedray import config as config_module  # configure() has a parameter named config
 from tracedray.exceptions import ConfigError
 from tracedray.logs import _context, _processors
+from tracedray.logs._exit_status import ExitStatus, interpreter_exit_status, watch_exits
 from tracedray.logs._process_info import (
     current_user,
     effective_configuration,
@@ -75,8 +75,6 @@ sink = LineSink()
 _lock = threading.RLock()
 _configured: _Configured | None = None
 _atexit_registered = False
-_unhandled_exception = False
-_previous_excepthook = sys.excepthook
 
 
 def get_logger(name: str | None = None) -> FilteringBoundLogger:
@@ -92,13 +90,6 @@ def _level_number(name: str, variable: str) -> int:
         raise ConfigError(f"{variable}={name!r} is not a log level; "
                           f"use one of {', '.join(_processors.LEVELS)}")
     return level
-
-
-def _excepthook(exc_type: type[BaseException], exc: BaseException,
-                tb: TracebackType | None) -> None:
-    global _unhandled_exception
-    _unhandled_exception = True
-    _previous_excepthook(exc_type, exc, tb)
 
 
 def configure(component: str, *, session_dir: Path | None, node_id: str = "",
@@ -136,7 +127,7 @@ def configure(component: str, *, session_dir: Path | None, node_id: str = "",
         _configured = _Configured(key, pid, component, started)
         if not _atexit_registered:
             atexit.register(_record_exit_at_interpreter_exit)
-            sys.excepthook = _excepthook
+            watch_exits()
             _atexit_registered = True
     if new_file:
         _write_process_start(config)
@@ -163,12 +154,16 @@ def _write_process_start(effective: Mapping[str, object] | None) -> None:
 
 def record_process_exit(exit_code: int) -> None:
     """Write ``process.exit`` now (once per process) — for paths that end in ``os._exit``."""
+    _write_process_exit(ExitStatus(exit_code, "explicit"))
+
+
+def _write_process_exit(status: ExitStatus) -> None:
     with _lock:
         current = _configured
         if current is None or current.pid != os.getpid() or current.exit_recorded:
             return
         current.exit_recorded = True
-    get_logger("tracedray").info("process.exit", exit_code=exit_code,
+    get_logger("tracedray").info("process.exit", **status.fields(),
                                  run_time_s=round(time.time() - current.start_time, 6))
     # The process is ending (maybe by os._exit): leave a file without reserved tail.
     sink.unmap()
@@ -181,9 +176,13 @@ def _record_exit_at_interpreter_exit() -> None:
         from tracedray import telemetry
 
         telemetry.shutdown()
-    # atexit cannot see sys.exit()'s code; an unhandled exception means 1. Paths that
-    # know the real code (the runtime's own shutdown) call record_process_exit first.
-    record_process_exit(1 if _unhandled_exception else 0)
+    # atexit cannot see the status Python exits with: _exit_status rebuilds it. Paths
+    # that know the real code (the runtime's own shutdown) call record_process_exit first.
+    try:
+        status = interpreter_exit_status()
+    except Exception:  # telemetry never raises into the exit; say we could not tell
+        status = ExitStatus(None, "unknown")
+    _write_process_exit(status)
 
 
 def statistics() -> LogStatistics:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import threading
 from pathlib import Path
 from typing import TypeVar
@@ -48,7 +49,8 @@ def main() -> None:
         # URL, ClusterConnectionError for an unreachable Redis) with this message.
         args.ready_file.write_text(json.dumps({"error": str(exc),
                                                "error_type": type(exc).__name__}))
-        raise SystemExit(1) from exc
+        # sys.exit, not raise SystemExit: process.exit can tell the code (logs/_exit_status).
+        sys.exit(1)
     gcs.start()
     exit_on_sigterm(gcs.stop)
     exit_with_parent(args.parent_pid, gcs.stop)

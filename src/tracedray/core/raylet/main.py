@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import threading
 from pathlib import Path
 
@@ -45,7 +46,8 @@ def main() -> None:
     except Exception as exc:
         logs.get_logger(__name__).error("raylet.start_failed", error=str(exc))
         args.ready_file.write_text(json.dumps({"error": str(exc)}))
-        raise SystemExit(1) from exc
+        # sys.exit, not raise SystemExit: process.exit can tell the code (logs/_exit_status).
+        sys.exit(1)
     on_exit = raylet.shutdown
     if args.supervise_gcs:
         from tracedray.core.gcs.launch import GcsLaunchSpec
