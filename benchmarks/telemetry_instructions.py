@@ -9,8 +9,9 @@ small changes to the hot paths can be compared here before they are confirmed in
 
 Printed:
 - instructions per span on the hot paths, in a tight loop in one process with telemetry
-  configured (``task.submit``: open, stamp a task spec, end; a ``task.dispatch`` span
-  ended in a batch of 10; ``record_span``, as object.put/get record theirs);
+  configured (``task.submit``: open, stamp a task spec, end, with a span shape as the
+  runtime records it and with an attribute dict; a ``task.dispatch`` span of a lease's
+  shape ended in a batch of 10; ``record_span``, as object.put/get record theirs);
 - a driver's instructions per empty task (5,000 submitted, then gotten) on a live
   cluster with telemetry on and off; only the driver runs under valgrind (the cluster
   runs normally), so this is the share of the workload's bottleneck that telemetry
@@ -44,18 +45,32 @@ which, n = sys.argv[1], int(sys.argv[2])
 attributes = {"tracedray.task.id": "ab" * 12, "tracedray.task.function": "empty",
               "tracedray.task.kind": "normal", "tracedray.task.call_site": "bench.py:3",
               "tracedray.job.id": "0100", "tracedray.task.max_retries": 3}
-if which == "task.submit":
+submit_shapes = telemetry.ShapeCache(
+    "task.submit", ("tracedray.task.id",),
+    ("tracedray.task.function", "tracedray.task.kind", "tracedray.task.call_site",
+     "tracedray.job.id", "tracedray.task.max_retries"))
+lease_shape = telemetry.SpanShape(
+    "task.dispatch", ("tracedray.task.id", "tracedray.task.attempt"),
+    {"tracedray.node.id": "ab" * 14, "tracedray.node.ip": "127.0.0.1",
+     "tracedray.worker.id": "cd" * 14, "tracedray.worker.pid": 4242,
+     "tracedray.lease.id": "ef" * 8, "tracedray.scheduling.reason": "reused lease"})
+if which == "task.submit (shape, as the runtime)":
+    for _ in range(n):
+        span = telemetry.open_shaped_span(
+            submit_shapes.get(("empty", "normal", "bench.py:3", "0100", 3)), ("ab" * 12,))
+        trace_context.stamp(common_pb2.TaskSpec(), span.get_span_context())
+        telemetry.finish_span(span)
+elif which == "task.submit (attribute dict)":
     for _ in range(n):
         span = telemetry.open_span("task.submit", dict(attributes))
         trace_context.stamp(common_pb2.TaskSpec(), span.get_span_context())
         telemetry.finish_span(span)
-elif which == "task.dispatch (batch of 10)":
+elif which == "task.dispatch (shape, batch of 10)":
     parent = telemetry.open_span("task.submit", {}).get_span_context()
     for _ in range(n // 10):
         telemetry.finish_spans([
-            telemetry.pending_span("task.dispatch", {"tracedray.task.id": "ab" * 12,
-                                                     "tracedray.task.attempt": 0},
-                                   parent=parent) for _ in range(10)])
+            telemetry.pending_shaped_span(lease_shape, ("ab" * 12, 0), parent=parent)
+            for _ in range(10)])
 elif which == "record_span":
     for _ in range(n):
         telemetry.record_span("object.put", dict(attributes), start_ns=1)
@@ -114,8 +129,9 @@ def main() -> None:
                     "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "TRACEDRAY_ADDRESS"):
             env.pop(key, None)
         print(f"{'hot path (tight loop)':40s} {'instructions/op':>16s}")
-        for which in ("baseline (attributes + spec)", "task.submit",
-                      "task.dispatch (batch of 10)", "record_span"):
+        for which in ("baseline (attributes + spec)", "task.submit (shape, as the runtime)",
+                      "task.submit (attribute dict)", "task.dispatch (shape, batch of 10)",
+                      "record_span"):
             count = per_op(MICRO, [which], 1_000, 1_000 + args.ops, env)
             print(f"{which:40s} {count:16,.0f}", flush=True)
         if args.skip_driver:

@@ -90,6 +90,10 @@ def test_the_flight_recorder_slot_names_the_same_parent_as_the_spec() -> None:
         assert trace_context.parent_from_slot(torn) is None
 
 
+_EXECUTE = telemetry.SpanShape("task.execute", ("k",))
+_EXECUTE_BARE = telemetry.SpanShape("task.execute", ())
+
+
 def _recorded(tmp_path, name: str):  # type: ignore[no-untyped-def]
     from tracedray.telemetry import otlp_json
 
@@ -107,7 +111,7 @@ def test_a_child_of_the_spec_is_the_span_the_general_path_starts(
     spec = common_pb2.TaskSpec()
     trace_context.stamp(spec, _context(flags, TraceState.from_header([state]) if state else None))
     spec = _wire(spec)
-    fast = trace_context.start_child(spec, "task.execute", {"k": "v"})
+    fast = trace_context.start_child(spec, _EXECUTE, ("v",))
     general = telemetry.start_span("task.execute", {"k": "v"},
                                    parent=trace_context.parent_of(spec))
     for span in (fast, general):
@@ -128,13 +132,13 @@ def test_a_child_of_the_spec_is_the_span_the_general_path_starts(
 def test_a_child_of_a_spec_naming_no_parent_is_a_child_of_the_current_span(tmp_path) -> None:  # type: ignore[no-untyped-def]
     telemetry.configure("worker", session_dir=tmp_path)
     with telemetry.span("outer") as outer:
-        child = trace_context.start_child(common_pb2.TaskSpec(), "task.execute", {})
+        child = trace_context.start_child(common_pb2.TaskSpec(), _EXECUTE_BARE, ())
     assert child.get_span_context().trace_id == outer.get_span_context().trace_id
     child.end()
     (recorded,) = _recorded(tmp_path, "task.execute")
     assert recorded.parent is not None
     assert recorded.parent.span_id == outer.get_span_context().span_id
-    root = trace_context.start_child(common_pb2.TaskSpec(), "task.execute", {})
+    root = trace_context.start_child(common_pb2.TaskSpec(), _EXECUTE_BARE, ())
     assert root.is_recording() and root.get_span_context().trace_id != TRACE_ID
 
 
@@ -145,11 +149,11 @@ def test_a_configured_sampler_sees_the_spec_s_parent(tmp_path, monkeypatch) -> N
     telemetry.configure("worker", session_dir=tmp_path)
     spec = common_pb2.TaskSpec()
     trace_context.stamp(spec, _context(1))
-    span = trace_context.start_child(_wire(spec), "task.execute", {})
+    span = trace_context.start_child(_wire(spec), _EXECUTE_BARE, ())
     assert span.is_recording()
     span.end()
     assert len(_recorded(tmp_path, "task.execute")) == 1
-    assert not trace_context.start_child(common_pb2.TaskSpec(), "task.execute", {}).is_recording()
+    assert not trace_context.start_child(common_pb2.TaskSpec(), _EXECUTE_BARE, ()).is_recording()
 
 
 def test_before_configure_a_child_is_the_invalid_span() -> None:
@@ -158,4 +162,4 @@ def test_before_configure_a_child_is_the_invalid_span() -> None:
     telemetry.shutdown()
     spec = common_pb2.TaskSpec()
     trace_context.stamp(spec, _context(1))
-    assert trace_context.start_child(spec, "task.execute", {}) is INVALID_SPAN
+    assert trace_context.start_child(spec, _EXECUTE_BARE, ()) is INVALID_SPAN

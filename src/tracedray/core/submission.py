@@ -20,6 +20,12 @@ if TYPE_CHECKING:
     from tracedray.core.worker.core_worker import CoreWorker
 
 log = logs.get_logger(__name__)
+# task.submit: what the submissions from one call site share, recorded once
+# (span_shape.py); an actor's calls also share the actor.
+_SUBMIT_KEYS = (A.TASK_FUNCTION, A.TASK_KIND, A.TASK_CALL_SITE, A.JOB_ID, A.TASK_MAX_RETRIES)
+_SUBMIT_SHAPES = telemetry.ShapeCache("task.submit", (A.TASK_ID,), _SUBMIT_KEYS)
+_ACTOR_SUBMIT_SHAPES = telemetry.ShapeCache("task.submit", (A.TASK_ID,),
+                                            (*_SUBMIT_KEYS, A.ACTOR_ID))
 _KIND_LABEL: dict[int, str] = {common_pb2.NORMAL: "normal",
                                common_pb2.ACTOR_CREATION: "actor_creation",
                                common_pb2.ACTOR_METHOD: "actor_method"}
@@ -48,13 +54,13 @@ def build_task(worker: CoreWorker, *, kind: int, function_id: str, function_name
     task_hex = task_id.hex()
     span: Any = INVALID_SPAN
     if telemetry.enabled():
-        attributes: dict[str, Any] = {
-            A.TASK_ID: task_hex, A.TASK_FUNCTION: function_name, A.TASK_KIND: _KIND_LABEL[kind],
-            A.TASK_CALL_SITE: site, A.JOB_ID: spec.job_id.hex(), A.TASK_MAX_RETRIES: max_retries}
-        if actor_id:
-            attributes[A.ACTOR_ID] = actor_id.hex()
+        job_hex = spec.job_id.hex()
+        shape = (_ACTOR_SUBMIT_SHAPES.get((function_name, _KIND_LABEL[kind], site, job_hex,
+                                           max_retries, actor_id.hex())) if actor_id else
+                 _SUBMIT_SHAPES.get((function_name, _KIND_LABEL[kind], site, job_hex,
+                                     max_retries)))
         # Not made current: its context goes into the spec and the log line directly.
-        span = telemetry.open_span("task.submit", attributes)
+        span = telemetry.open_shaped_span(shape, (task_hex,))
     try:
         context = span.get_span_context()
         trace_ids: dict[str, str] = {}

@@ -44,12 +44,12 @@ def parent_of(spec: common_pb2.TaskSpec) -> SpanContext | None:
                                    spec.trace_flags, spec.trace_state)
 
 
-def start_child(spec: common_pb2.TaskSpec, name: str,
-                attributes: dict[str, Any]) -> Span:
-    """Start a span (not made current) whose parent is the one the spec names — a task's
-    ``task.execute`` under its caller's ``task.submit`` — or, if it names none, the
-    current span. ``attributes`` becomes the span's."""
-    return telemetry.start_remote_child(name, attributes, spec.trace_id, spec.parent_span_id,
+def start_child(spec: common_pb2.TaskSpec, shape: telemetry.SpanShape,
+                values: tuple[Any, ...]) -> Span:
+    """Start a span of ``shape`` with ``values`` (not made current) whose parent is the
+    one the spec names — a task's ``task.execute`` under its caller's ``task.submit`` —
+    or, if it names none, the current span."""
+    return telemetry.start_remote_child(shape, values, spec.trace_id, spec.parent_span_id,
                                         spec.trace_flags, spec.trace_state)
 
 

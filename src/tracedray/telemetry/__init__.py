@@ -23,6 +23,7 @@ from tracedray.telemetry._api import (
     current_trace_ids,
     finish_span,
     finish_spans,
+    open_shaped_span,
     open_span,
     parent_from_carrier,
     record_error,
@@ -31,6 +32,7 @@ from tracedray.telemetry._api import (
 )
 from tracedray.telemetry._record import (
     PendingSpan,
+    pending_shaped_span,
     pending_span,
     record_span,
     remote_parent,
@@ -46,13 +48,18 @@ from tracedray.telemetry._state import (
     statistics,
     tracer,
 )
+from tracedray.telemetry.span_shape import ShapeCache, SpanShape
 
 __all__ = [
     "activate",
+    "open_shaped_span",
     "open_span",
     "remote_parent",
     "PendingSpan",
+    "pending_shaped_span",
     "pending_span",
+    "ShapeCache",
+    "SpanShape",
     "TelemetryStatistics",
     "carrier_for",
     "carrier_of",

@@ -38,6 +38,7 @@ from tracedray.telemetry._record import (
     start_light_span,
     trace_state_header,
 )
+from tracedray.telemetry.span_shape import SpanShape
 
 # W3C explicitly, not the global propagator: our task specs always carry W3C
 # headers, whatever OTEL_PROPAGATORS the user's own code configured.
@@ -112,6 +113,18 @@ def open_span(name: str, attributes: dict[str, AttributeValue]) -> Span | Pendin
         return INVALID_SPAN
     try:
         return open_light_span(name, attributes)
+    except Exception:
+        return INVALID_SPAN
+
+
+def open_shaped_span(shape: SpanShape, values: tuple[AttributeValue, ...],
+                     ) -> Span | PendingSpan:
+    """:func:`open_span` for a span of ``shape`` with ``values`` (span_shape.py): the
+    same span, recorded with its shape while nothing changes its attributes."""
+    if not _state.enabled():
+        return INVALID_SPAN
+    try:
+        return open_light_span(shape.name, None, shape, values)
     except Exception:
         return INVALID_SPAN
 

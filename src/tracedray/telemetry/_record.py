@@ -50,7 +50,8 @@ from tracedray.telemetry import attributes as attrs
 from tracedray.telemetry._errors import is_error, mark_error, qualified_name
 from tracedray.telemetry._file_processor import SpanFileWriter
 from tracedray.telemetry.otlp_json import EventFields
-from tracedray.telemetry.spool_format import SPAN, link_fields
+from tracedray.telemetry.span_shape import SpanShape
+from tracedray.telemetry.spool_format import SHAPED, SPAN, link_fields
 
 _SAMPLED = TraceFlags(TraceFlags.SAMPLED)
 _NOT_SAMPLED = TraceFlags(TraceFlags.DEFAULT)
@@ -221,17 +222,22 @@ class LightSpan(trace.Span):
 
     __slots__ = ("_pipeline", "_name", "_context", "_parent", "_kind", "_attributes",
                  "_events", "_links", "_start_ns", "_status", "_sampled", "_end_once",
-                 "_hex_ids")
+                 "_hex_ids", "_shape", "_values")
 
     def __init__(self, pipeline: _state.Pipeline, name: str, context: SpanContext,
-                 parent: SpanContext | None, kind: SpanKind, attributes: dict[str, Any],
-                 start_ns: int, sampled: bool) -> None:
+                 parent: SpanContext | None, kind: SpanKind, attributes: dict[str, Any] | None,
+                 start_ns: int, sampled: bool, shape: SpanShape | None = None,
+                 values: tuple[AttributeValue, ...] = ()) -> None:
         self._pipeline = pipeline
         self._name = name
         self._context = context
         self._parent = parent
         self._kind = kind
+        # Either an attribute dict, or (until something changes them) a shape and this
+        # span's values of it: see span_shape.py.
         self._attributes = attributes
+        self._shape = shape
+        self._values = values
         self._events: list[EventFields] = []
         self._links: list[Link] = []
         self._start_ns = start_ns
@@ -239,6 +245,15 @@ class LightSpan(trace.Span):
         self._sampled = sampled
         self._end_once = [True]  # list.pop() is atomic: exactly one end() wins
         self._hex_ids: tuple[str, str] | None = None
+
+    def attributes(self) -> dict[str, Any]:
+        """Its attributes as a dict (a shaped span's are built now, and stay a dict)."""
+        attributes = self._attributes
+        if attributes is None:
+            assert self._shape is not None
+            attributes = self._attributes = self._shape.attributes(self._values)
+            self._shape = None
+        return attributes
 
     def hex_ids(self) -> tuple[str, str]:
         """(trace id, span id) in lowercase hex, for the log lines written inside it."""
@@ -258,9 +273,11 @@ class LightSpan(trace.Span):
         return bool(self._end_once)
 
     def set_attribute(self, key: str, value: AttributeValue) -> None:
-        if self._end_once and (key in self._attributes
-                               or len(self._attributes) < MAX_ATTRIBUTES):
-            self._attributes[key] = value
+        if not self._end_once:
+            return
+        attributes = self.attributes()
+        if key in attributes or len(attributes) < MAX_ATTRIBUTES:
+            attributes[key] = value
 
     def set_attributes(self, attributes: Mapping[str, AttributeValue]) -> None:
         for key, value in attributes.items():
@@ -278,6 +295,7 @@ class LightSpan(trace.Span):
 
     def update_name(self, name: str) -> None:
         if self._end_once:
+            self.attributes()  # a shape names its spans: this one leaves it
             self._name = name
 
     def set_status(self, status: Status | StatusCode, description: str | None = None) -> None:
@@ -331,18 +349,28 @@ def _emit(span: LightSpan, end_ns: int) -> None:
         parent = span._parent
         kind = span._kind
         links = span._links
-        # One tuple, one call: the SPAN record as spool_format.py lays it out.
-        writer.append_fields((
-            SPAN, context.trace_id, context.span_id, parent.span_id if parent is not None else 0,
-            span._name, 0 if kind is _INTERNAL else kind.value, span._start_ns, end_ns,
-            span._attributes, 0 if status is _UNSET_STATUS else status.status_code.value,
-            status.description, span._events, trace_state_header(context.trace_state),
-            link_fields(links) if links else ()))
+        shape = span._shape
+        events = span._events
+        # One tuple, one call: the record as spool_format.py lays it out.
+        if (shape is not None and shape.blob is not None and status is _UNSET_STATUS
+                and not events and not links):
+            writer.append_fields((
+                SHAPED, shape.blob, context.trace_id, context.span_id,
+                parent.span_id if parent is not None else 0, span._start_ns,
+                end_ns - span._start_ns, span._values, trace_state_header(context.trace_state)))
+        else:
+            writer.append_fields((
+                SPAN, context.trace_id, context.span_id,
+                parent.span_id if parent is not None else 0, span._name,
+                0 if kind is _INTERNAL else kind.value, span._start_ns, end_ns,
+                span.attributes(), 0 if status is _UNSET_STATUS else status.status_code.value,
+                status.description, events, trace_state_header(context.trace_state),
+                link_fields(links) if links else ()))
     if pipeline.otlp is not None and span._sampled:
         assert pipeline.provider is not None
         pipeline.otlp.processor.on_end(ReadableSpan(
             name=span._name, context=context, parent=span._parent,
-            resource=pipeline.provider.resource, attributes=span._attributes,
+            resource=pipeline.provider.resource, attributes=span.attributes(),
             events=[Event(name, attributes, timestamp)
                     for name, timestamp, attributes in span._events],
             links=span._links, kind=span._kind, status=status, start_time=span._start_ns,
@@ -410,18 +438,19 @@ def remote_parent(trace_id: int, span_id: int, flags: int,
         return None
 
 
-def start_remote_child(name: str, attributes: dict[str, AttributeValue], trace_id: bytes,
+def start_remote_child(shape: SpanShape, values: tuple[AttributeValue, ...], trace_id: bytes,
                        parent_span_id: int, flags: int, trace_state: str) -> trace.Span:
-    """Start a span, not made current, whose parent is the remote span that the binary
-    W3C fields of a task spec name (``trace_id`` as 16 big-endian bytes); without a
-    valid parent, a span as :func:`start_light_span` starts it with none.
+    """Start a span of ``shape`` with ``values`` (span_shape.py), not made current, whose
+    parent is the remote span that the binary W3C fields of a task spec name
+    (``trace_id`` as 16 big-endian bytes); without a valid parent, a span as
+    :func:`start_light_span` starts it with none.
 
-    The same span as ``start_light_span(name, attributes, parent=remote_parent(...))``,
-    for every task a worker runs (``task.execute`` under its caller's ``task.submit``):
-    in the common case (the default sampler and id generator, no tracestate) the
-    parent's context and the span are built in this one frame, where the general path
-    took five frames and ~26k instructions. ``attributes`` becomes the span's: the
-    caller must not change it afterwards. Never raises.
+    The same span as ``start_light_span(shape.name, shape.attributes(values),
+    parent=remote_parent(...))``, for every task a worker runs (``task.execute`` under
+    its caller's ``task.submit``): in the common case (the default sampler and id
+    generator, no tracestate) the parent's context and the span are built in this one
+    frame, where the general path took five frames and ~26k instructions, and the span
+    keeps its shape. Never raises.
     """
     try:
         pipeline = _state._pipeline
@@ -432,16 +461,17 @@ def start_remote_child(name: str, attributes: dict[str, AttributeValue], trace_i
                 or not pipeline.random_ids
                 or pipeline.provider.sampler is not sampling.DEFAULT_ON):
             parent = remote_parent(trace_int, parent_span_id, flags, trace_state)
-            return start_light_span(name, attributes, parent=parent)
+            return start_light_span(shape.name, shape.attributes(values), kind=shape.kind,
+                                    parent=parent)
         span_id = _getrandbits(64) or pipeline.ids.generate_span_id()
         if not flags & _SAMPLED:  # ParentBased: children follow the parent
             return NonRecordingSpan(_local_span_context(trace_int, span_id, _NOT_SAMPLED,
                                                         EMPTY_TRACE_STATE))
-        return LightSpan(pipeline, name,
+        return LightSpan(pipeline, shape.name,
                          _local_span_context(trace_int, span_id, _SAMPLED, EMPTY_TRACE_STATE),
                          remote_span_context(trace_int, parent_span_id, TRACE_FLAGS[flags & 0xFF],
                                              EMPTY_TRACE_STATE),
-                         _INTERNAL, attributes, time.time_ns(), True)
+                         shape.kind, None, time.time_ns(), True, shape, values)
     except Exception:  # telemetry must never break the caller
         return INVALID_SPAN
 
@@ -487,15 +517,31 @@ class PendingSpan:
     worker, made by :func:`open_light_span`); None when nobody does.
     """
 
-    __slots__ = ("name", "attributes", "start_ns", "parent", "context")
+    __slots__ = ("name", "_attributes", "shape", "values", "start_ns", "parent", "context")
 
-    def __init__(self, name: str, attributes: dict[str, AttributeValue],
-                 parent: SpanContext | None, context: SpanContext | None = None) -> None:
+    def __init__(self, name: str, attributes: dict[str, AttributeValue] | None,
+                 parent: SpanContext | None, context: SpanContext | None = None,
+                 shape: SpanShape | None = None,
+                 values: tuple[AttributeValue, ...] = ()) -> None:
         self.name = name
-        self.attributes = attributes
+        # An attribute dict, or a shape and this span's values of it (span_shape.py).
+        self._attributes = attributes
+        self.shape = shape
+        self.values = values
         self.start_ns = time.time_ns()
         self.parent = parent
         self.context = context
+
+    @property
+    def attributes(self) -> dict[str, AttributeValue]:
+        """Its attributes as a dict, to read or add to (a shaped span's are built now,
+        and it is recorded with the dict from then on)."""
+        attributes = self._attributes
+        if attributes is None:
+            assert self.shape is not None
+            attributes = self._attributes = self.shape.attributes(self.values)
+            self.shape = None
+        return attributes
 
     def get_span_context(self) -> SpanContext:
         """Its own context; the invalid one when it has none (as the API's no-op span)."""
@@ -509,15 +555,15 @@ class PendingSpan:
         try:
             direct = pipeline.direct_writer
             if error is None and direct is not None:
-                fields = _span_fields(pipeline, self.name, self.attributes, self.start_ns,
+                fields = _span_fields(pipeline, self.name, self._attributes, self.start_ns,
                                       time.time_ns(), None, _INTERNAL, self.parent,
-                                      self.context)
+                                      self.context, self.shape, self.values)
                 if fields is not None:
                     direct.append_fields(fields)
             elif self.context is not None:
                 # Its ids are known to others already: record them, through a span object.
                 span = LightSpan(pipeline, self.name, self.context, self.parent, _INTERNAL,
-                                 self.attributes, self.start_ns, True)
+                                 self._attributes, self.start_ns, True, self.shape, self.values)
                 if error is not None and is_error(error):
                     mark_error(span, error, None)
                 span.end()
@@ -537,20 +583,36 @@ def pending_span(name: str, attributes: dict[str, AttributeValue], *,
     return PendingSpan(name, attributes, parent)
 
 
-def open_light_span(name: str, attributes: dict[str, AttributeValue],
+def pending_shaped_span(shape: SpanShape, values: tuple[AttributeValue, ...], *,
+                        parent: SpanContext | None) -> PendingSpan | None:
+    """A PendingSpan of ``shape`` with ``values`` (span_shape.py), or None when spans
+    are not recorded (telemetry off)."""
+    pipeline = _state._pipeline
+    if pipeline is None or pipeline.provider is None:
+        return None
+    return PendingSpan(shape.name, None, parent, None, shape, values)
+
+
+def open_light_span(name: str, attributes: dict[str, AttributeValue] | None,
+                    shape: SpanShape | None = None, values: tuple[AttributeValue, ...] = (),
                     ) -> PendingSpan | trace.Span:
     """Start a span, child of the current one, that is not made current; end it with
     ``end()`` or :func:`finish_span`. Its context is known at once (``get_span_context``).
 
-    In the common case (spans go to the file only, default sampler) it is a PendingSpan
-    with its own context: the span costs one record when it ends and no object in
-    between. Otherwise it is what :func:`start_light_span` returns. ``attributes``
-    becomes the span's: the caller must not change it afterwards.
+    Its attributes are ``attributes``, or (``attributes`` None) those of ``shape`` with
+    ``values`` (span_shape.py; ``name`` is then the shape's). In the common case (spans
+    go to the file only, default sampler) it is a PendingSpan with its own context: the
+    span costs one record when it ends and no object in between. Otherwise it is what
+    :func:`start_light_span` returns. ``attributes`` becomes the span's: the caller
+    must not change it afterwards.
     """
     pipeline = _state._pipeline
     if pipeline is None or pipeline.provider is None:
         return INVALID_SPAN
     if pipeline.direct_writer is None:
+        if attributes is None:
+            assert shape is not None
+            attributes = shape.attributes(values)
         return start_light_span(name, attributes)
     # Runs for every submitted task: ids drawn as RandomIdGenerator draws them, and
     # the parent read without the context API's frames (see current_span_context).
@@ -560,12 +622,12 @@ def open_light_span(name: str, attributes: dict[str, AttributeValue],
     if parent is INVALID_SPAN_CONTEXT or not parent.is_valid:
         trace_id = (_getrandbits(128) if fast_ids else 0) or pipeline.ids.generate_trace_id()
         return PendingSpan(name, attributes, None, _local_span_context(
-            trace_id, span_id, _SAMPLED, EMPTY_TRACE_STATE))
+            trace_id, span_id, _SAMPLED, EMPTY_TRACE_STATE), shape, values)
     if not parent.trace_flags & _SAMPLED:  # ParentBased: children follow the parent
         return NonRecordingSpan(_local_span_context(
             parent.trace_id, span_id, _NOT_SAMPLED, parent.trace_state))
     return PendingSpan(name, attributes, parent, _local_span_context(
-        parent.trace_id, span_id, _SAMPLED, parent.trace_state))
+        parent.trace_id, span_id, _SAMPLED, parent.trace_state), shape, values)
 
 
 def _write_directly(pipeline: _state.Pipeline, file_writer: SpanFileWriter, name: str,
@@ -583,33 +645,42 @@ def _write_directly(pipeline: _state.Pipeline, file_writer: SpanFileWriter, name
 def _span_fields(pipeline: _state.Pipeline, name: str,
                  attributes: Mapping[str, AttributeValue] | None, start_ns: int, end_ns: int,
                  context: Context | None, kind: SpanKind, parent: SpanContext | None,
-                 own: SpanContext | None) -> tuple[Any, ...] | None:
-    """The SPAN record of a finished span (spool_format.py); None when it is not sampled.
+                 own: SpanContext | None, shape: SpanShape | None = None,
+                 values: tuple[AttributeValue, ...] = ()) -> tuple[Any, ...] | None:
+    """The record of a finished span with no events, links or status (spool_format.py):
+    SHAPED for a span of ``shape`` with ``values`` (``attributes`` None), else SPAN.
+    None when it is not sampled.
 
     ``own`` is the span's context when its ids were handed out before it ended
     (:func:`open_light_span`); ``parent`` is then its parent (None: a root span).
     Otherwise the parent is ``parent``, or the current span (of ``context``).
     """
     if own is not None:
-        return (SPAN, own.trace_id, own.span_id, parent.span_id if parent is not None else 0,
-                name, 0 if kind is _INTERNAL else kind.value, start_ns, end_ns, attributes, 0,
-                None, (), trace_state_header(own.trace_state), ())
-    if parent is None:
-        parent = (current_span_context() if context is None
-                  else trace.get_current_span(context).get_span_context())
-    fast_ids = pipeline.random_ids
-    if parent is not INVALID_SPAN_CONTEXT and parent.is_valid:
-        if not parent.trace_flags & _SAMPLED:
-            return None  # ParentBased: a sampled-out parent drops its children
-        trace_id, parent_id, trace_state = parent.trace_id, parent.span_id, parent.trace_state
+        trace_id, span_id = own.trace_id, own.span_id
+        parent_id = parent.span_id if parent is not None else 0
+        trace_state = trace_state_header(own.trace_state)
     else:
-        trace_id = (_getrandbits(128) if fast_ids else 0) or pipeline.ids.generate_trace_id()
-        parent_id, trace_state = 0, None
-    return (SPAN, trace_id,
-            (_getrandbits(64) if fast_ids else 0) or pipeline.ids.generate_span_id(),
-            parent_id, name, 0 if kind is _INTERNAL else kind.value, start_ns, end_ns,
-            attributes, 0, None, (),
-            "" if trace_state is None else trace_state_header(trace_state), ())
+        if parent is None:
+            parent = (current_span_context() if context is None
+                      else trace.get_current_span(context).get_span_context())
+        fast_ids = pipeline.random_ids
+        if parent is not INVALID_SPAN_CONTEXT and parent.is_valid:
+            if not parent.trace_flags & _SAMPLED:
+                return None  # ParentBased: a sampled-out parent drops its children
+            trace_id, parent_id = parent.trace_id, parent.span_id
+            trace_state = trace_state_header(parent.trace_state)
+        else:
+            trace_id = ((_getrandbits(128) if fast_ids else 0)
+                        or pipeline.ids.generate_trace_id())
+            parent_id, trace_state = 0, ""
+        span_id = (_getrandbits(64) if fast_ids else 0) or pipeline.ids.generate_span_id()
+    if shape is not None:
+        if shape.blob is not None:
+            return (SHAPED, shape.blob, trace_id, span_id, parent_id, start_ns,
+                    end_ns - start_ns, values, trace_state)
+        attributes, kind = shape.attributes(values), shape.kind
+    return (SPAN, trace_id, span_id, parent_id, name, 0 if kind is _INTERNAL else kind.value,
+            start_ns, end_ns, attributes, 0, None, (), trace_state, ())
 
 
 def end_pending_spans(spans: Sequence[PendingSpan]) -> None:
@@ -631,8 +702,9 @@ def end_pending_spans(spans: Sequence[PendingSpan]) -> None:
         end_ns = time.time_ns()
         records = []
         for pending in spans:
-            fields = _span_fields(pipeline, pending.name, pending.attributes, pending.start_ns,
-                                  end_ns, None, _INTERNAL, pending.parent, pending.context)
+            fields = _span_fields(pipeline, pending.name, pending._attributes,
+                                  pending.start_ns, end_ns, None, _INTERNAL, pending.parent,
+                                  pending.context, pending.shape, pending.values)
             if fields is not None:
                 records.append(fields)
         direct.append_many(records)

@@ -36,6 +36,7 @@ from opentelemetry.trace.status import Status, StatusCode
 from opentelemetry.util.types import AttributeValue
 
 from tracedray.telemetry.append_file import complete_length, data_length
+from tracedray.telemetry.span_shape import decode_blob
 
 _dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
 
@@ -225,6 +226,60 @@ def record_span_json(trace_id: int, span_id: int, parent_span_id: int, name: str
     if links:
         out += _links_json(links)
     return out + _status_json(status_code, status_message)
+
+
+# The decoded shapes the converter has met (span_shape.py), by blob: the span name's
+# JSON, the OTLP kind, the constant attributes' JSON items, and the JSON prefix of each
+# variable attribute. Bounded like the item cache; a shape forgotten is decoded again.
+MAX_SHAPES = 4096
+_shapes: dict[bytes, tuple[str, int, str, tuple[str, ...]]] = {}
+
+
+def shaped_span_json(blob: bytes, trace_id: int, span_id: int, parent_span_id: int,
+                     start_ns: int, duration_ns: int, values: Sequence[object],
+                     trace_state: str = "") -> str:
+    """The JSON of a span recorded by its shape (a SHAPED spool record): the same text
+    :func:`record_span_json` writes for that span with its attributes as a dict
+    (``SpanShape.attributes``), no events, links or status. ValueError (or EOFError,
+    TypeError) when ``blob`` is not a shape or ``values`` do not fit it."""
+    shape = _shapes.get(blob)
+    if shape is None:
+        shape = _decode_shape(blob)
+    name_json, kind, constant_json, prefixes = shape
+    if len(values) != len(prefixes):
+        raise ValueError(f"{len(values)} values for the {len(prefixes)} keys of a shape")
+    out = _SPAN_HEAD % (
+        trace_id, span_id, ',"traceState":' + _string(trace_state) if trace_state else "",
+        _PARENT_MEMBER % parent_span_id if parent_span_id else "",
+        name_json, kind, start_ns, start_ns + duration_ns)
+    # Variable values are mostly ids seen once (a task id): built directly, not looked
+    # up in the item cache, whose misses cost twice a build.
+    items = []
+    for prefix, value in zip(prefixes, values, strict=True):
+        if type(value) is str:
+            items.append(prefix + '{"stringValue":' + _string(value) + "}}")
+        else:
+            items.append(prefix + _value_json(value) + "}")
+    if constant_json:
+        items.append(constant_json)
+    if items:
+        out += ',"attributes":[' + ",".join(items) + "]"
+    return out + ',"status":{}}'
+
+
+def _decode_shape(blob: bytes) -> tuple[str, int, str, tuple[str, ...]]:
+    name, kind, constant, variable = decode_blob(blob)
+    # As record_span_json: a variable key that is also constant appears once.
+    constant_items = dict(constant)
+    for key in variable:
+        constant_items.pop(key, None)
+    constant_json = _attributes_json(constant_items)[1:-1]
+    prefixes = tuple('{"key":' + _string(key) + ',"value":' for key in variable)
+    shape = (_string(name), kind + 1, constant_json, prefixes)
+    if len(_shapes) >= MAX_SHAPES:
+        _shapes.clear()
+    _shapes[bytes(blob)] = shape
+    return shape
 
 
 def _resource_json(resource: Resource) -> str:

@@ -31,8 +31,13 @@ Payload tags:
         attributes) tuples.
     LINE (2, span_json): a span already encoded (spans from the SDK tracer, and
         spans whose attributes marshal cannot carry).
-    SPANS (3, [SPAN tuple, ...]): spans that ended together (a batch of task results
-        ends its dispatch spans at once), one record for all.
+    SPANS (3, [SPAN or SHAPED tuple, ...]): spans that ended together (a batch of
+        task results ends its dispatch spans at once), one record for all.
+    SHAPED (4, shape_blob, trace_id, span_id, parent_span_id, start_ns, duration_ns,
+            values, trace_state): a span of a SpanShape (span_shape.py) with no
+        events, links or status: its name, kind and shared attributes are in the
+        blob, its own attribute values in ``values`` (the shape's variable keys, in
+        order). The duration rather than the end: it fits marshal's 4-byte integer.
 """
 
 from __future__ import annotations
@@ -45,7 +50,7 @@ from typing import Any
 
 from opentelemetry.trace import Link, SpanContext
 
-from tracedray.telemetry.otlp_json import record_span_json
+from tracedray.telemetry.otlp_json import record_span_json, shaped_span_json
 
 MAGIC = b"TDSPOOL1"
 HEADER_BYTES = 64
@@ -57,7 +62,8 @@ LENGTH = struct.Struct("<I")
 U64 = struct.Struct("<Q")
 SUFFIX = ".spool"
 
-PREFIX, SPAN, LINE, SPANS = 0, 1, 2, 3
+PREFIX, SPAN, LINE, SPANS, SHAPED = 0, 1, 2, 3, 4
+_TAGS = frozenset((PREFIX, SPAN, LINE, SPANS, SHAPED))
 _dumps: Any = marshal.dumps  # typed loosely: marshal's stub rejects tuples holding Any
 
 
@@ -152,14 +158,18 @@ def scan_records(data: bytes | memoryview, offset: int) -> Scan:
 def decode_payload(payload: bytes | memoryview) -> tuple[Any, ...]:
     """The tuple of a payload; ValueError/EOFError/TypeError when it is not one of ours."""
     fields = marshal.loads(payload)
-    if type(fields) is not tuple or not fields or fields[0] not in (PREFIX, SPAN, LINE, SPANS):
+    if type(fields) is not tuple or not fields or fields[0] not in _TAGS:
         raise ValueError("not a spool record")
     return fields
 
 
 def span_json(fields: tuple[Any, ...]) -> str:
-    """The OTLP JSON of a decoded SPAN or LINE record (the span object, no envelope)."""
-    if fields[0] == LINE:
+    """The OTLP JSON of a decoded SPAN, SHAPED or LINE record (the span object, no
+    envelope)."""
+    tag = fields[0]
+    if tag == SHAPED:
+        return shaped_span_json(*fields[1:])
+    if tag == LINE:
         return str(fields[1])
     if not fields[13]:  # no links (nearly every span): the fields are the arguments
         return record_span_json(*fields[1:13])

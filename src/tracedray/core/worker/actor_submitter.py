@@ -13,7 +13,7 @@ from __future__ import annotations
 import collections
 import threading
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from tracedray import logs, telemetry
 from tracedray.core import trace_context
@@ -45,16 +45,21 @@ class ActorChannel:
     inflight: dict[bytes, PendingTask] = field(default_factory=dict)
     # The dispatch span attributes every call to the actor's current address shares,
     # built once per address (a restarted actor has a new one).
-    attributes_address: Address | None = field(default=None, repr=False)
-    attributes: dict[str, Any] = field(default_factory=dict, repr=False)
+    shape_address: Address | None = field(default=None, repr=False)
+    shape: telemetry.SpanShape | None = field(default=None, repr=False)
 
-    def dispatch_attributes(self, address: Address) -> dict[str, Any]:
-        if self.attributes_address is not address:
-            self.attributes = {A.ACTOR_ID: self.actor_id.hex(), A.NODE_ID: address.node_id,
-                               A.NODE_IP: address.ip, A.WORKER_ID: address.worker_id,
-                               A.WORKER_PID: address.pid}
-            self.attributes_address = address
-        return self.attributes
+    def dispatch_shape(self, address: Address) -> telemetry.SpanShape:
+        """The shape (span_shape.py) of the ``task.dispatch`` spans of calls sent to the
+        actor at ``address``: their task id and attempt, then the actor's place."""
+        shape = self.shape
+        if shape is None or self.shape_address is not address:
+            shape = self.shape = telemetry.SpanShape(
+                "task.dispatch", (A.TASK_ID, A.TASK_ATTEMPT),
+                {A.ACTOR_ID: self.actor_id.hex(), A.NODE_ID: address.node_id,
+                 A.NODE_IP: address.ip, A.WORKER_ID: address.worker_id,
+                 A.WORKER_PID: address.pid})
+            self.shape_address = address
+        return shape
 
 
 class ActorSubmitter:
@@ -114,10 +119,9 @@ class ActorSubmitter:
             channel.inflight[task.task_id] = task
             address = channel.address
             if telemetry.enabled() and address is not None:
-                task.dispatch_span = telemetry.pending_span("task.dispatch", {
-                    A.TASK_ID: task.task_id.hex(), A.TASK_ATTEMPT: task.spec.attempt,
-                    **channel.dispatch_attributes(address),
-                }, parent=task.trace_parent or trace_context.parent_of(task.spec))
+                task.dispatch_span = telemetry.pending_shaped_span(
+                    channel.dispatch_shape(address), (task.task_id.hex(), task.spec.attempt),
+                    parent=task.trace_parent or trace_context.parent_of(task.spec))
             channel.conn.send(task.spec)
 
     def _connect(self, channel: ActorChannel, min_restarts: int) -> None:

@@ -33,6 +33,13 @@ if TYPE_CHECKING:
 log = logs.get_logger(__name__)
 Respond = Callable[[common_pb2.TaskResult], None]
 MAX_EARLY_CANCELS = 10_000
+# task.execute: what a worker's runs of one function share, recorded once (span_shape.py).
+_EXECUTE_SHAPES = telemetry.ShapeCache(
+    "task.execute", (A.TASK_ID, A.TASK_ATTEMPT),
+    (A.TASK_FUNCTION, A.TASK_KIND, A.NODE_ID, A.WORKER_ID))
+_ACTOR_EXECUTE_SHAPES = telemetry.ShapeCache(
+    "task.execute", (A.TASK_ID, A.TASK_ATTEMPT),
+    (A.TASK_FUNCTION, A.TASK_KIND, A.NODE_ID, A.WORKER_ID, A.ACTOR_ID))
 _KIND_NAMES = {common_pb2.NORMAL: "normal", common_pb2.ACTOR_CREATION: "actor_creation",
                common_pb2.ACTOR_METHOD: "actor_method"}
 
@@ -134,13 +141,11 @@ class TaskExecutor:
                                        worker_id=worker.worker_id, worker_pid=os.getpid(),
                                        node_id=worker.node_id)
         actor_hex = (spec.actor_id or self.actor_id).hex()
-        attributes: dict[str, Any] = {
-            A.TASK_ID: task_hex, A.TASK_FUNCTION: name, A.TASK_ATTEMPT: spec.attempt,
-            A.TASK_KIND: _KIND_NAMES.get(spec.kind, "normal"), A.NODE_ID: worker.node_id,
-            A.WORKER_ID: worker.worker_id}
-        if actor_hex:
-            attributes[A.ACTOR_ID] = actor_hex
-        span = trace_context.start_child(spec, "task.execute", attributes)
+        kind = _KIND_NAMES.get(spec.kind, "normal")
+        shape = (_ACTOR_EXECUTE_SHAPES.get((name, kind, worker.node_id, worker.worker_id,
+                                            actor_hex)) if actor_hex else
+                 _EXECUTE_SHAPES.get((name, kind, worker.node_id, worker.worker_id)))
+        span = trace_context.start_child(spec, shape, (task_hex, spec.attempt))
         # The raylet reads this slot if the process dies mid-task: the parent's trace
         # fields there, so it needs no spec to attach worker.exit to the task's trace.
         worker.flight_recorder.record({"task_id": task_hex, "attempt": spec.attempt,

@@ -68,6 +68,7 @@ class Lease:
     # The dispatch span attributes this lease's tasks share, built once. The reason is a
     # reused lease's; the lease's first dispatch names the raylet's decision instead.
     reuse_attributes: dict[str, Any] = field(default_factory=dict)
+    reuse_shape: telemetry.SpanShape | None = None  # the same, as a span shape
 
     def reused_attributes(self) -> dict[str, Any]:
         if not self.reuse_attributes:
@@ -78,6 +79,15 @@ class Lease:
                 A.SCHEDULING_REASON: f"reused lease {self.lease_id[:8]} on node "
                                      f"{worker.node_id[:12]}"}
         return self.reuse_attributes
+
+    def reused_dispatch_shape(self) -> telemetry.SpanShape:
+        """The shape (span_shape.py) of the ``task.dispatch`` spans of this lease's
+        later tasks: their task id and attempt, then :meth:`reused_attributes`."""
+        shape = self.reuse_shape
+        if shape is None:
+            shape = self.reuse_shape = telemetry.SpanShape(
+                "task.dispatch", (A.TASK_ID, A.TASK_ATTEMPT), self.reused_attributes())
+        return shape
 
 
 class LeaseReturn(NamedTuple):
@@ -216,8 +226,9 @@ class TaskSubmitter:
         decided = lease.dispatched == 1
         if telemetry.enabled():
             parent = task.trace_parent or trace_context.parent_of(spec)
-            common: dict[str, Any] = {A.TASK_ID: spec.task_id.hex(), A.TASK_ATTEMPT: spec.attempt}
             if decided:
+                common: dict[str, Any] = {A.TASK_ID: spec.task_id.hex(),
+                                          A.TASK_ATTEMPT: spec.attempt}
                 reason = str(lease.decision.get(A.SCHEDULING_REASON, ""))
                 decision: dict[str, Any] = lease.decision
                 telemetry.start_span("task.schedule", {**common, **decision,
@@ -230,9 +241,9 @@ class TaskSubmitter:
                     **common, **lease.reused_attributes(), A.SCHEDULING_REASON: reason},
                     parent=parent)
             else:
-                common.update(lease.reused_attributes())
-                task.dispatch_span = telemetry.pending_span("task.dispatch", common,
-                                                            parent=parent)
+                task.dispatch_span = telemetry.pending_shaped_span(
+                    lease.reused_dispatch_shape(), (spec.task_id.hex(), spec.attempt),
+                    parent=parent)
         self._worker.task_events.record(spec, "SUBMITTED_TO_WORKER", node_id=lease.worker.node_id,
                                         worker_id=lease.worker.worker_id,
                                         worker_pid=lease.worker.pid)
