@@ -57,6 +57,20 @@ DRIVER = textwrap.dedent("""
 """)
 
 
+# A driver that calls the detached actor named "kept" in the namespace given as its
+# argument (one an earlier driver left behind), and prints "PING pong".
+PINGS_KEPT = textwrap.dedent("""
+    import sys
+    import tracedray as ray
+
+    ray.init(address="auto", namespace=sys.argv[1])
+    try:
+        print("PING", ray.get(ray.get_actor("kept").ping.remote(), timeout=20), flush=True)
+    finally:
+        ray.shutdown()
+""")
+
+
 def line_of(marker: str) -> int:
     return next(i for i, line in enumerate(DRIVER.splitlines(), start=1) if marker in line)
 

@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 import pytest
-from cli_support import isolated_root, run_json, start_head
+from cli_support import PINGS_KEPT, isolated_root, run_json, start_head
 from multinode_support import log_events, wait_for
 
 pytestmark = pytest.mark.integration
@@ -134,18 +134,6 @@ LEAVES_ACTOR_WAITING = textwrap.dedent("""
     {ending}
 """)
 ACTOR_ENDINGS = {"shutdown": "ray.shutdown()", "no_shutdown": "pass  # the exit hook's shutdown"}
-
-# The next driver calls the detached actor the one before left waiting.
-PINGS_KEPT = textwrap.dedent("""
-    import tracedray as ray
-
-    ray.init(address="auto", namespace="waiting")
-    try:
-        print("PING", ray.get(ray.get_actor("kept").ping.remote(), timeout=20), flush=True)
-    finally:
-        ray.shutdown()
-""")
-
 
 def _run_driver(folder: Path, name: str, script: str, *args: str) -> str:
     path = folder / f"{name}.py"
@@ -311,7 +299,7 @@ def test_a_detached_actor_waiting_for_a_cpu_outlives_its_job(tmp_path: Path) -> 
                                         options='name="kept", lifetime="detached"')
 
         # Its creation went on once the job's task freed the CPU.
-        assert "PING pong" in _run_driver(tmp_path, "pings", PINGS_KEPT)
+        assert "PING pong" in _run_driver(tmp_path, "pings", PINGS_KEPT, "waiting")
 
         (actor,) = [a for a in run_json("list", "actors") if a["actor_id"] == actor_id]
         assert actor["state"] == "ALIVE" and actor["is_detached"], actor

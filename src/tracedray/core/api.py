@@ -151,9 +151,10 @@ def _connect_driver(gcs_address: str, paths: session.SessionPaths,
                         job_id=job_id, session_dir=paths.root,
                         object_path_prefix=registration.object_path_prefix, namespace=ns,
                         listen_host=registration.ip or "127.0.0.1")
-    # Register again with the real port, now that the driver's server listens.
+    # Register again with the real port, now that the driver's server listens, and the
+    # job: if this process dies without finishing it, the raylet tells the GCS.
     RayletClient(raylet_address).register_worker(worker_id, worker.address.port, os.getpid(),
-                                                 is_driver=True)
+                                                 is_driver=True, job_id=job_id)
     gcs.register_job(gcs_pb2.JobInfo(job_id=job_id, driver=worker.address.to_proto(),
                                      start_time=time.time(), entrypoint=" ".join(sys.argv),
                                      namespace=ns))

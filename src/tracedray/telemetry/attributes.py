@@ -15,6 +15,8 @@ TASK_CALL_SITE = "tracedray.task.call_site"  # "file.py:12 in main" of the .remo
 TASK_STATE = "tracedray.task.state"  # final state when the span ends
 TASK_MAX_RETRIES = "tracedray.task.max_retries"
 JOB_ID = "tracedray.job.id"
+JOB_STATE = "tracedray.job.state"  # how a job ended (job.finish): FINISHED | FAILED
+JOB_END_REASON = "tracedray.job.end_reason"  # e.g. "its driver died: process 42 is gone …"
 
 # --- actors
 ACTOR_ID = "tracedray.actor.id"

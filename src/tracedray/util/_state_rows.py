@@ -34,7 +34,7 @@ NODE_FIELDS = ("node_id", "ip", "state", "is_head", "resources", "resources_avai
 WORKER_FIELDS = ("worker_id", "node_id", "ip", "pid", "state", "actor_id", "exit_code",
                  "exit_signal", "exit_meaning", "start_time", "end_time")
 JOB_FIELDS = ("job_id", "state", "entrypoint", "namespace", "driver_ip", "driver_pid",
-              "start_time", "end_time")
+              "start_time", "end_time", "end_reason")
 
 
 class StateList(list[Row]):
@@ -173,7 +173,8 @@ def worker_rows(stats: raylet_pb2.NodeStats) -> list[Row]:
 def job_row(job: gcs_pb2.JobInfo) -> Row:
     return {"job_id": job.job_id.hex(), "state": job.state, "entrypoint": job.entrypoint,
             "namespace": job.namespace, "driver_ip": job.driver.ip, "driver_pid": job.driver.pid,
-            "start_time": job.start_time or None, "end_time": job.end_time or None}
+            "start_time": job.start_time or None, "end_time": job.end_time or None,
+            "end_reason": job.end_reason}
 
 
 # --- objects and references

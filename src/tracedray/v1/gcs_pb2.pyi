@@ -122,7 +122,7 @@ class GetNodesReply(_message.Message):
     def __init__(self, nodes: _Optional[_Iterable[_Union[NodeWithLoad, _Mapping]]] = ...) -> None: ...
 
 class JobInfo(_message.Message):
-    __slots__ = ("job_id", "driver", "start_time", "end_time", "state", "entrypoint", "namespace")
+    __slots__ = ("job_id", "driver", "start_time", "end_time", "state", "entrypoint", "namespace", "end_reason")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     DRIVER_FIELD_NUMBER: _ClassVar[int]
     START_TIME_FIELD_NUMBER: _ClassVar[int]
@@ -130,6 +130,7 @@ class JobInfo(_message.Message):
     STATE_FIELD_NUMBER: _ClassVar[int]
     ENTRYPOINT_FIELD_NUMBER: _ClassVar[int]
     NAMESPACE_FIELD_NUMBER: _ClassVar[int]
+    END_REASON_FIELD_NUMBER: _ClassVar[int]
     job_id: bytes
     driver: _common_pb2.Address
     start_time: float
@@ -137,7 +138,8 @@ class JobInfo(_message.Message):
     state: str
     entrypoint: str
     namespace: str
-    def __init__(self, job_id: _Optional[bytes] = ..., driver: _Optional[_Union[_common_pb2.Address, _Mapping]] = ..., start_time: _Optional[float] = ..., end_time: _Optional[float] = ..., state: _Optional[str] = ..., entrypoint: _Optional[str] = ..., namespace: _Optional[str] = ...) -> None: ...
+    end_reason: str
+    def __init__(self, job_id: _Optional[bytes] = ..., driver: _Optional[_Union[_common_pb2.Address, _Mapping]] = ..., start_time: _Optional[float] = ..., end_time: _Optional[float] = ..., state: _Optional[str] = ..., entrypoint: _Optional[str] = ..., namespace: _Optional[str] = ..., end_reason: _Optional[str] = ...) -> None: ...
 
 class GetJobsRequest(_message.Message):
     __slots__ = ()
@@ -272,6 +274,28 @@ class WorkerDeath(_message.Message):
     meaning: str
     intended: bool
     def __init__(self, node_id: _Optional[str] = ..., worker_id: _Optional[str] = ..., actor_id: _Optional[bytes] = ..., exit_code: _Optional[int] = ..., signal: _Optional[str] = ..., meaning: _Optional[str] = ..., intended: _Optional[bool] = ...) -> None: ...
+
+class DriverDeath(_message.Message):
+    __slots__ = ("job_id", "node_id", "worker_id", "pid", "why")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    WORKER_ID_FIELD_NUMBER: _ClassVar[int]
+    PID_FIELD_NUMBER: _ClassVar[int]
+    WHY_FIELD_NUMBER: _ClassVar[int]
+    job_id: bytes
+    node_id: str
+    worker_id: str
+    pid: int
+    why: str
+    def __init__(self, job_id: _Optional[bytes] = ..., node_id: _Optional[str] = ..., worker_id: _Optional[str] = ..., pid: _Optional[int] = ..., why: _Optional[str] = ...) -> None: ...
+
+class DriverDeathReply(_message.Message):
+    __slots__ = ("job_ended", "job_state")
+    JOB_ENDED_FIELD_NUMBER: _ClassVar[int]
+    JOB_STATE_FIELD_NUMBER: _ClassVar[int]
+    job_ended: bool
+    job_state: str
+    def __init__(self, job_ended: _Optional[bool] = ..., job_state: _Optional[str] = ...) -> None: ...
 
 class TaskEvent(_message.Message):
     __slots__ = ("task_id", "attempt", "state", "time", "function_name", "job_id", "node_id", "worker_id", "worker_pid", "error_type", "error_message", "actor_id", "kind", "call_site", "parent_task_id", "trace_id", "resources", "state_times")

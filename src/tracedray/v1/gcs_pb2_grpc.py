@@ -101,6 +101,11 @@ class GcsServiceStub:
                 request_serializer=tracedray_dot_v1_dot_gcs__pb2.WorkerDeath.SerializeToString,
                 response_deserializer=tracedray_dot_v1_dot_common__pb2.Empty.FromString,
                 _registered_method=True)
+        self.ReportDriverDeath = channel.unary_unary(
+                '/tracedray.v1.GcsService/ReportDriverDeath',
+                request_serializer=tracedray_dot_v1_dot_gcs__pb2.DriverDeath.SerializeToString,
+                response_deserializer=tracedray_dot_v1_dot_gcs__pb2.DriverDeathReply.FromString,
+                _registered_method=True)
         self.AddTaskEvents = channel.unary_unary(
                 '/tracedray.v1.GcsService/AddTaskEvents',
                 request_serializer=tracedray_dot_v1_dot_gcs__pb2.TaskEvents.SerializeToString,
@@ -200,6 +205,13 @@ class GcsServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ReportDriverDeath(self, request, context):
+        """A driver's raylet saw the driver's process die: its job ends FAILED unless it ended.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def AddTaskEvents(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -285,6 +297,11 @@ def add_GcsServiceServicer_to_server(servicer, server):
                     servicer.ReportWorkerDeath,
                     request_deserializer=tracedray_dot_v1_dot_gcs__pb2.WorkerDeath.FromString,
                     response_serializer=tracedray_dot_v1_dot_common__pb2.Empty.SerializeToString,
+            ),
+            'ReportDriverDeath': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReportDriverDeath,
+                    request_deserializer=tracedray_dot_v1_dot_gcs__pb2.DriverDeath.FromString,
+                    response_serializer=tracedray_dot_v1_dot_gcs__pb2.DriverDeathReply.SerializeToString,
             ),
             'AddTaskEvents': grpc.unary_unary_rpc_method_handler(
                     servicer.AddTaskEvents,
@@ -654,6 +671,33 @@ class GcsService:
             '/tracedray.v1.GcsService/ReportWorkerDeath',
             tracedray_dot_v1_dot_gcs__pb2.WorkerDeath.SerializeToString,
             tracedray_dot_v1_dot_common__pb2.Empty.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReportDriverDeath(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tracedray.v1.GcsService/ReportDriverDeath',
+            tracedray_dot_v1_dot_gcs__pb2.DriverDeath.SerializeToString,
+            tracedray_dot_v1_dot_gcs__pb2.DriverDeathReply.FromString,
             options,
             channel_credentials,
             insecure,

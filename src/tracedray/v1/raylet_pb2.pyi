@@ -99,18 +99,20 @@ class WithdrawLeaseRequestsReply(_message.Message):
     def __init__(self, withdrawn: _Optional[int] = ...) -> None: ...
 
 class RegisterWorkerRequest(_message.Message):
-    __slots__ = ("worker_id", "port", "pid", "is_driver", "task_port")
+    __slots__ = ("worker_id", "port", "pid", "is_driver", "task_port", "job_id")
     WORKER_ID_FIELD_NUMBER: _ClassVar[int]
     PORT_FIELD_NUMBER: _ClassVar[int]
     PID_FIELD_NUMBER: _ClassVar[int]
     IS_DRIVER_FIELD_NUMBER: _ClassVar[int]
     TASK_PORT_FIELD_NUMBER: _ClassVar[int]
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
     worker_id: str
     port: int
     pid: int
     is_driver: bool
     task_port: int
-    def __init__(self, worker_id: _Optional[str] = ..., port: _Optional[int] = ..., pid: _Optional[int] = ..., is_driver: _Optional[bool] = ..., task_port: _Optional[int] = ...) -> None: ...
+    job_id: bytes
+    def __init__(self, worker_id: _Optional[str] = ..., port: _Optional[int] = ..., pid: _Optional[int] = ..., is_driver: _Optional[bool] = ..., task_port: _Optional[int] = ..., job_id: _Optional[bytes] = ...) -> None: ...
 
 class RegisterWorkerReply(_message.Message):
     __slots__ = ("node_id", "session_dir", "object_path_prefix", "ip")

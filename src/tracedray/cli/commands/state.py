@@ -47,7 +47,8 @@ SHORT_COLUMNS: dict[str, tuple[str, ...]] = {
                 "status"),
     "nodes": ("node_id", "ip", "state", "is_head", "resources", "pid", "death_reason"),
     "workers": ("worker_id", "pid", "state", "node_id", "actor_id", "exit_code", "exit_signal"),
-    "jobs": ("job_id", "state", "entrypoint", "driver_pid", "start_time", "end_time"),
+    "jobs": ("job_id", "state", "entrypoint", "driver_pid", "start_time", "end_time",
+             "end_reason"),
 }
 # get KIND -> (list kind, id field)
 _GET_SOURCE = {"task": ("tasks", "task_id"), "actor": ("actors", "actor_id"),

@@ -141,11 +141,15 @@ class ActorManager:
                 if info.node_id == node_id and info.state in ("ALIVE", "PENDING_CREATION"):
                     self._after_failure(info, f"its node {node_id[:12]} died")
 
-    def on_job_finished(self, job_id: bytes) -> None:
-        for info in self.list():
-            if info.job_id == job_id and not info.detached and info.state != "DEAD":
-                self.kill(info.actor_id, no_restart=True,
-                          cause=f"its job {job_id.hex()} finished (the actor is not detached)")
+    def on_job_finished(self, job_id: bytes, cause: str) -> None:
+        """The job ended (finished or failed): its non-detached actors die. Creations
+        still under way go first, each withdrawn before the next actor: killing a live
+        actor frees resources at once, which the raylet would otherwise grant to a
+        creation of the same job waiting for them, only to have that worker killed."""
+        doomed = [info for info in self.list()
+                  if info.job_id == job_id and not info.detached and info.state != "DEAD"]
+        for info in sorted(doomed, key=lambda info: info.state == "ALIVE"):
+            self.kill(info.actor_id, no_restart=True, cause=cause)
 
     # --- internals
     def _after_failure(self, info: gcs_pb2.ActorInfo, cause: str) -> None:

@@ -63,6 +63,9 @@ class GcsClient:
     def finish_job(self, job: gcs_pb2.JobInfo) -> None:
         self._call(self._stub.FinishJob, job, timeout=10.0)
 
+    def report_driver_death(self, death: gcs_pb2.DriverDeath) -> gcs_pb2.DriverDeathReply:
+        return self._call(self._stub.ReportDriverDeath, death)
+
     def get_jobs(self) -> list[gcs_pb2.JobInfo]:
         return list(self._call(self._stub.GetJobs, gcs_pb2.GetJobsRequest()).jobs)
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +20,7 @@ import grpc
 from tracedray import config, logs, telemetry
 from tracedray.core import rpc
 from tracedray.core.environment import drift
-from tracedray.core.gcs import node_health
+from tracedray.core.gcs import job_end, node_health
 from tracedray.core.gcs.actor_manager import ActorManager
 from tracedray.core.gcs.storage import (
     Flusher,
@@ -50,6 +52,11 @@ class Gcs:
         self._nodes: dict[str, gcs_pb2.NodeWithLoad] = {}
         self._head_env: dict[str, str] = {}
         self.actors = ActorManager(nodes=self.node_list, persist=self._persist_actor)
+        # A job's state changes (read, decide, write) one at a time: it ends once.
+        self._jobs_lock = threading.Lock()
+        # Ends the jobs of drivers on a node declared dead, off the node watch: ending a
+        # job waits for raylets to withdraw its actors' creations.
+        self._job_ends = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tracedray-job-end")
         self._stopped = threading.Event()
         self._server = rpc.make_server(max_workers=128)
         gcs_pb2_grpc.add_GcsServiceServicer_to_server(_Servicer(self), self._server)
@@ -78,6 +85,7 @@ class Gcs:
     def stop(self) -> None:
         self._stopped.set()
         self._server.stop(grace=0.5)
+        self._job_ends.shutdown(wait=False, cancel_futures=True)
         self.flusher.stop()
         self.storage.close()
 
@@ -145,6 +153,8 @@ class Gcs:
                     log.warning("node.dead", node_id=info.node_id, ip=info.raylet.ip,
                                 pid=info.raylet.pid, reason=info.death_reason)
                 self.actors.on_node_death(info.node_id)
+                self._job_ends.submit(self.end_jobs_driven_from, info.node_id,
+                                      info.death_reason)
 
     def _mark_dead(self, verdicts: dict[str, tuple[float, str]]) -> list[gcs_pb2.NodeInfo]:
         """``verdicts``: node id -> (the last heartbeat the verdict saw, why it is dead)."""
@@ -160,6 +170,61 @@ class Gcs:
                 self.tables["nodes"].put(node_id, entry.info.SerializeToString(), finished=False)
                 dead.append(entry.info)
         return dead
+
+    # --- jobs
+    def register_job(self, job: gcs_pb2.JobInfo) -> None:
+        job.state = job_end.RUNNING
+        with self._jobs_lock:
+            self.tables["jobs"].put(job.job_id.hex(), job.SerializeToString(), finished=False)
+        log.info("job.start", job_id=job.job_id.hex(), entrypoint=job.entrypoint)
+
+    def finish_job(self, job_id: bytes) -> None:
+        """Its driver finishes it (``shutdown()``, or its exit)."""
+        self._end_job(job_id, job_end.on_driver_finish)
+
+    def on_driver_death(self, death: gcs_pb2.DriverDeath) -> gcs_pb2.DriverDeathReply:
+        """The raylet the driver registered with saw its process die."""
+        job, ended = self._end_job(death.job_id, lambda j: job_end.on_driver_death(j, death))
+        if not ended:  # usually a driver that finished its job, then exited (the raylet says)
+            log.debug("job.driver_death_ignored", job_id=death.job_id.hex(),
+                     driver_pid=death.pid, job_state=job.state if job else "",
+                     why=death.why)
+        return gcs_pb2.DriverDeathReply(job_ended=ended, job_state=job.state if job else "")
+
+    def end_jobs_driven_from(self, node_id: str, death_reason: str) -> None:
+        """The node is dead: so are the drivers registered with its raylet."""
+        try:
+            jobs = [gcs_pb2.JobInfo.FromString(v) for _, v in self.tables["jobs"].scan()]
+            for job in jobs:
+                if job_end.on_node_death(job, node_id, death_reason) is not None:
+                    self._end_job(job.job_id,
+                                  lambda j: job_end.on_node_death(j, node_id, death_reason))
+        except Exception as exc:  # noqa: BLE001 - a pool thread: say it, or nobody will
+            log.error("job.end_failed", node_id=node_id, error=repr(exc))
+
+    def _end_job(self, job_id: bytes,
+                 decide: Callable[[gcs_pb2.JobInfo | None], job_end.Ending | None]
+                 ) -> tuple[gcs_pb2.JobInfo | None, bool]:
+        """End the job if ``decide`` says how, given its record now; then its
+        non-detached actors die. Returns the record after, and whether it ended now."""
+        table = self.tables["jobs"]
+        with self._jobs_lock:
+            raw = table.get(job_id.hex())
+            job = gcs_pb2.JobInfo.FromString(raw) if raw else None
+            ending = decide(job)
+            if ending is None:
+                return job, False
+            job = job if job is not None else gcs_pb2.JobInfo(job_id=job_id)
+            job.state, job.end_reason, job.end_time = ending.state, ending.reason, time.time()
+            table.put(job_id.hex(), job.SerializeToString(), finished=True)
+        attributes = {A.JOB_ID: job_id.hex(), A.JOB_STATE: ending.state,
+                      A.JOB_END_REASON: ending.reason}
+        with telemetry.span("job.finish", attributes):
+            (log.info if ending.state == job_end.FINISHED else log.warning)(
+                "job.finish", job_id=job_id.hex(), state=ending.state, reason=ending.reason,
+                driver_pid=job.driver.pid)
+            self.actors.on_job_finished(job_id, job_end.actor_death_cause(job_id, ending))
+        return job, True
 
     # --- actors
     def _persist_actor(self, info: gcs_pb2.ActorInfo) -> None:
@@ -265,22 +330,15 @@ class _Servicer(gcs_pb2_grpc.GcsServiceServicer):
         return gcs_pb2.GetNodesReply(nodes=self._g.node_list())
 
     def RegisterJob(self, request: Any, context: Any) -> Any:
-        request.state = "RUNNING"
-        self._g.tables["jobs"].put(request.job_id.hex(), request.SerializeToString(),
-                                   finished=False)
-        log.info("job.start", job_id=request.job_id.hex(), entrypoint=request.entrypoint)
+        self._g.register_job(request)
         return common_pb2.Empty()
 
     def FinishJob(self, request: Any, context: Any) -> Any:
-        table = self._g.tables["jobs"]
-        raw = table.get(request.job_id.hex())
-        job = gcs_pb2.JobInfo.FromString(raw) if raw else request
-        job.state = "FINISHED"
-        job.end_time = time.time()
-        table.put(job.job_id.hex(), job.SerializeToString(), finished=True)
-        self._g.actors.on_job_finished(job.job_id)
-        log.info("job.finish", job_id=job.job_id.hex())
+        self._g.finish_job(request.job_id)
         return common_pb2.Empty()
+
+    def ReportDriverDeath(self, request: Any, context: Any) -> Any:
+        return self._g.on_driver_death(request)
 
     def GetJobs(self, request: Any, context: Any) -> Any:
         return gcs_pb2.GetJobsReply(jobs=[gcs_pb2.JobInfo.FromString(v)

@@ -61,9 +61,10 @@ class RayletClient:
         return int(reply.withdrawn)  # type: ignore[attr-defined]
 
     def register_worker(self, worker_id: str, port: int, pid: int, is_driver: bool = False,
-                        task_port: int = 0) -> raylet_pb2.RegisterWorkerReply:
+                        task_port: int = 0, job_id: bytes = b"") -> raylet_pb2.RegisterWorkerReply:
         return self._call("RegisterWorker", raylet_pb2.RegisterWorkerRequest(  # type: ignore[return-value]
-            worker_id=worker_id, port=port, pid=pid, is_driver=is_driver, task_port=task_port))
+            worker_id=worker_id, port=port, pid=pid, is_driver=is_driver, task_port=task_port,
+            job_id=job_id))
 
     def notify_blocked(self, worker_id: str, blocked: bool) -> None:
         self._call("NotifyBlocked", raylet_pb2.NotifyBlockedRequest(worker_id=worker_id,

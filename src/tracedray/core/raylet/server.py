@@ -24,6 +24,7 @@ from tracedray.core import rpc, trace_context
 from tracedray.core.address import Address
 from tracedray.core.gcs.client import GcsClient
 from tracedray.core.object_store.store import ObjectStore
+from tracedray.core.raylet import driver_watch as dw
 from tracedray.core.raylet import lease_reclaim as lr
 from tracedray.core.raylet import scheduler
 from tracedray.core.raylet import worker_pool as wp
@@ -98,6 +99,10 @@ class Raylet:
                                   object_path_prefix=self.object_path_prefix,
                                   on_exit=self._on_worker_exit)
         self._drivers: dict[str, Address] = {}
+        # Drivers with a job, watched until they die (driver_watch.py), by worker id;
+        # and how many times in a row each one's port refused, for those watched by port.
+        self._watched: dict[str, dw.WatchedDriver] = {}
+        self._refusals: dict[str, int] = {}
         self._peers: dict[str, gcs_pb2.NodeWithLoad] = {}
         self._bg = ThreadPoolExecutor(max_workers=8, thread_name_prefix="tracedray-raylet-bg")
         self.transfers = TransferTable()
@@ -479,6 +484,58 @@ class Raylet:
                 scheduler.acquire(self.available, cpu)  # may go negative briefly, as in Ray
             self._dispatch()
 
+    # --- drivers
+    def register_driver(self, worker_id: str, port: int, pid: int, job_id: bytes) -> None:
+        """A driver connects (twice: before its server listens, then with its port and
+        job). One with a job is watched: if it dies, the GCS is told."""
+        address = Address(self.node_id, self.ip, port, worker_id, pid)
+        started = dw.identify_local_process(pid, port) if job_id else None
+        with self._lock:
+            self._drivers[worker_id] = address
+            if job_id:
+                self._watched[worker_id] = dw.WatchedDriver(worker_id, job_id, address, started)
+
+    def check_drivers(self) -> list[str]:
+        """Report the watched drivers that surely died to the GCS; returns their worker
+        ids. The probes run without the lock, one per driver (``driver_watch``)."""
+        with self._lock:
+            if self._stopped.is_set():
+                return []
+            drivers = list(self._watched.values())
+        if not drivers:
+            return []
+        verdicts = dict(zip([d.worker_id for d in drivers], self._bg.map(dw.probe_driver, drivers),
+                            strict=True))
+        judgement = dw.judge(drivers, verdicts, self._refusals)
+        with self._lock:
+            self._refusals = judgement.refusals
+            for driver, _ in judgement.dead:
+                self._watched.pop(driver.worker_id, None)
+                self._drivers.pop(driver.worker_id, None)  # nothing to ask it any more
+        for driver, why in judgement.dead:
+            self._bg.submit(self._report_driver_death, driver, why)
+        return [driver.worker_id for driver, _ in judgement.dead]
+
+    def _report_driver_death(self, driver: dw.WatchedDriver, why: str) -> None:
+        address = driver.address
+        try:
+            reply = self.gcs.report_driver_death(gcs_pb2.DriverDeath(
+                job_id=driver.job_id, node_id=self.node_id, worker_id=driver.worker_id,
+                pid=address.pid, why=why))
+        except RaySystemError as exc:
+            log.error("driver.death_report_failed", job_id=driver.job_id.hex(),
+                      driver_pid=address.pid, error=str(exc))
+            with self._lock:  # the next round finds it dead again and tells again
+                if not self._stopped.is_set():
+                    self._watched.setdefault(driver.worker_id, driver)
+            return
+        # A warning when its job ended with it; a driver that finished its job first
+        # exited as it should.
+        (log.warning if reply.job_ended else log.info)(
+            "driver.exit", job_id=driver.job_id.hex(), driver_pid=address.pid,
+            driver_worker_id=driver.worker_id, why=why, job_ended=reply.job_ended,
+            job_state=reply.job_state)
+
     # --- idle workers beyond the soft limit, and leases whose lessee died
     def _idle_reaper_loop(self) -> None:
         # Several checks per timeout, so a worker goes soon after its time is up;
@@ -497,6 +554,10 @@ class Raylet:
                 self.reclaim_orphaned_leases()
             except Exception as exc:  # noqa: BLE001 - the loop must survive anything
                 log.error("lease.reclaim_failed", error=repr(exc))
+            try:
+                self.check_drivers()
+            except Exception as exc:  # noqa: BLE001 - the loop must survive anything
+                log.error("driver.check_failed", error=repr(exc))
 
     def reclaim_orphaned_leases(self) -> list[str]:
         """Kill the workers of task leases whose lessee died; returns those lease ids.
@@ -843,8 +904,7 @@ class _Servicer(raylet_pb2_grpc.RayletServiceServicer):
     def RegisterWorker(self, request: Any, context: Any) -> Any:
         raylet = self._r
         if request.is_driver:
-            raylet._drivers[request.worker_id] = Address(raylet.node_id, raylet.ip, request.port,
-                                                         request.worker_id, request.pid)
+            raylet.register_driver(request.worker_id, request.port, request.pid, request.job_id)
         else:
             try:
                 raylet.register_worker(request.worker_id, request.port, request.task_port)

@@ -1,0 +1,188 @@
+"""A driver that dies without finishing its job (SIGKILL) has its job failed and its
+job's end run as for a finished one; a driver that ends cleanly has its job finished
+(a real cluster started with the CLI, drivers in their own processes).
+
+Killed: the raylet it registered with sees its process gone and tells the GCS, which
+marks the job FAILED (with the evidence), withdraws the creation of its actor still
+waiting for a CPU (no worker is ever started for it), kills its non-detached actor, and
+leaves its detached actor alone: the next driver still calls it.
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cli_support import PINGS_KEPT, isolated_root, run_json, start_head
+from multinode_support import log_events, spans_named, wait_for
+
+pytestmark = pytest.mark.integration
+
+# Within this long of the driver's death its job has ended: the raylet looks about once
+# a second, and the GCS ends the job at once (a slow, shared machine gets some slack).
+ENDED_WITHIN_S = 10.0
+
+# Two actors take both CPUs, a non-detached one and a detached one; a third waits for a
+# CPU. Then `ending` ends the script (on a line from stdin).
+LEAVES_ACTORS = textwrap.dedent("""
+    import os, sys
+    import tracedray as ray
+
+    ray.init(address="auto", namespace="dead-driver")
+
+    @ray.remote(num_cpus=1)
+    class Holder:
+        def pid(self):
+            return os.getpid()
+        def ping(self):
+            return "pong"
+
+    owned = Holder.remote()
+    kept = Holder.options(name="kept", lifetime="detached").remote()
+    owned_pid, kept_pid = ray.get([owned.pid.remote(), kept.pid.remote()], timeout=60)
+    waiting = Holder.remote()  # no CPU left: its creation waits in the raylet
+    print("READY", owned._actor_id.hex(), owned_pid, kept._actor_id.hex(), kept_pid,
+          waiting._actor_id.hex(), flush=True)
+    sys.stdin.readline()
+    {ending}
+""")
+
+class Leaver:
+    """LEAVES_ACTORS, running until its actors are settled and the third one waits."""
+
+    def __init__(self, folder: Path, ending: str) -> None:
+        script = folder / "leaver.py"
+        script.write_text(LEAVES_ACTORS.format(ending=ending))
+        self.process = subprocess.Popen([sys.executable, str(script)], stdin=subprocess.PIPE,
+                                        stdout=subprocess.PIPE, text=True)
+        assert self.process.stdout is not None
+        line = self.process.stdout.readline()
+        assert line.startswith("READY"), f"{line!r}, exit {self.process.poll()}"
+        fields = line.split()[1:]
+        self.owned, self.kept, self.waiting = fields[0], fields[2], fields[4]
+        self.owned_pid, self.kept_pid = int(fields[1]), int(fields[3])
+        wait_for(lambda: _node()["pending"] == 1, 30,
+                 "the third actor's creation to wait in the raylet for a CPU")
+
+    def end(self) -> None:
+        assert self.process.stdin is not None
+        self.process.stdin.write("\n")
+        self.process.stdin.flush()
+        assert self.process.wait(timeout=60) == 0
+
+    def kill(self) -> None:
+        self.process.send_signal(signal.SIGKILL)
+        self.process.wait()
+
+    def close(self) -> None:
+        if self.process.poll() is None:
+            self.kill()
+
+
+def _node() -> dict[str, Any]:
+    (node,) = run_json("status")["nodes"]
+    return dict(node)
+
+
+def _job_of(pid: int) -> dict[str, Any]:
+    (job,) = [j for j in run_json("list", "jobs") if j["driver_pid"] == pid]
+    return dict(job)
+
+
+def _ended_job(pid: int) -> dict[str, Any] | None:
+    job = _job_of(pid)
+    return job if job["state"] != "RUNNING" else None
+
+
+def _actors() -> dict[str, dict[str, Any]]:
+    return {a["actor_id"]: a for a in run_json("list", "actors")}
+
+
+def _workers() -> dict[int, dict[str, Any]]:
+    return {w["pid"]: w for w in run_json("list", "workers")}
+
+
+def test_a_killed_drivers_job_fails_and_takes_its_non_detached_actors(tmp_path: Path) -> None:
+    with isolated_root(tmp_path):
+        start_head()  # 2 CPUs
+        (session,) = tmp_path.glob("session_2*")
+        leaver = Leaver(tmp_path, ending="ray.shutdown()")
+        try:
+            pid = leaver.process.pid
+            # Alive all along (the raylet has looked a few times by now): nothing ended.
+            assert _job_of(pid)["state"] == "RUNNING"
+            assert [r for r in log_events(session, "driver.exit") if r["driver_pid"] == pid] == []
+            killed_at = time.time()
+            leaver.kill()
+
+            # RUNNING for ever before, its actors alive and the waiting one created.
+            job = wait_for(lambda: _ended_job(pid), ENDED_WITHIN_S,
+                           "the killed driver's job to end")
+        finally:
+            leaver.close()
+        assert job["state"] == "FAILED", job
+        assert job["end_reason"].startswith(f"its driver died: process {pid} is gone"), job
+        assert job["end_time"] >= killed_at - 1, (job, killed_at)
+        actors = _actors()
+        assert actors[leaver.owned]["state"] == "DEAD", actors[leaver.owned]
+        assert "failed, its driver died" in actors[leaver.owned]["death_cause"]
+        assert actors[leaver.waiting]["state"] == "DEAD", actors[leaver.waiting]
+        assert actors[leaver.kept]["state"] == "ALIVE", actors[leaver.kept]
+        # The non-detached actor's worker is gone; the waiting creation was withdrawn
+        # before that freed a CPU, so no worker was ever started for it.
+        wait_for(lambda: _workers()[leaver.owned_pid]["state"] == "DEAD", ENDED_WITHIN_S,
+                 "the non-detached actor's worker to exit")
+        assert [w for w in _workers().values() if w["actor_id"] == leaver.waiting] == []
+        (withdrawn,) = [r for r in log_events(session, "actor.creation_withdrawn")
+                        if r["actor_id"] == leaver.waiting]
+        assert withdrawn["requests_withdrawn"] == 1 and withdrawn["killed_worker_pids"] == []
+        node = _node()
+        assert node["pending"] == 0 and node["resources_available"]["CPU"] == 1, node
+
+        # Who saw it, and the job's end as the GCS records every end.
+        (seen,) = [r for r in log_events(session, "driver.exit") if r["driver_pid"] == pid]
+        assert seen["level"] == "warning" and seen["job_ended"] and seen["job_state"] == "FAILED"
+        assert seen["why"] == f"process {pid} is gone", seen
+        (span,) = [s for s in spans_named(session, "job.finish")
+                   if s["tracedray.job.id"] == job["job_id"]]
+        assert span["tracedray.job.state"] == "FAILED"
+        assert span["tracedray.job.end_reason"] == job["end_reason"]
+
+        # The detached actor outlived its job.
+        script = tmp_path / "pings.py"
+        script.write_text(PINGS_KEPT)
+        pings = subprocess.run([sys.executable, str(script), "dead-driver"], capture_output=True,
+                               text=True, timeout=60)
+        assert pings.returncode == 0 and "PING pong" in pings.stdout, pings.stderr[-3000:]
+        assert _workers()[leaver.kept_pid]["state"] == "ACTOR"
+
+
+@pytest.mark.parametrize("ending", ["ray.shutdown()", "pass  # the exit hook's shutdown"])
+def test_a_driver_that_ends_cleanly_finishes_its_job(tmp_path: Path, ending: str) -> None:
+    with isolated_root(tmp_path):
+        start_head()  # 2 CPUs
+        (session,) = tmp_path.glob("session_2*")
+        leaver = Leaver(tmp_path, ending=ending)
+        try:
+            leaver.end()
+        finally:
+            leaver.close()
+        pid = leaver.process.pid
+        # The raylet saw the process go after the job had ended, and changed nothing.
+        (seen,) = wait_for(lambda: [r for r in log_events(session, "driver.exit")
+                                    if r["driver_pid"] == pid], ENDED_WITHIN_S,
+                           "the raylet to see the driver exit")
+        assert seen["level"] == "info" and not seen["job_ended"], seen
+        assert seen["job_state"] == "FINISHED", seen
+        job = _job_of(pid)
+        assert job["state"] == "FINISHED", job
+        assert job["end_reason"] == "its driver finished it (shutdown() or exit)", job
+        actors = _actors()
+        assert "finished (the actor is not detached)" in actors[leaver.owned]["death_cause"]
+        assert actors[leaver.waiting]["state"] == "DEAD" and actors[leaver.kept]["state"] == "ALIVE"
