@@ -85,7 +85,8 @@ class ShapeCache:
     (a call site's function and job, a worker's functions): ``get`` with those values
     in ``constant_keys`` order returns the same SpanShape each time. Thread-safe as
     far as single dict operations are (two threads may build one shape twice; both
-    are equal).
+    are equal). The values are dict keys here, so the values of one key must keep
+    one type: ``True == 1`` would find the shape of the other.
     """
 
     def __init__(self, name: str, variable: Sequence[str], constant_keys: Sequence[str],
