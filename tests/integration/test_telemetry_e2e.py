@@ -165,6 +165,7 @@ ISO_UTC = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z$")
 class _TraceReceiver(trace_service_pb2_grpc.TraceServiceServicer):
     def __init__(self) -> None:
         self.components: dict[str, int] = {}  # tracedray.component -> spans received
+        self.keys: dict[str, list[set[str]]] = {}  # span name -> each span's attribute keys
         self.changed = threading.Condition()
 
     def Export(self, request: Any, context: Any) -> Any:  # noqa: N802 - gRPC method name
@@ -175,6 +176,10 @@ class _TraceReceiver(trace_service_pb2_grpc.TraceServiceServicer):
                 component = attrs.get("tracedray.component", "?")
                 count = sum(len(s.spans) for s in resource_spans.scope_spans)
                 self.components[component] = self.components.get(component, 0) + count
+                for scope_spans in resource_spans.scope_spans:
+                    for span in scope_spans.spans:
+                        self.keys.setdefault(span.name, []).append(
+                            {a.key for a in span.attributes})
             self.changed.notify_all()
         return trace_service_pb2.ExportTraceServiceResponse()
 
@@ -428,6 +433,15 @@ def test_spans_reach_an_otlp_grpc_receiver_from_every_process_kind(
     received = servicer.wait_for({"driver", "raylet", "worker"}, timeout=30)
     for component in ("driver", "raylet", "worker"):
         assert received.get(component, 0) > 0, received
+    # The hot spans are recorded by their shapes in the files; the exporter gets their
+    # attributes as any span's.
+    with servicer.changed:
+        keys = {name: list(spans) for name, spans in servicer.keys.items()}
+    for name in ("task.submit", "task.dispatch", "task.execute"):
+        assert keys.get(name), f"no {name} span exported"
+        for span_keys in keys[name]:
+            missing = [key for key in EXPECTED_SPANS[name] if key not in span_keys]
+            assert not missing, f"an exported {name} lacks {missing}: {span_keys}"
 
 
 # --- the pytest plugin, as a user's test file uses it ------------------------------------
