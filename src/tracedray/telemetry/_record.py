@@ -517,13 +517,15 @@ class PendingSpan:
     worker, made by :func:`open_light_span`); None when nobody does.
     """
 
-    __slots__ = ("name", "_attributes", "shape", "values", "start_ns", "parent", "context")
+    __slots__ = ("name", "kind", "_attributes", "shape", "values", "start_ns", "parent",
+                 "context")
 
     def __init__(self, name: str, attributes: dict[str, AttributeValue] | None,
                  parent: SpanContext | None, context: SpanContext | None = None,
                  shape: SpanShape | None = None,
                  values: tuple[AttributeValue, ...] = ()) -> None:
         self.name = name
+        self.kind = _INTERNAL if shape is None else shape.kind
         # An attribute dict, or a shape and this span's values of it (span_shape.py).
         self._attributes = attributes
         self.shape = shape
@@ -556,20 +558,20 @@ class PendingSpan:
             direct = pipeline.direct_writer
             if error is None and direct is not None:
                 fields = _span_fields(pipeline, self.name, self._attributes, self.start_ns,
-                                      time.time_ns(), None, _INTERNAL, self.parent,
+                                      time.time_ns(), None, self.kind, self.parent,
                                       self.context, self.shape, self.values)
                 if fields is not None:
                     direct.append_fields(fields)
             elif self.context is not None:
                 # Its ids are known to others already: record them, through a span object.
-                span = LightSpan(pipeline, self.name, self.context, self.parent, _INTERNAL,
+                span = LightSpan(pipeline, self.name, self.context, self.parent, self.kind,
                                  self._attributes, self.start_ns, True, self.shape, self.values)
                 if error is not None and is_error(error):
                     mark_error(span, error, None)
                 span.end()
             else:
                 record_span(self.name, self.attributes, start_ns=self.start_ns, error=error,
-                            parent=self.parent)
+                            kind=self.kind, parent=self.parent)
         except Exception:  # telemetry must never break the caller
             pass
 
@@ -610,9 +612,8 @@ def open_light_span(name: str, attributes: dict[str, AttributeValue] | None,
     if pipeline is None or pipeline.provider is None:
         return INVALID_SPAN
     if pipeline.direct_writer is None:
-        if attributes is None:
-            assert shape is not None
-            attributes = shape.attributes(values)
+        if shape is not None:
+            return start_light_span(shape.name, shape.attributes(values), kind=shape.kind)
         return start_light_span(name, attributes)
     # Runs for every submitted task: ids drawn as RandomIdGenerator draws them, and
     # the parent read without the context API's frames (see current_span_context).
@@ -703,7 +704,7 @@ def end_pending_spans(spans: Sequence[PendingSpan]) -> None:
         records = []
         for pending in spans:
             fields = _span_fields(pipeline, pending.name, pending._attributes,
-                                  pending.start_ns, end_ns, None, _INTERNAL, pending.parent,
+                                  pending.start_ns, end_ns, None, pending.kind, pending.parent,
                                   pending.context, pending.shape, pending.values)
             if fields is not None:
                 records.append(fields)

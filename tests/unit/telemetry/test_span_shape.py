@@ -158,3 +158,27 @@ def test_a_shape_marshal_cannot_carry_records_its_spans_with_a_dict(tmp_path: Pa
     (span,) = _spans(tmp_path)
     assert span.name == "odd" and span.attributes["id"] == "x"
     assert tuple(span.attributes["range"]) == (0, 1, 2)
+
+
+@pytest.mark.parametrize("sampler", [None, "always_on"])
+def test_a_shape_s_kind_is_its_spans_kind_whichever_way_they_are_recorded(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sampler: str | None) -> None:
+    # With a configured sampler spans are built as span objects, not recorded directly.
+    if sampler:
+        monkeypatch.setenv("OTEL_TRACES_SAMPLER", sampler)
+    telemetry.configure("driver", session_dir=tmp_path)
+    server = SpanShape("rpc", ("tracedray.task.id",), {"b": 1}, kind=SpanKind.SERVER)
+    telemetry.finish_span(telemetry.open_shaped_span(server, ("opened",)))
+    with telemetry.span("outer") as outer:
+        parent = outer.get_span_context()
+    ended = [telemetry.pending_shaped_span(server, (name,), parent=parent)
+             for name in ("batched-1", "batched-2", "alone", "noted", "failed")]
+    assert all(span is not None for span in ended)
+    telemetry.finish_spans(ended[:2])
+    telemetry.finish_span(ended[2])
+    telemetry.finish_span(ended[3], attributes={"note": "late"})
+    telemetry.finish_span(ended[4], error=RuntimeError("lost"))
+    kinds = {span.attributes["tracedray.task.id"]: span.kind for span in _spans(tmp_path)
+             if "tracedray.task.id" in span.attributes}
+    assert kinds == dict.fromkeys(
+        ("opened", "batched-1", "batched-2", "alone", "noted", "failed"), SpanKind.SERVER)
