@@ -182,3 +182,131 @@ def test_restarted_gcs_is_stopped_with_the_cluster(
     ray.shutdown()
     assert not psutil.pid_exists(new_pid) or psutil.Process(new_pid).status() == "zombie"
     assert "gcs.restart" in span_names(session_dir)
+
+
+# --- an actor's creation under way when the GCS dies -----------------------------------
+# The restarted GCS recovers the actor as PENDING_CREATION and places it again. What the
+# GCS before it had asked a raylet for — a request waiting for a CPU, or a worker granted
+# and running __init__ — must not survive as a second worker of the same actor: one that
+# holds a CPU for ever and, had it finished __init__, a second instance nobody calls.
+
+SETTLED_WITHIN_S = 15.0
+
+
+def raylet_stats() -> Any:
+    import tracedray.core.api
+
+    return tracedray.core.api.global_worker().raylet.node_stats()
+
+
+def live_workers_of(actor_hex: str) -> list[int]:
+    return sorted(w.pid for w in raylet_stats().workers
+                  if w.actor_id == actor_hex and w.state != "DEAD")
+
+
+def restart_gcs(info: dict[str, Any]) -> int:
+    """SIGKILL the GCS; returns the new one's pid once it answers."""
+    session_dir = info["session_dir"]
+    [old_pid] = gcs_pids(session_dir)
+    os.kill(old_pid, signal.SIGKILL)
+    new_pid = wait_for_new_gcs(session_dir, old_pid)
+    GcsClient(info["address"]).get_nodes()  # retries until the new GCS answers
+    return new_pid
+
+
+def assert_settles(actor_hex: str, actor_pid: int) -> None:
+    """The actor's one worker, holding one of the 2 CPUs; nothing waits, nothing else holds."""
+    expected = {"actor workers": [actor_pid], "pending leases": 0, "free CPUs": 1.0}
+
+    def state() -> dict[str, Any]:
+        stats = raylet_stats()
+        return {"actor workers": live_workers_of(actor_hex),
+                "pending leases": stats.pending_leases,
+                "free CPUs": stats.resources_available["CPU"]}
+
+    deadline = time.monotonic() + SETTLED_WITHIN_S
+    while state() != expected and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert state() == expected
+
+
+def init_runs(path: Path) -> list[str]:
+    return path.read_text().split() if path.exists() else []
+
+
+@pytest.mark.timeout(120)
+def test_a_creation_waiting_for_a_cpu_when_the_gcs_dies_gets_one_worker(
+        redis_cluster: tuple[Any, dict[str, Any], RedisServer], tmp_path: Path) -> None:
+    ray, info, _ = redis_cluster
+    runs = tmp_path / "init-runs"
+
+    @ray.remote(num_cpus=1)
+    class Counted:
+        def __init__(self, runs: str = "") -> None:
+            if runs:
+                with open(runs, "a") as out:
+                    out.write(f"{os.getpid()}\n")
+
+        def pid(self) -> int:
+            return os.getpid()
+
+    # Actors hold the CPUs (a task's caller may keep a spare lease request waiting too,
+    # which would blur the count of waiting requests).
+    actor_class: Any = Counted
+    holders = [actor_class.remote() for _ in range(2)]
+    ray.get([holder.pid.remote() for holder in holders], timeout=30)
+    actor = actor_class.remote(str(runs))
+    actor_hex = actor._actor_id.hex()
+    wait_until(lambda: raylet_stats().pending_leases == 1,
+               "the actor's creation to wait in the raylet for a CPU")
+
+    restart_gcs(info)
+    for holder in holders:
+        ray.kill(holder)
+    pid = ray.get(actor.pid.remote(), timeout=30)
+    assert_settles(actor_hex, pid)
+    assert init_runs(runs) == [str(pid)]
+
+
+@pytest.mark.timeout(120)
+def test_a_creation_running_init_when_the_gcs_dies_leaves_no_second_worker(
+        redis_cluster: tuple[Any, dict[str, Any], RedisServer], tmp_path: Path) -> None:
+    ray, info, _ = redis_cluster
+    runs, release = tmp_path / "init-runs", tmp_path / "release"
+
+    @ray.remote(num_cpus=1)
+    class Slow:
+        def __init__(self, runs: str, release: str) -> None:
+            while not os.path.exists(release):
+                time.sleep(0.02)
+            with open(runs, "a") as out:
+                out.write(f"{os.getpid()}\n")
+
+        def pid(self) -> int:
+            return os.getpid()
+
+    actor_class: Any = Slow
+    actor = actor_class.remote(str(runs), str(release))
+    actor_hex = actor._actor_id.hex()
+    wait_until(lambda: live_workers_of(actor_hex), "a worker granted to the actor")
+    [first] = live_workers_of(actor_hex)
+
+    restart_gcs(info)
+    # The worker the dead GCS was creating the actor on goes (it would hold a CPU for ever)
+    # before its __init__ can finish.
+    wait_until(lambda: first not in live_workers_of(actor_hex),
+               f"the first worker (pid {first}) to go", SETTLED_WITHIN_S)
+    release.touch()
+    pid = ray.get(actor.pid.remote(), timeout=30)
+    assert pid != first
+    assert_settles(actor_hex, pid)
+    assert init_runs(runs) == [str(pid)]
+
+    # Said by the new GCS (a log line and a span) and by the raylet, in the exit it records.
+    session_dir = info["session_dir"]
+    (released,) = [e for e in log_events(session_dir, "gcs")
+                   if e["event"] == "actor.release_unused"]
+    assert released["killed_worker_pids"] == [first] and released["actors_to_place"] == 1
+    assert "actor.release_unused" in span_names(session_dir)
+    (exit_row,) = [w for w in raylet_stats().workers if w.pid == first]
+    assert exit_row.exit_meaning.startswith("killed by the raylet: the GCS does not use it")

@@ -193,3 +193,28 @@ def test_only_idle_workers_can_be_stopped(pool: _Pool) -> None:
     with pytest.raises(RaySystemError, match="LEASED, not IDLE"):
         pool.pool.stop_idle(worker, "reaped")
     assert worker.process.poll() is None and pool.pool.statistics().reaped_total == 0
+
+
+# --- actor workers the GCS does not use (a restarted GCS releases them)
+def actor_worker(worker_id: str, state: str = wp.ACTOR, actor_id: bytes = b"a",
+                 kill_intended: bool = False, stop_reason: str = "") -> wp.WorkerProcess:
+    return wp.WorkerProcess(worker_id=worker_id, process=None,  # type: ignore[arg-type]
+                            state=state, actor_id=actor_id, kill_intended=kill_intended,
+                            stop_reason=stop_reason)
+
+
+def test_unused_actor_workers_are_the_live_ones_the_gcs_does_not_name() -> None:
+    workers = [actor_worker("used"), actor_worker("unused"),
+               actor_worker("dying", kill_intended=True), actor_worker("dead", state=wp.DEAD),
+               actor_worker("task", state=wp.LEASED, actor_id=b""),
+               actor_worker("idle", state=wp.IDLE, actor_id=b"")]
+    assert [w.worker_id for w in wp.unused_actor_workers(workers, {"used"})] == ["unused"]
+    assert wp.unused_actor_workers(workers, {"used", "unused"}) == []
+
+
+def test_the_gcs_hears_of_an_actor_workers_exit_unless_it_asked_for_it() -> None:
+    assert wp.exit_concerns_the_gcs(actor_worker("w"))  # crashed: the actor fails
+    assert wp.exit_concerns_the_gcs(actor_worker("w", stop_reason=wp.STOP_KILLED))  # kill()
+    for stop in wp.STOPS_FOR_THE_GCS:
+        assert not wp.exit_concerns_the_gcs(actor_worker("w", stop_reason=f"{stop}: why"))
+    assert not wp.exit_concerns_the_gcs(actor_worker("w", actor_id=b"", state=wp.LEASED))

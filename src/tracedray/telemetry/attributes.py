@@ -22,6 +22,12 @@ JOB_END_REASON = "tracedray.job.end_reason"  # e.g. "its driver died: process 42
 ACTOR_ID = "tracedray.actor.id"
 ACTOR_CLASS = "tracedray.actor.class"
 ACTOR_NAME = "tracedray.actor.name"
+# A restarted GCS's release of what the GCS before it left for actor creations
+# (actor.release_unused): the actors it creates again, the requests the raylets answered
+# instead of granting, the pids of the actor workers they killed.
+ACTOR_RECREATED = "tracedray.actor.recreated"
+ACTOR_REQUESTS_WITHDRAWN = "tracedray.actor.requests_withdrawn"
+ACTOR_WORKERS_KILLED = "tracedray.actor.workers_killed"
 
 # --- objects
 OBJECT_ID = "tracedray.object.id"  # same hex as ObjectRef.hex()
@@ -65,6 +71,8 @@ GCS_FLUSH_BYTES = "tracedray.gcs.flush.bytes"
 GCS_MEMORY_BEFORE = "tracedray.gcs.memory_before"
 GCS_MEMORY_AFTER = "tracedray.gcs.memory_after"
 GCS_STORAGE = "tracedray.gcs.storage"
+GCS_NODES = "tracedray.gcs.nodes"  # how many raylets the GCS asked
+GCS_NODES_UNANSWERED = "tracedray.gcs.nodes_unanswered"  # ids of those that did not answer
 
 # --- resource attributes (besides the OTel semantic-convention ones)
 RESOURCE_NODE_ID = "tracedray.node.id"

@@ -371,6 +371,14 @@ class WithdrawActorCreationReply(_message.Message):
     killed_worker_pids: _containers.RepeatedScalarFieldContainer[int]
     def __init__(self, withdrawn: _Optional[int] = ..., killed_worker_pids: _Optional[_Iterable[int]] = ...) -> None: ...
 
+class ReleaseUnusedActorWorkersRequest(_message.Message):
+    __slots__ = ("keep_worker_ids", "cause")
+    KEEP_WORKER_IDS_FIELD_NUMBER: _ClassVar[int]
+    CAUSE_FIELD_NUMBER: _ClassVar[int]
+    keep_worker_ids: _containers.RepeatedScalarFieldContainer[str]
+    cause: str
+    def __init__(self, keep_worker_ids: _Optional[_Iterable[str]] = ..., cause: _Optional[str] = ...) -> None: ...
+
 class ShutdownNodeRequest(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...

@@ -106,6 +106,11 @@ class RayletServiceStub:
                 request_serializer=tracedray_dot_v1_dot_raylet__pb2.WithdrawActorCreationRequest.SerializeToString,
                 response_deserializer=tracedray_dot_v1_dot_raylet__pb2.WithdrawActorCreationReply.FromString,
                 _registered_method=True)
+        self.ReleaseUnusedActorWorkers = channel.unary_unary(
+                '/tracedray.v1.RayletService/ReleaseUnusedActorWorkers',
+                request_serializer=tracedray_dot_v1_dot_raylet__pb2.ReleaseUnusedActorWorkersRequest.SerializeToString,
+                response_deserializer=tracedray_dot_v1_dot_raylet__pb2.WithdrawActorCreationReply.FromString,
+                _registered_method=True)
         self.ShutdownNode = channel.unary_unary(
                 '/tracedray.v1.RayletService/ShutdownNode',
                 request_serializer=tracedray_dot_v1_dot_raylet__pb2.ShutdownNodeRequest.SerializeToString,
@@ -211,6 +216,13 @@ class RayletServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ReleaseUnusedActorWorkers(self, request, context):
+        """A restarted GCS drops what the GCS before it left here for actors' creations.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def ShutdownNode(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -294,6 +306,11 @@ def add_RayletServiceServicer_to_server(servicer, server):
             'WithdrawActorCreation': grpc.unary_unary_rpc_method_handler(
                     servicer.WithdrawActorCreation,
                     request_deserializer=tracedray_dot_v1_dot_raylet__pb2.WithdrawActorCreationRequest.FromString,
+                    response_serializer=tracedray_dot_v1_dot_raylet__pb2.WithdrawActorCreationReply.SerializeToString,
+            ),
+            'ReleaseUnusedActorWorkers': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReleaseUnusedActorWorkers,
+                    request_deserializer=tracedray_dot_v1_dot_raylet__pb2.ReleaseUnusedActorWorkersRequest.FromString,
                     response_serializer=tracedray_dot_v1_dot_raylet__pb2.WithdrawActorCreationReply.SerializeToString,
             ),
             'ShutdownNode': grpc.unary_unary_rpc_method_handler(
@@ -685,6 +702,33 @@ class RayletService:
             target,
             '/tracedray.v1.RayletService/WithdrawActorCreation',
             tracedray_dot_v1_dot_raylet__pb2.WithdrawActorCreationRequest.SerializeToString,
+            tracedray_dot_v1_dot_raylet__pb2.WithdrawActorCreationReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReleaseUnusedActorWorkers(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tracedray.v1.RayletService/ReleaseUnusedActorWorkers',
+            tracedray_dot_v1_dot_raylet__pb2.ReleaseUnusedActorWorkersRequest.SerializeToString,
             tracedray_dot_v1_dot_raylet__pb2.WithdrawActorCreationReply.FromString,
             options,
             channel_credentials,

@@ -5,7 +5,9 @@ The placement step asks a raylet for a dedicated worker, pushes the creation tas
 to it over the same task stream callers use, and marks the actor ALIVE when
 ``__init__`` returned (or DEAD with the error as cause if it raised). An actor declared
 DEAD while its creation is under way has it withdrawn from the raylet, so that no worker
-stays behind for it (``actor_creation`` says when and why).
+stays behind for it (``actor_creation`` says when and why). A restarted GCS has the raylets
+drop what the GCS before it left for creations under way before it places any actor
+(``actor_recovery`` says why).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from tracedray import logs, telemetry
 from tracedray.core import trace_context
 from tracedray.core.address import Address
 from tracedray.core.gcs import actor_creation as ac
+from tracedray.core.gcs import actor_recovery as ar
 from tracedray.core.raylet.client import RayletClient
 from tracedray.core.raylet.scheduler import feasible, fits
 from tracedray.core.serialization import deserialize
@@ -47,22 +50,39 @@ class ActorManager:
         self._placing: dict[bytes, list[str]] = {}
         self._cond = threading.Condition()
         self._pool = ThreadPoolExecutor(max_workers=32, thread_name_prefix="tracedray-actors")
+        # Placements wait while a restarted GCS has the raylets release what the GCS
+        # before it left: a request of ours reaching a raylet first would be dropped too.
+        self._placements_open = threading.Event()
+        self._placements_open.set()
 
     def restore(self, infos: list[gcs_pb2.ActorInfo]) -> None:
-        """After a GCS restart: the actors' workers kept running, so their state stands."""
+        """After a GCS restart: the actors' workers kept running, so their state stands.
+        The creations the GCS before had under way start again, once the raylets it knew
+        have dropped what it left for them."""
         with self._cond:
             for info in infos:
                 self._actors[info.actor_id] = info
                 if info.name and info.state != "DEAD":
                     self._names[(info.namespace, info.name)] = info.actor_id
-            pending = [i for i in infos if i.state in ("PENDING_CREATION", "RESTARTING")]
-        for info in pending:
-            self._pool.submit(self._place, info.actor_id)
+        pending = ar.to_place(infos)
+        raylets = {node.info.node_id: Address.from_proto(node.info.raylet).target
+                   for node in self._nodes() if node.info.state == "ALIVE"}
+        if raylets:  # a GCS that recovered no node knows no raylet to ask
+            self._placements_open.clear()
+            threading.Thread(target=self._release_unused_workers, args=(raylets, len(pending)),
+                             daemon=True, name="tracedray-actor-recovery").start()
+        for actor_id in pending:
+            self._pool.submit(self._place, actor_id)
 
     # --- requests
     def create(self, spec: common_pb2.TaskSpec, get_if_exists: bool) -> gcs_pb2.ActorInfo:
         options = spec.actor_options
         with self._cond:
+            known = self._actors.get(spec.actor_id)
+            if known is not None:
+                # A retried CreateActor: the GCS before took it (the restarted one recovered
+                # the actor and places it) but died before answering. Placed once.
+                return known
             if options.name:
                 key = (options.namespace, options.name)
                 existing = self._names.get(key)
@@ -197,6 +217,7 @@ class ActorManager:
                                         -n.pending_leases))
 
     def _place(self, actor_id: bytes) -> None:
+        self._placements_open.wait()
         with self._cond:
             info = self._actors[actor_id]
             spec = common_pb2.TaskSpec()
@@ -309,6 +330,40 @@ class ActorManager:
         (log.info if reply.withdrawn or killed else log.debug)(
             "actor.creation_withdrawn", actor_id=actor_id.hex(), node_id=node_id,
             cause=cause, requests_withdrawn=reply.withdrawn, killed_worker_pids=killed)
+
+    def _release_unused_workers(self, raylets: dict[str, str], to_place: int) -> None:
+        """A restarted GCS, before it places any actor: each raylet it knows answers the
+        actor requests waiting there and kills the actor workers it does not use
+        (``actor_recovery``). A raylet that does not answer keeps what it has."""
+        try:
+            with self._cond:
+                in_use = ar.workers_in_use(list(self._actors.values()), raylets)
+
+            def release(node_id: str) -> raylet_pb2.WithdrawActorCreationReply | str:
+                try:
+                    return RayletClient(raylets[node_id]).release_unused_actor_workers(
+                        in_use[node_id], ar.CAUSE, timeout=WITHDRAW_TIMEOUT_S)
+                except RaySystemError as exc:
+                    return str(exc)
+
+            attributes = {A.GCS_NODES: len(raylets), A.ACTOR_RECREATED: to_place}
+            with telemetry.span("actor.release_unused", attributes) as span, \
+                    ThreadPoolExecutor(max_workers=min(8, len(raylets))) as calls:
+                replies = dict(zip(raylets, calls.map(release, raylets), strict=True))
+                withdrawn = sum(r.withdrawn for r in replies.values() if not isinstance(r, str))
+                killed = [pid for r in replies.values() if not isinstance(r, str)
+                          for pid in r.killed_worker_pids]
+                unanswered = {n: r for n, r in replies.items() if isinstance(r, str)}
+                span.set_attribute(A.ACTOR_REQUESTS_WITHDRAWN, withdrawn)
+                span.set_attribute(A.ACTOR_WORKERS_KILLED, killed)
+                span.set_attribute(A.GCS_NODES_UNANSWERED, sorted(unanswered))
+            (log.warning if unanswered else log.info)(
+                "actor.release_unused", nodes=len(raylets), actors_to_place=to_place,
+                requests_withdrawn=withdrawn, killed_worker_pids=killed, unanswered=unanswered)
+        except Exception as exc:  # noqa: BLE001 - a thread of its own: say it, or nobody will
+            log.error("actor.release_unused_failed", error=repr(exc))
+        finally:
+            self._placements_open.set()
 
     def _run_creation_task(self, address: Address, spec: common_pb2.TaskSpec) -> str:
         """Push the creation task; returns "" on success, else the cause of death."""

@@ -107,6 +107,12 @@ class RayletClient:
         return self._call("WithdrawActorCreation", raylet_pb2.WithdrawActorCreationRequest(  # type: ignore[return-value]
             actor_id=actor_id, cause=cause), timeout=timeout)
 
+    def release_unused_actor_workers(self, keep_worker_ids: list[str], cause: str,
+                                     timeout: float) -> raylet_pb2.WithdrawActorCreationReply:
+        return self._call("ReleaseUnusedActorWorkers",  # type: ignore[return-value]
+                          raylet_pb2.ReleaseUnusedActorWorkersRequest(
+                              keep_worker_ids=keep_worker_ids, cause=cause), timeout=timeout)
+
     def shutdown_node(self) -> None:
         self._call("ShutdownNode", raylet_pb2.ShutdownNodeRequest(), timeout=10.0)
 

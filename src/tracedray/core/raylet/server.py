@@ -338,18 +338,55 @@ class Raylet:
             granted = [w for w in self.pool.workers.values() if w.actor_id == actor_id
                        and w.state != wp.DEAD and not w.kill_intended]
             for worker in granted:
-                self._discard_actor_worker(worker, cause)
+                self._discard_actor_worker(
+                    worker, cause, stop=wp.STOP_ACTOR_DEAD,
+                    meaning=f"killed by the raylet: the GCS declared its actor dead ({cause})")
         return len(waiting), [w.pid for w in granted]
 
-    def _discard_actor_worker(self, worker: wp.WorkerProcess, cause: str) -> None:
-        """Kill the worker of a dead actor (the caller holds the lock): it may be running
-        ``__init__``, or idle in state ACTOR for good, holding the actor's resources."""
+    def release_unused_actor_workers(self, in_use: set[str], cause: str) -> tuple[int, list[int]]:
+        """A restarted GCS, before it places any actor (``gcs/actor_recovery.py``): the
+        actor requests waiting here are all the GCS before's, and of the workers granted
+        to actors it uses only those in ``in_use`` (its ALIVE actors' workers). Answers
+        the requests, kills the other actor workers (their exits release the resources);
+        returns how many requests were answered and the pids of the killed workers."""
+        with self._lock:
+            waiting = [p for p in self._pending if p.actor_id]
+            for pending in waiting:
+                self._answer_withdrawn(pending, f"the GCS does not want it any more: {cause}")
+            unused = wp.unused_actor_workers(self.pool.workers.values(), in_use)
+            for worker in unused:
+                self._discard_unused_actor_worker(worker, cause)
+        killed = [w.pid for w in unused]
+        (log.info if waiting or killed else log.debug)(
+            "actor.release_unused", requests_withdrawn=len(waiting), killed_worker_pids=killed,
+            kept_workers=len(in_use), cause=cause)
+        return len(waiting), killed
+
+    def discard_abandoned_actor_grant(self, lease_id: str) -> None:
+        """A worker granted to an actor just as its requester (the GCS) went away: nobody
+        runs ``__init__`` on it or knows of it, and a restarted GCS places the actor again."""
+        with self._lock:
+            worker = self._leases.get(lease_id)
+            if worker is None or worker.state != wp.ACTOR or worker.kill_intended:
+                return
+            self._discard_unused_actor_worker(worker, "the GCS that asked for it went away")
+
+    def _discard_unused_actor_worker(self, worker: wp.WorkerProcess, cause: str) -> None:
+        self._discard_actor_worker(
+            worker, cause, stop=wp.STOP_ACTOR_UNUSED,
+            meaning=f"killed by the raylet: the GCS does not use it for its actor ({cause})")
+
+    def _discard_actor_worker(self, worker: wp.WorkerProcess, cause: str, *, stop: str,
+                              meaning: str) -> None:
+        """Kill a worker granted to an actor that the GCS does not want on it (the
+        caller holds the lock): it may be running ``__init__``, or idle in state ACTOR
+        for good, holding the actor's resources. ``stop`` is one of
+        ``wp.STOPS_FOR_THE_GCS``: the GCS is not told of the exit."""
         log.info("actor.worker_discarded", actor_id=worker.actor_id.hex(),
                  worker_id=worker.worker_id, worker_pid=worker.pid, lease_id=worker.lease_id,
                  cause=cause)
-        self.kill_worker(worker.worker_id, force=True, reason=f"{wp.STOP_ACTOR_DEAD}: {cause}",
-                         meaning=f"killed by the raylet: the GCS declared its actor dead "
-                                 f"({cause})")
+        self.kill_worker(worker.worker_id, force=True, reason=f"{stop}: {cause}",
+                         meaning=meaning)
 
     def _answer_withdrawn(self, pending: PendingLease, reason: str) -> None:
         self._pending.remove(pending)
@@ -709,7 +746,7 @@ class Raylet:
               node_memory_percent=memory_percent)
         if worker.port:
             rpc.drop_channel(self.pool.address_of(worker).target)  # the reaper's probe channel
-        if worker.actor_id and not self._stopped.is_set():
+        if wp.exit_concerns_the_gcs(worker) and not self._stopped.is_set():
             self._bg.submit(self._report_actor_death, worker)
 
     def _mark_dead(self, worker: wp.WorkerProcess) -> None:
@@ -880,11 +917,8 @@ class _Servicer(raylet_pb2_grpc.RayletServiceServicer):
         self._r = raylet
 
     def RequestWorkerLease(self, request: Any, context: Any) -> Any:
-        def on_requester_gone(withdraw: Callable[[], None]) -> None:
-            if not context.add_callback(withdraw):
-                withdraw()  # the RPC is over already
-
-        reply = self._r.request_lease(request, on_requester_gone=on_requester_gone)
+        reply = self._r.request_lease(request,
+                                      on_requester_gone=functools.partial(_when_gone, context))
         if reply.status == raylet_pb2.LeaseReply.GRANTED and not context.is_active():
             # The requester went away while it waited (it exited, or gave up): nobody
             # will use this worker nor return it. It ran nothing for it: back to idle.
@@ -962,10 +996,22 @@ class _Servicer(raylet_pb2_grpc.RayletServiceServicer):
     def StartActorWorker(self, request: Any, context: Any) -> Any:
         lease = raylet_pb2.LeaseRequest(resources=request.resources, job_id=request.job_id,
                                         grant_or_reject=True, is_actor=True)
-        return self._r.request_lease(lease, actor_id=request.actor_id)
+        # The GCS that asks may die while its request waits (it is restarted): the request
+        # is withdrawn then, as a task lease's, or its worker would go to nobody.
+        reply = self._r.request_lease(lease, actor_id=request.actor_id,
+                                      on_requester_gone=functools.partial(_when_gone, context))
+        if reply.status == raylet_pb2.LeaseReply.GRANTED and not context.is_active():
+            self._r.discard_abandoned_actor_grant(reply.lease_id)
+        return reply
 
     def WithdrawActorCreation(self, request: Any, context: Any) -> Any:
         withdrawn, killed = self._r.withdraw_actor_creation(request.actor_id, request.cause)
+        return raylet_pb2.WithdrawActorCreationReply(withdrawn=withdrawn,
+                                                     killed_worker_pids=killed)
+
+    def ReleaseUnusedActorWorkers(self, request: Any, context: Any) -> Any:
+        withdrawn, killed = self._r.release_unused_actor_workers(set(request.keep_worker_ids),
+                                                                 request.cause)
         return raylet_pb2.WithdrawActorCreationReply(withdrawn=withdrawn,
                                                      killed_worker_pids=killed)
 
@@ -982,6 +1028,12 @@ class _Servicer(raylet_pb2_grpc.RayletServiceServicer):
         for path in sorted(folder.glob("*.jsonl")):
             # Without the NUL tail a live writer reserves (telemetry/append_file.py).
             yield raylet_pb2.FileChunk(name=path.name, data=read_data(path))
+
+
+def _when_gone(context: Any, withdraw: Callable[[], None]) -> None:
+    """Call ``withdraw`` when the RPC of ``context`` ends (its requester went away)."""
+    if not context.add_callback(withdraw):
+        withdraw()  # the RPC is over already
 
 
 def _shutdown_and_exit(raylet: Raylet) -> None:

@@ -17,7 +17,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -33,11 +33,17 @@ STOPPING = "STOPPING"
 # Why the raylet meant a worker to exit (``WorkerProcess.stop_reason``; "" = it did not).
 # A reclaimed lease's reason goes on to name the lessee that died; an abandoned one's,
 # the lessee that shut down while the worker still ran its tasks; a dead actor's, why
-# the GCS declared the actor dead while its creation was under way.
+# the GCS declared the actor dead while its creation was under way; an unused actor
+# worker's, why the GCS does not use it (a restarted GCS did not know it, or the GCS that
+# asked for it went away before the grant).
 STOP_IDLE, STOP_SHUTDOWN, STOP_KILLED = "idle", "shutdown", "killed"
 STOP_LESSEE_DIED = "lessee died"
 STOP_LESSEE_LEFT = "lessee left its tasks running"
 STOP_ACTOR_DEAD = "actor dead"
+STOP_ACTOR_UNUSED = "actor worker unused"
+# Actor workers stopped because the GCS does not want them: it is not told of their exit
+# (it knows; and a restarted GCS creating the actor again would count it as a failure).
+STOPS_FOR_THE_GCS = (STOP_ACTOR_DEAD, STOP_ACTOR_UNUSED)
 # A reaped worker that ignores SIGTERM this long is killed (as at shutdown).
 STOP_GRACE_S = 2.0
 
@@ -127,6 +133,20 @@ def with_answers(idle: Sequence[IdleWorker],
 def idle_longer_than(idle: Sequence[IdleWorker], now: float,
                      threshold_s: float) -> list[IdleWorker]:
     return [w for w in idle if now - w.idle_since >= threshold_s]
+
+
+def unused_actor_workers(workers: Iterable[WorkerProcess],
+                         in_use: Collection[str]) -> list[WorkerProcess]:
+    """The live workers granted to an actor that the GCS does not use (``in_use``: the
+    ids of its ALIVE actors' workers), leaving those being killed already."""
+    return [w for w in workers if w.state == ACTOR and w.actor_id and not w.kill_intended
+            and w.worker_id not in in_use]
+
+
+def exit_concerns_the_gcs(worker: WorkerProcess) -> bool:
+    """Whether the GCS is told of this worker's exit: an actor's worker, unless it was
+    stopped because the GCS does not want it."""
+    return bool(worker.actor_id) and not worker.stop_reason.startswith(STOPS_FOR_THE_GCS)
 
 
 def soft_limit(cpus: float, configured: int | None) -> int:

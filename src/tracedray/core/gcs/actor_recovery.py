@@ -1,0 +1,45 @@
+"""What a restarted GCS does about the actor creations the GCS before it left under way.
+
+The GCS asks a raylet for an actor's worker (the request may wait there for a CPU), runs
+``__init__`` on the worker granted, and records the actor ALIVE once it returned. A GCS
+that dies in between leaves the request waiting, or a worker granted to the actor, with
+nobody to use them; the restarted GCS recovers the actor as PENDING_CREATION (or
+RESTARTING) and places it again. Left alone, the old request would be granted too: a
+second worker for the actor, holding its CPU for as long as the node runs (and, had its
+``__init__`` finished, a second instance nobody calls).
+
+So before it places any actor, the restarted GCS tells each raylet it knows which actor
+workers it uses (those of ALIVE actors there): the raylet answers the actor requests
+waiting there (all from the GCS before) and kills its other actor workers
+(``ReleaseUnusedActorWorkers``, as Ray's GCS releases unused actor workers). These
+functions decide; ``actor_manager`` does the RPCs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from tracedray.v1 import gcs_pb2
+
+# States whose creation a GCS had under way (or had yet to start): placed again.
+UNSETTLED = ("PENDING_CREATION", "RESTARTING")
+# What the raylet's log and the killed workers' exit say.
+CAUSE = "the GCS restarted during the actor's creation and creates it again"
+
+
+def to_place(actors: Iterable[gcs_pb2.ActorInfo]) -> list[bytes]:
+    """The recovered actors to place again. An ALIVE actor's worker kept running, and a
+    DEAD actor stays dead."""
+    return [info.actor_id for info in actors if info.state in UNSETTLED]
+
+
+def workers_in_use(actors: Iterable[gcs_pb2.ActorInfo],
+                   node_ids: Iterable[str]) -> dict[str, list[str]]:
+    """For each node, the worker ids of the ALIVE actors it hosts: the only actor
+    workers there that the GCS uses."""
+    in_use: dict[str, list[str]] = {node_id: [] for node_id in node_ids}
+    for info in actors:
+        node_id = info.address.node_id
+        if info.state == "ALIVE" and node_id in in_use and info.address.worker_id:
+            in_use[node_id].append(info.address.worker_id)
+    return {node_id: sorted(ids) for node_id, ids in in_use.items()}
