@@ -343,3 +343,59 @@ def test_max_task_retries_reruns_call_on_restarted_actor(shared_ray: Any, tmp_pa
     fragile = Fragile.remote()
     pid = ray.get(fragile.work.remote(str(marker)), timeout=60)
     assert pid != int(marker.read_text())
+
+
+@tracedray.remote
+class DiesInFirstInit:
+    """Its first __init__ kills its own process (no exception: the worker just dies);
+    the restarted one finds the marker and constructs."""
+
+    def __init__(self, marker: str) -> None:
+        path = Path(marker)
+        if not path.exists():
+            path.write_text(str(os.getpid()))
+            os._exit(1)
+        self.first_pid = int(path.read_text())
+
+    def pids(self) -> tuple[int, int]:
+        return self.first_pid, os.getpid()
+
+
+def _actor_row(actor: Any) -> dict[str, Any]:
+    from tracedray.util.state import get_actor
+
+    row = get_actor(actor._actor_id.hex())
+    assert row is not None
+    return dict(row)
+
+
+def test_an_actor_whose_worker_dies_in_init_is_restarted(shared_ray: Any,
+                                                         tmp_path: Path) -> None:
+    # Both the creation task's stream and the raylet's report told the GCS of that death:
+    # one restarted the actor, the other declared it DEAD.
+    ray = shared_ray
+    actor = DiesInFirstInit.options(max_restarts=1).remote(str(tmp_path / "marker"))
+    first_pid, pid = ray.get(actor.pids.remote(), timeout=60)
+    assert pid != first_pid
+    row = _actor_row(actor)
+    assert (row["state"], row["num_restarts"]) == ("ALIVE", 1), row
+
+
+def test_without_restarts_a_worker_dying_in_init_kills_its_actor(shared_ray: Any,
+                                                                 tmp_path: Path) -> None:
+    ray = shared_ray
+    actor = DiesInFirstInit.remote(str(tmp_path / "marker"))
+    with pytest.raises(exceptions.ActorDiedError, match="died during __init__"):
+        ray.get(actor.pids.remote(), timeout=60)
+    row = _actor_row(actor)
+    assert (row["state"], row["num_restarts"]) == ("DEAD", 0), row
+
+
+def test_an_init_that_raised_kills_its_actor_without_restarts(shared_ray: Any) -> None:
+    ray = shared_ray
+    broken = FailsInInit.options(max_restarts=2).remote()
+    with pytest.raises(exceptions.ActorDiedError, match="cannot construct this actor"):
+        ray.get(broken.method.remote(), timeout=60)
+    row = _actor_row(broken)
+    assert (row["state"], row["num_restarts"]) == ("DEAD", 0), row
+    assert "__init__ raised" in row["death_cause"], row

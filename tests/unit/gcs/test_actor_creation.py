@@ -31,17 +31,28 @@ def test_a_dead_actor_without_a_worker_is_neither_failed_nor_restarted() -> None
 
 @pytest.mark.parametrize("state", LIVING)
 def test_an_init_that_returned_makes_the_actor_alive(state: str) -> None:
-    assert ac.after_init(state, error="") == ac.ALIVE
+    assert ac.after_init(state, current=True, outcome=ac.RETURNED) == ac.ALIVE
 
 
 @pytest.mark.parametrize("state", LIVING)
-def test_an_init_that_raised_kills_the_actor_and_its_worker(state: str) -> None:
-    assert ac.after_init(state, error="the actor's __init__ raised: boom") == ac.DIE
+@pytest.mark.parametrize("outcome", [ac.RAISED, ac.WORKER_DIED])
+def test_an_init_that_failed_is_a_failure_of_the_actor(state: str, outcome: str) -> None:
+    # actor_failure decides: dead when __init__ raised, restarted if its worker died
+    assert ac.after_init(state, current=True, outcome=outcome) == ac.FAIL
 
 
-@pytest.mark.parametrize("error", ["", "the actor's __init__ raised: boom"])
-def test_an_actor_declared_dead_during_init_stays_dead_and_loses_its_worker(error: str) -> None:
-    assert ac.after_init("DEAD", error=error) == ac.DISCARD
+@pytest.mark.parametrize("outcome", [ac.RETURNED, ac.WORKER_DIED])
+def test_an_init_whose_worker_death_was_counted_already_leaves_the_restart_alone(
+        outcome: str) -> None:
+    # The raylet's report of the death came first and restarted the actor.
+    assert ac.after_init("RESTARTING", current=False, outcome=outcome) == ac.SUPERSEDED
+
+
+@pytest.mark.parametrize("outcome", [ac.RETURNED, ac.RAISED, ac.WORKER_DIED])
+@pytest.mark.parametrize("current", [True, False])
+def test_an_actor_declared_dead_during_init_stays_dead_and_loses_its_worker(
+        outcome: str, current: bool) -> None:
+    assert ac.after_init("DEAD", current=current, outcome=outcome) == ac.DISCARD
 
 
 def test_the_raylet_gets_the_cause_on_one_line() -> None:

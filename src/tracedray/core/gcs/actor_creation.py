@@ -11,7 +11,8 @@ So when the GCS declares such an actor dead it withdraws the creation from the r
 killed), and the placement looks at the actor's state again after each step, which covers
 the other order: a request that reached the raylet only after the withdrawal is granted,
 and its worker is then discarded the same way. An actor whose ``__init__`` raised is dead
-too: its worker goes as well, as Ray's does.
+too: its worker goes as well, as Ray's does. One whose worker died during ``__init__`` is
+restarted while its ``max_restarts`` allow (``actor_failure`` decides, once per death).
 
 These functions decide; ``actor_manager`` does the RPCs, never under its lock.
 """
@@ -25,12 +26,19 @@ CAUSE_LIMIT = 200
 
 # After the raylet answered the request for a worker:
 CREATE = "create"  # granted, and the actor still wants it: run __init__ on it
-FAIL = "fail"  # no worker (refused, raylet unreachable): restart or die, as any failure
+# no worker (refused, raylet unreachable), or after __init__ a failure: restart or die,
+# as any failure (``actor_failure``)
+FAIL = "fail"
 WITHDRAWN = "withdrawn"  # the actor died meanwhile and no worker came: nothing to undo
 DISCARD = "discard"  # the actor is dead but holds a worker: the raylet must kill it
-# After __init__ ran (also DISCARD):
+# How the creation task ended:
+RETURNED = "returned"
+RAISED = "raised"
+WORKER_DIED = "worker_died"  # the task stream ended: the worker process is gone
+# After __init__ ran (also DISCARD and FAIL):
 ALIVE = "alive"  # __init__ returned: the actor is ALIVE on that worker
-DIE = "die"  # __init__ raised (or its worker died): the actor is DEAD, its worker goes
+SUPERSEDED = "superseded"  # its worker's death was counted already: another incarnation
+                           # is under way, whose creation must not be withdrawn
 
 
 def after_lease(actor_state: str, granted: bool) -> str:
@@ -41,13 +49,17 @@ def after_lease(actor_state: str, granted: bool) -> str:
     return CREATE if granted else FAIL
 
 
-def after_init(actor_state: str, error: str) -> str:
-    """What to do once the creation task is over: ``error`` is "" when ``__init__``
-    returned, else the cause of death. An actor declared dead meanwhile stays dead,
-    whatever ``__init__`` did, and its worker is discarded."""
+def after_init(actor_state: str, current: bool, outcome: str) -> str:
+    """What to do once the creation task is over: ``current`` says whether its worker is
+    still the actor's current one (the raylet's report of that worker's death, counted
+    first, made it not), ``outcome`` how the task ended. An actor declared dead meanwhile
+    stays dead, whatever ``__init__`` did, and its worker is discarded. A failure
+    (``__init__`` raised, the worker died) is for ``actor_failure`` to decide."""
     if actor_state == DEAD:
         return DISCARD
-    return DIE if error else ALIVE
+    if not current:
+        return SUPERSEDED
+    return ALIVE if outcome == RETURNED else FAIL
 
 
 def one_line_cause(cause: str) -> str:

@@ -3,11 +3,12 @@
 States: PENDING_CREATION → ALIVE → (RESTARTING → ALIVE)* → DEAD.
 The placement step asks a raylet for a dedicated worker, pushes the creation task
 to it over the same task stream callers use, and marks the actor ALIVE when
-``__init__`` returned (or DEAD with the error as cause if it raised). An actor declared
-DEAD while its creation is under way has it withdrawn from the raylet, so that no worker
-stays behind for it (``actor_creation`` says when and why). A restarted GCS has the raylets
-drop what the GCS before it left for creations under way before it places any actor
-(``actor_recovery`` says why).
+``__init__`` returned (or DEAD with the error as cause if it raised; restarted, as after
+any death of its worker, if that died in it: ``actor_failure`` counts each death once).
+An actor declared DEAD while its creation is under way has it withdrawn from the raylet,
+so that no worker stays behind for it (``actor_creation`` says when and why). A restarted
+GCS has the raylets drop what the GCS before it left for creations under way before it
+places any actor (``actor_recovery`` says why).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from tracedray import logs, telemetry
 from tracedray.core import trace_context
 from tracedray.core.address import Address
 from tracedray.core.gcs import actor_creation as ac
+from tracedray.core.gcs import actor_failure as af
 from tracedray.core.gcs import actor_recovery as ar
 from tracedray.core.raylet.client import RayletClient
 from tracedray.core.raylet.scheduler import feasible, fits
@@ -48,6 +50,9 @@ class ActorManager:
         # The nodes where each actor's creation is under way (asked for a worker, or
         # running __init__ there): one entry per placement, as a restart may overlap one.
         self._placing: dict[bytes, list[str]] = {}
+        # The worker of each actor's current incarnation (granted for its creation, or
+        # ALIVE on it): only its death counts, once (``actor_failure``).
+        self._workers: dict[bytes, Address] = {}
         self._cond = threading.Condition()
         self._pool = ThreadPoolExecutor(max_workers=32, thread_name_prefix="tracedray-actors")
         # Placements wait while a restarted GCS has the raylets release what the GCS
@@ -62,6 +67,8 @@ class ActorManager:
         with self._cond:
             for info in infos:
                 self._actors[info.actor_id] = info
+                if info.state == "ALIVE" and info.HasField("address"):
+                    self._workers[info.actor_id] = Address.from_proto(info.address)
                 if info.name and info.state != "DEAD":
                     self._names[(info.namespace, info.name)] = info.actor_id
         pending = ar.to_place(infos)
@@ -139,27 +146,27 @@ class ActorManager:
             # GCS does not know of yet (the address above is set once ALIVE).
             creating = sorted(set(self._placing.get(actor_id, ()))) if no_restart else []
         if address is not None and node is not None:
-            try:
-                RayletClient(node).kill_worker(address.worker_id, force=True)
-            except RaySystemError as exc:
-                log.warning("actor.kill_failed", actor_id=actor_id.hex(), error=str(exc))
+            self._kill_worker(actor_id, node, address)
         for node_id in creating:
             self._withdraw_creation(actor_id, node_id, cause)
 
     def on_worker_death(self, death: gcs_pb2.WorkerDeath) -> None:
         with self._cond:
             info = self._actors.get(death.actor_id)
-            if info is None or info.state == "DEAD":
+            if info is None:
                 return
-            cause = (f"the actor's worker (pid {info.pid}) died: "
+            current = self._workers.get(death.actor_id)
+            during = "" if info.state == "ALIVE" else " during __init__"
+            cause = (f"the actor's worker (pid {current.pid if current else 0}) died{during}: "
                      f"{death.signal or f'exit {death.exit_code}'}: {death.meaning}")
-            self._after_failure(info, cause)
+            self._after_failure(info, death.worker_id, cause)
 
     def on_node_death(self, node_id: str) -> None:
         with self._cond:
             for info in list(self._actors.values()):
                 if info.node_id == node_id and info.state in ("ALIVE", "PENDING_CREATION"):
-                    self._after_failure(info, f"its node {node_id[:12]} died")
+                    self._after_failure(info, self._current_worker_id(info.actor_id),
+                                        f"its node {node_id[:12]} died")
 
     def on_job_finished(self, job_id: bytes, cause: str) -> None:
         """The job ended (finished or failed): its non-detached actors die. Creations
@@ -172,21 +179,36 @@ class ActorManager:
             self.kill(info.actor_id, no_restart=True, cause=cause)
 
     # --- internals
-    def _after_failure(self, info: gcs_pb2.ActorInfo, cause: str) -> None:
+    def _current_worker_id(self, actor_id: bytes) -> str:
+        """The caller holds the lock."""
+        current = self._workers.get(actor_id)
+        return current.worker_id if current is not None else ""
+
+    def _after_failure(self, info: gcs_pb2.ActorInfo, failed_worker: str, cause: str, *,
+                       restartable: bool = True) -> str:
+        """One failure of the actor's worker ``failed_worker`` ("" when none was granted):
+        restart the actor, declare it dead, or nothing when that death was counted already
+        (``actor_failure``). The caller holds the lock; returns the decision."""
         max_restarts = info.creation_task.actor_options.max_restarts
-        if max_restarts < 0 or info.num_restarts < max_restarts:
+        decision = af.after_failure(info.state, self._current_worker_id(info.actor_id),
+                                    failed_worker, restartable=restartable,
+                                    num_restarts=info.num_restarts, max_restarts=max_restarts)
+        if decision == af.RESTART:
+            self._workers.pop(info.actor_id, None)
             info.state = "RESTARTING"
             info.num_restarts += 1
             info.death_cause = cause
             self._save(info)
             log.warning("actor.restarting", actor_id=info.actor_id.hex(), cause=cause,
-                        restart=info.num_restarts)
+                        restart=info.num_restarts, worker_id=failed_worker)
             self._pool.submit(self._place, info.actor_id)
-        else:
+        elif decision == af.DIE:
             self._set_dead(info, cause + (f" (no restarts left of max_restarts={max_restarts})"
-                                          if max_restarts else ""))
+                                          if restartable and max_restarts else ""))
+        return decision
 
     def _set_dead(self, info: gcs_pb2.ActorInfo, cause: str) -> None:
+        self._workers.pop(info.actor_id, None)
         info.state = "DEAD"
         info.death_cause = cause
         info.end_time = time.time()
@@ -247,8 +269,8 @@ class ActorManager:
             address = Address.from_proto(lease.worker)
             span.set_attribute(A.NODE_ID, address.node_id)
             span.set_attribute(A.WORKER_PID, address.pid)
-            error = self._run_creation_task(address, spec)
-        self._finish_creation(actor_id, node_id, address, error)
+            outcome, error = self._run_creation_task(address, spec)
+        self._finish_creation(actor_id, node_id, address, outcome, error)
 
     def _request_worker(self, actor_id: bytes, node: gcs_pb2.NodeWithLoad,
                         spec: common_pb2.TaskSpec) -> raylet_pb2.LeaseReply | None:
@@ -269,10 +291,12 @@ class ActorManager:
         with self._cond:
             info = self._actors[actor_id]
             step = ac.after_lease(info.state, granted)
-            if step != ac.CREATE:
+            if step == ac.CREATE and lease is not None:
+                self._workers[actor_id] = Address.from_proto(lease.worker)
+            else:
                 self._placement_ended(actor_id, node_id)
             if step == ac.FAIL:
-                self._after_failure(info, failure)
+                self._after_failure(info, "", failure)
             cause = info.death_cause
         if step == ac.DISCARD:  # granted a moment before the withdrawal came, or after it
             self._withdraw_creation(actor_id, node_id, cause)
@@ -282,13 +306,16 @@ class ActorManager:
         return lease if step == ac.CREATE else None
 
     def _finish_creation(self, actor_id: bytes, node_id: str, address: Address,
-                         error: str) -> None:
+                         outcome: str, error: str) -> None:
+        failure = af.IGNORE
         with self._cond:
             self._placement_ended(actor_id, node_id)
             info = self._actors[actor_id]
-            step = ac.after_init(info.state, error)
-            if step == ac.DIE:
-                self._set_dead(info, error)
+            current = self._current_worker_id(actor_id) == address.worker_id
+            step = ac.after_init(info.state, current, outcome)
+            if step == ac.FAIL:
+                failure = self._after_failure(info, address.worker_id, error,
+                                              restartable=outcome == ac.WORKER_DIED)
             elif step == ac.ALIVE:
                 info.state = "ALIVE"
                 info.address.CopyFrom(address.to_proto())
@@ -299,8 +326,16 @@ class ActorManager:
         if step == ac.ALIVE:
             log.info("actor.alive", actor_id=actor_id.hex(), node_id=address.node_id,
                      pid=address.pid, restarts=restarts)
-        else:  # dead: its worker must not stay behind, holding the actor's resources
+        elif step == ac.DISCARD or failure == af.DIE:
+            # dead: its worker must not stay behind, holding the actor's resources
             self._withdraw_creation(actor_id, node_id, cause)
+        elif failure == af.RESTART:
+            # Not a withdrawal: that would take the next incarnation's creation too. The
+            # stream ends when the worker exits, but one that merely broke would leave a
+            # live worker behind.
+            target = self._raylet_of(node_id)
+            if target is not None:
+                self._kill_worker(actor_id, target, address)
 
     def _placement_ended(self, actor_id: bytes, node_id: str) -> None:
         """The caller holds the lock."""
@@ -365,8 +400,17 @@ class ActorManager:
         finally:
             self._placements_open.set()
 
-    def _run_creation_task(self, address: Address, spec: common_pb2.TaskSpec) -> str:
-        """Push the creation task; returns "" on success, else the cause of death."""
+    def _kill_worker(self, actor_id: bytes, raylet: str, address: Address) -> None:
+        """Without the lock: this is an RPC."""
+        try:
+            RayletClient(raylet).kill_worker(address.worker_id, force=True)
+        except RaySystemError as exc:
+            log.warning("actor.kill_failed", actor_id=actor_id.hex(), error=str(exc))
+
+    def _run_creation_task(self, address: Address,
+                           spec: common_pb2.TaskSpec) -> tuple[str, str]:
+        """Push the creation task; returns how it ended (``actor_creation.RETURNED``,
+        ``RAISED``, ``WORKER_DIED``) and, for a failure, the cause of death."""
         done = threading.Event()
         outcome: dict[str, Any] = {}
 
@@ -384,12 +428,13 @@ class ActorManager:
         conn.close()
         result = outcome.get("result")
         if result is None:
-            return f"the actor's worker died during __init__ ({outcome.get('broken')})"
+            broken = outcome.get("broken")
+            return ac.WORKER_DIED, f"the actor's worker died during __init__ ({broken})"
         if result.is_application_error:
             try:
                 value = result.returns[0].inline_value
                 error = deserialize(value.inband, list(value.buffers))
-                return f"the actor's __init__ raised:\n{error}"
+                return ac.RAISED, f"the actor's __init__ raised:\n{error}"
             except Exception as exc:  # noqa: BLE001 - best-effort description
-                return f"the actor's __init__ raised (undecodable error: {exc})"
-        return ""
+                return ac.RAISED, f"the actor's __init__ raised (undecodable error: {exc})"
+        return ac.RETURNED, ""
