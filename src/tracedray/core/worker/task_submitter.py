@@ -417,13 +417,17 @@ class TaskSubmitter:
         its idle leases are given back, else the raylet would grant a worker given back
         to one of them instead of to the next caller in its queue."""
         batches: dict[tuple[str, str], tuple[RayletClient, str, list[bytes]]] = {}
+        patience_s = self._linger_s / 2
         for key, asks in self._asks.items():
+            unneeded_for_s = now - self._needed_at.get(key, 0.0)
+            if unneeded_for_s < patience_s:
+                continue  # as in every tick of a burst: nothing to withdraw, nothing to count
             queue = self._queues.get(key)
             behind = sum(len(waiting_behind(lease)) for lease in self._leases.get(key, ())
                          if not lease.conn.broken)
             for ask in requests_to_withdraw(asks, len(queue) if queue else 0, behind,
-                                            unneeded_for_s=now - self._needed_at.get(key, 0.0),
-                                            patience_s=self._linger_s / 2):
+                                            unneeded_for_s=unneeded_for_s,
+                                            patience_s=patience_s):
                 ask.withdrawn = True
                 self._lease_requests[key] -= 1
                 self._withdrawn_total += 1
