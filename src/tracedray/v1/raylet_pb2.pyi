@@ -9,7 +9,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class LeaseRequest(_message.Message):
-    __slots__ = ("scheduling_key", "resources", "requester", "job_id", "grant_or_reject", "input_bytes_by_node", "task_id", "timeout_s", "is_actor")
+    __slots__ = ("scheduling_key", "resources", "requester", "job_id", "grant_or_reject", "input_bytes_by_node", "task_id", "timeout_s", "is_actor", "request_id")
     class ResourcesEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -33,6 +33,7 @@ class LeaseRequest(_message.Message):
     TASK_ID_FIELD_NUMBER: _ClassVar[int]
     TIMEOUT_S_FIELD_NUMBER: _ClassVar[int]
     IS_ACTOR_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     scheduling_key: str
     resources: _containers.ScalarMap[str, float]
     requester: _common_pb2.Address
@@ -42,7 +43,8 @@ class LeaseRequest(_message.Message):
     task_id: bytes
     timeout_s: float
     is_actor: bool
-    def __init__(self, scheduling_key: _Optional[str] = ..., resources: _Optional[_Mapping[str, float]] = ..., requester: _Optional[_Union[_common_pb2.Address, _Mapping]] = ..., job_id: _Optional[bytes] = ..., grant_or_reject: _Optional[bool] = ..., input_bytes_by_node: _Optional[_Mapping[str, int]] = ..., task_id: _Optional[bytes] = ..., timeout_s: _Optional[float] = ..., is_actor: _Optional[bool] = ...) -> None: ...
+    request_id: bytes
+    def __init__(self, scheduling_key: _Optional[str] = ..., resources: _Optional[_Mapping[str, float]] = ..., requester: _Optional[_Union[_common_pb2.Address, _Mapping]] = ..., job_id: _Optional[bytes] = ..., grant_or_reject: _Optional[bool] = ..., input_bytes_by_node: _Optional[_Mapping[str, int]] = ..., task_id: _Optional[bytes] = ..., timeout_s: _Optional[float] = ..., is_actor: _Optional[bool] = ..., request_id: _Optional[bytes] = ...) -> None: ...
 
 class LeaseReply(_message.Message):
     __slots__ = ("status", "lease_id", "worker", "spillback_raylet", "reason", "candidates", "local_bytes", "queue_lengths", "chosen_node")
@@ -87,10 +89,12 @@ class ReturnWorkerRequest(_message.Message):
     def __init__(self, lease_id: _Optional[str] = ..., worker_failed: _Optional[bool] = ..., disconnect: _Optional[bool] = ...) -> None: ...
 
 class WithdrawLeaseRequestsRequest(_message.Message):
-    __slots__ = ("requester_worker_id",)
+    __slots__ = ("requester_worker_id", "request_ids")
     REQUESTER_WORKER_ID_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_IDS_FIELD_NUMBER: _ClassVar[int]
     requester_worker_id: str
-    def __init__(self, requester_worker_id: _Optional[str] = ...) -> None: ...
+    request_ids: _containers.RepeatedScalarFieldContainer[bytes]
+    def __init__(self, requester_worker_id: _Optional[str] = ..., request_ids: _Optional[_Iterable[bytes]] = ...) -> None: ...
 
 class WithdrawLeaseRequestsReply(_message.Message):
     __slots__ = ("withdrawn",)

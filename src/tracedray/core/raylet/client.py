@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import grpc
@@ -55,9 +55,12 @@ class RayletClient:
             lease_id=lease_id, worker_failed=worker_failed, disconnect=disconnect),
             timeout=timeout)
 
-    def withdraw_lease_requests(self, requester_worker_id: str, timeout: float) -> int:
+    def withdraw_lease_requests(self, requester_worker_id: str, timeout: float,
+                                request_ids: Sequence[bytes] = ()) -> int:
+        """Withdraw the requests of ``requester_worker_id`` named in ``request_ids``, or
+        all of them; returns how many were waiting at this raylet."""
         reply = self._call("WithdrawLeaseRequests", raylet_pb2.WithdrawLeaseRequestsRequest(
-            requester_worker_id=requester_worker_id), timeout=timeout)
+            requester_worker_id=requester_worker_id, request_ids=request_ids), timeout=timeout)
         return int(reply.withdrawn)  # type: ignore[attr-defined]
 
     def register_worker(self, worker_id: str, port: int, pid: int, is_driver: bool = False,

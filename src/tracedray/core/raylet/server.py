@@ -10,7 +10,7 @@ import os
 import subprocess
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,6 +29,7 @@ from tracedray.core.raylet import lease_reclaim as lr
 from tracedray.core.raylet import scheduler
 from tracedray.core.raylet import worker_pool as wp
 from tracedray.core.raylet.client import RayletClient
+from tracedray.core.raylet.early_withdrawals import EarlyWithdrawals
 from tracedray.core.raylet.telemetry_agent import start_agent, stop_agent
 from tracedray.core.raylet.transfers import TransferTable
 from tracedray.core.worker.flight_recorder import read_slot
@@ -46,6 +47,8 @@ from tracedray.v1 import (
 )
 
 log = logs.get_logger(__name__)
+
+WITHDRAWN_UNNEEDED = "withdrawn by the requester: no task of it needs a worker any more"
 
 
 @dataclass(eq=False)  # one waiting request: compared by identity (list.remove, in)
@@ -80,6 +83,7 @@ class Raylet:
         self.available = dict(resources)
         self._lock = threading.RLock()
         self._pending: list[PendingLease] = []
+        self._withdrawn_early = EarlyWithdrawals()
         self._leases: dict[str, wp.WorkerProcess] = {}
         self._granted = 0
         self._reclaimed = 0
@@ -287,6 +291,12 @@ class Raylet:
         function to call when the requester goes away (its RPC ends): the request is
         then withdrawn, so no worker is started or granted for nobody."""
         with self._lock:
+            if request.request_id and self._withdrawn_early.claim(
+                    request.requester.worker_id, request.request_id):
+                log.debug("lease.withdrawn", requester_pid=request.requester.pid,
+                          task_id=request.task_id.hex(), reason=WITHDRAWN_UNNEEDED)
+                return raylet_pb2.LeaseReply(status=raylet_pb2.LeaseReply.TIMEOUT,
+                                             reason=WITHDRAWN_UNNEEDED)
             local, others = self._view(request)
             decision = scheduler.decide(local, others, dict(request.resources),
                                         may_spill=not request.grant_or_reject and not actor_id)
@@ -314,14 +324,24 @@ class Raylet:
             if pending in self._pending:  # else granted, spilled back or answered
                 self._answer_withdrawn(pending, "the requester went away")
 
-    def withdraw_requests_of(self, worker_id: str) -> int:
-        """Drop every request of a process that is shutting down; returns how many."""
+    def withdraw_requests_of(self, worker_id: str, request_ids: Collection[bytes] = ()) -> int:
+        """Drop the requests of process ``worker_id`` named in ``request_ids`` (no task
+        needs them any more), or all of them when none is named (it is shutting down).
+        Named requests not waiting here are answered as they arrive (``EarlyWithdrawals``);
+        one granted already is the requester's to give back. Returns how many were
+        waiting here."""
         if not worker_id:  # requests without a requester (an actor's, from the GCS) stay
             return 0
+        named = set(request_ids)
         with self._lock:
-            mine = [p for p in self._pending if p.request.requester.worker_id == worker_id]
+            mine = [p for p in self._pending if p.request.requester.worker_id == worker_id
+                    and (not named or p.request.request_id in named)]
             for pending in mine:
-                self._answer_withdrawn(pending, "the requester is shutting down")
+                self._answer_withdrawn(pending, WITHDRAWN_UNNEEDED if named
+                                       else "the requester is shutting down")
+            if named:
+                self._withdrawn_early.add(
+                    worker_id, named - {p.request.request_id for p in mine}, time.monotonic())
             return len(mine)
 
     def withdraw_actor_creation(self, actor_id: bytes, cause: str) -> tuple[int, list[int]]:
@@ -932,7 +952,8 @@ class _Servicer(raylet_pb2_grpc.RayletServiceServicer):
         return common_pb2.Empty()
 
     def WithdrawLeaseRequests(self, request: Any, context: Any) -> Any:
-        withdrawn = self._r.withdraw_requests_of(request.requester_worker_id)
+        withdrawn = self._r.withdraw_requests_of(request.requester_worker_id,
+                                                 request.request_ids)
         return raylet_pb2.WithdrawLeaseRequestsReply(withdrawn=withdrawn)
 
     def RegisterWorker(self, request: Any, context: Any) -> Any:

@@ -11,6 +11,7 @@ or to ``WorkerCrashedError`` with the exit code, signal and what they mean.
 from __future__ import annotations
 
 import collections
+import itertools
 import threading
 import time
 from dataclasses import dataclass, field
@@ -21,8 +22,13 @@ from opentelemetry import trace as otel_trace
 from tracedray import config, logs, telemetry
 from tracedray.core import trace_context
 from tracedray.core.address import Address
-from tracedray.core.raylet.client import LeaseCall, RayletClient
+from tracedray.core.raylet.client import RayletClient
 from tracedray.core.worker.connection import WorkerConnection
+from tracedray.core.worker.lease_requests import (
+    LeaseAsk,
+    lease_requests_wanted,
+    requests_to_withdraw,
+)
 from tracedray.core.worker.pending_task import PendingTask, end_dispatch_spans, error_value
 from tracedray.core.worker.recovery import is_lost_input
 from tracedray.exceptions import (
@@ -45,10 +51,13 @@ log = logs.get_logger(__name__)
 # other while a CPU is idle; a worker that blocks in get() hands back the ones it has
 # not started.
 PIPELINE_DEPTH = 4
-MAX_PENDING_LEASE_REQUESTS = 16
 # Locality matters once inputs are big enough that moving them costs more than a lease
 # (benchmarks/locality.py: a 1 MB pull between nodes costs ~10 ms, a lease ~1 ms).
 LOCALITY_MIN_BYTES = 512 << 10
+# How long the linger thread waits for a raylet to withdraw requests (it gives idle
+# leases back after that): a raylet that does not answer has them answered when it
+# fails, or grants them and the worker goes straight back.
+WITHDRAW_TIMEOUT_S = 1.0
 # How long a closing submitter spends giving its leases back, in all: a raylet that
 # does not answer by then takes them back itself once this process is gone.
 CLOSE_BUDGET_S = 2.0
@@ -105,10 +114,14 @@ class SubmitterStatistics:
     queued: int
     inflight: int
     leases: int
-    pending_lease_requests: int
+    pending_lease_requests: int  # sent or about to be, withdrawn ones not answered yet too
     submitted_total: int
     finished_total: int
     retried_total: int
+    # Lease requests withdrawn because no task needed them any more, and workers granted
+    # to such a request before its withdrawal reached the raylet (given back at once).
+    lease_requests_withdrawn_total: int = 0
+    unneeded_grants_total: int = 0
 
 
 def scheduling_key(resources: dict[str, float], preferred_node: str) -> str:
@@ -156,10 +169,14 @@ class TaskSubmitter:
         self._lock = threading.RLock()
         self._queues: dict[str, collections.deque[PendingTask]] = {}
         self._leases: dict[str, list[Lease]] = {}
-        self._lease_requests: dict[str, int] = {}
-        # Lease requests in flight, with the raylet each waits at; and how many
+        # Lease requests not answered yet, oldest first, per key; how many of them are
+        # not withdrawn (what _pump compares with what a key wants); how many
         # _request_lease runs are under way (the close waits for them to end).
-        self._lease_calls: dict[LeaseCall, RayletClient] = {}
+        self._asks: dict[str, list[LeaseAsk]] = {}
+        self._lease_requests: dict[str, int] = {}
+        self._ask_ids = itertools.count(1)
+        # When each key with requests out last needed all of them (lease_requests.py).
+        self._needed_at: dict[str, float] = {}
         self._requesting = 0
         self._requests_over = threading.Condition(self._lock)
         # Leases dropped while the process stops, before the close: it gives them back.
@@ -169,6 +186,7 @@ class TaskSubmitter:
         self._locality_enabled = config.LOCALITY_AWARE.get()
         self._closed = False
         self._submitted = self._finished = self._retried = 0
+        self._withdrawn_total = self._unneeded_grants = 0
         self._linger_thread = threading.Thread(target=self._return_idle_leases, daemon=True,
                                                name="tracedray-lease-linger")
         self._linger_thread.start()
@@ -208,11 +226,16 @@ class TaskSubmitter:
                 self._worker.background(self._worker.cancel_on_worker, task.lease.worker,
                                         task.task_id, False, True)
         # Queued and pipelined tasks both want a worker of their own.
-        wanted = min(len(queue) + len(behind), MAX_PENDING_LEASE_REQUESTS)
+        wanted = lease_requests_wanted(len(queue), len(behind))
         example = queue[0] if queue else (behind[0] if behind else None)
-        while example is not None and self._lease_requests.get(key, 0) < wanted:
-            self._lease_requests[key] = self._lease_requests.get(key, 0) + 1
-            self._worker.background(self._request_lease, key, example)
+        requested = self._lease_requests.get(key, 0)
+        while example is not None and requested < wanted:
+            requested = self._lease_requests[key] = requested + 1
+            ask = LeaseAsk(next(self._ask_ids).to_bytes(8, "big"), key)
+            self._asks.setdefault(key, []).append(ask)
+            self._worker.background(self._request_lease, ask, example)
+        if requested and wanted >= requested:
+            self._needed_at[key] = time.monotonic()
 
     def _dispatch(self, task: PendingTask, lease: Lease) -> None:
         spec = task.spec
@@ -256,14 +279,14 @@ class TaskSubmitter:
         lease.conn.send(spec)
 
     # --- leases
-    def _request_lease(self, key: str, example: PendingTask) -> None:
+    def _request_lease(self, ask: LeaseAsk, example: PendingTask) -> None:
         with self._lock:
-            if self._closed:  # queued before the close, run after it
-                self._lease_requests[key] -= 1
+            if self._closed or ask.withdrawn:  # queued before the close (or withdrawal)
+                self._end_ask(ask)
                 return
             self._requesting += 1
         try:
-            failed = self._lease_for(key, example)
+            failed = self._lease_for(ask, example)
         finally:
             with self._lock:
                 self._requesting -= 1
@@ -271,37 +294,60 @@ class TaskSubmitter:
         if failed and not self._closed:
             time.sleep(0.5)
             with self._lock:
-                self._pump(key)
+                self._pump(ask.key)
 
-    def _lease_for(self, key: str, example: PendingTask) -> bool:
-        """Ask for a lease and keep it (or give it back if this submitter closed
-        meanwhile); True when the request failed."""
+    def _end_ask(self, ask: LeaseAsk) -> None:
+        """Forget an answered request (the caller holds the lock)."""
+        asks = self._asks[ask.key]
+        asks.remove(ask)
+        if not asks:
+            del self._asks[ask.key]
+            self._needed_at.pop(ask.key, None)
+        if not ask.withdrawn:
+            self._lease_requests[ask.key] -= 1
+
+    def _lease_for(self, ask: LeaseAsk, example: PendingTask) -> bool:
+        """Ask for a lease and keep it (or give it back if this submitter closed or
+        withdrew the request meanwhile); True when the request failed and is still
+        wanted."""
         worker = self._worker
-        spec = example.spec
+        key, spec = ask.key, example.spec
         preferred = key.rpartition("@")[2]
         raylet = worker.raylet_for_node(preferred) if preferred else worker.raylet
         request = raylet_pb2.LeaseRequest(
             scheduling_key=key, resources=dict(spec.resources), requester=worker.address.to_proto(),
             job_id=spec.job_id, task_id=spec.task_id,
-            input_bytes_by_node=example.input_bytes_by_node)
+            input_bytes_by_node=example.input_bytes_by_node, request_id=ask.request_id)
         try:
-            reply, raylet = self._lease_from(raylet, request)
+            reply, raylet = self._lease_from(raylet, request, ask)
         except RaySystemError as exc:
-            if not self._closed:  # else cancelled by the close
+            if not self._closed and not ask.withdrawn:  # else cancelled by the close
                 log.warning("lease.request_failed", error=str(exc), raylet=raylet.address)
             with self._lock:
-                self._lease_requests[key] -= 1
-            return True
+                self._end_ask(ask)
+                return not ask.withdrawn
         with self._lock:
-            self._lease_requests[key] -= 1
-            if reply.status != raylet_pb2.LeaseReply.GRANTED:
+            self._end_ask(ask)
+            if reply is None or reply.status != raylet_pb2.LeaseReply.GRANTED:
                 return False
-            if not self._closed:
+            if not self._closed and not ask.withdrawn:
                 self._add_lease(key, raylet, reply)
                 return False
-        # Granted while closing: given back here, not through worker.background, which
-        # stops with this process (the close waits for this).
-        self._return_worker(LeaseReturn(raylet, reply.lease_id, False), timeout=CLOSE_BUDGET_S)
+            closing = self._closed
+            if not closing:
+                self._unneeded_grants += 1
+        if closing:
+            # Granted while closing: given back here, not through worker.background,
+            # which stops with this process (the close waits for this).
+            self._return_worker(LeaseReturn(raylet, reply.lease_id, False),
+                                timeout=CLOSE_BUDGET_S)
+            return False
+        # Granted just before its withdrawal reached the raylet: a task queued since has
+        # a request of its own, so the worker goes straight back to idle (the raylet
+        # grants it to the next request waiting, perhaps another caller's).
+        log.info("lease.unneeded_grant", scheduling_key=key, lease_id=reply.lease_id,
+                 worker_pid=reply.worker.pid, raylet=raylet.address)
+        self._return_worker(LeaseReturn(raylet, reply.lease_id, False))
         return False
 
     def _add_lease(self, key: str, raylet: RayletClient, reply: raylet_pb2.LeaseReply) -> None:
@@ -318,17 +364,18 @@ class TaskSubmitter:
         self._leases.setdefault(key, []).append(lease)
         self._pump(key)
 
-    def _lease_from(self, raylet: RayletClient, request: raylet_pb2.LeaseRequest
-                    ) -> tuple[raylet_pb2.LeaseReply, RayletClient]:
+    def _lease_from(self, raylet: RayletClient, request: raylet_pb2.LeaseRequest,
+                    ask: LeaseAsk) -> tuple[raylet_pb2.LeaseReply | None, RayletClient]:
         """Ask ``raylet``, following spillbacks. A remote raylet that cannot be reached
         (its node died, perhaps not yet declared dead) is replaced by the local one,
         which then keeps the request (grant_or_reject) instead of spilling it back to
-        the same dead node from a stale view. Raises ``RaySystemError`` when the local
-        raylet fails or the hops run out."""
+        the same dead node from a stale view. The reply is None when the request was
+        withdrawn before a hop. Raises ``RaySystemError`` when the local raylet fails or
+        the hops run out."""
         local = self._worker.raylet
         for _ in range(8):
             try:
-                reply = self._ask(raylet, request)
+                reply = self._ask(raylet, request, ask)
             except RaySystemError as exc:
                 if raylet is local or self._closed:
                     raise
@@ -336,26 +383,69 @@ class TaskSubmitter:
                             fallback=local.address)
                 raylet, request.grant_or_reject = local, True
                 continue
-            if reply.status != raylet_pb2.LeaseReply.SPILLBACK:
+            if reply is None or reply.status != raylet_pb2.LeaseReply.SPILLBACK:
                 return reply, raylet
             raylet = RayletClient(Address.from_proto(reply.spillback_raylet).target)
             request.grant_or_reject = True
         raise RaySystemError(f"lease request for {request.scheduling_key} bounced between "
                              "raylets 8 times")
 
-    def _ask(self, raylet: RayletClient, request: raylet_pb2.LeaseRequest
-             ) -> raylet_pb2.LeaseReply:
-        """One lease request, known to the close while it waits."""
+    def _ask(self, raylet: RayletClient, request: raylet_pb2.LeaseRequest, ask: LeaseAsk
+             ) -> raylet_pb2.LeaseReply | None:
+        """One hop of a lease request, known to the close and to withdrawals while it
+        waits; None (not sent) once withdrawn."""
         with self._lock:
             if self._closed:
                 raise RaySystemError("the task submitter is closed")
+            if ask.withdrawn:
+                return None
             call = raylet.start_lease_request(request)
-            self._lease_calls[call] = raylet
+            ask.raylet, ask.call = raylet, call
         try:
             return call.result()
         finally:
             with self._lock:
-                del self._lease_calls[call]
+                ask.raylet = ask.call = None
+
+    def _withdraw_unneeded_requests(self, now: float
+                                    ) -> list[tuple[RayletClient, str, list[bytes]]]:
+        """Mark the requests no task needs withdrawn (the caller holds the lock); returns
+        the ids to withdraw per raylet and key, of those waiting at a raylet (the others
+        are not sent, or not sent on after a spillback).
+
+        Patience is half a linger: the requests of a key whose work has ended go before
+        its idle leases are given back, else the raylet would grant a worker given back
+        to one of them instead of to the next caller in its queue."""
+        batches: dict[tuple[str, str], tuple[RayletClient, str, list[bytes]]] = {}
+        patience_s = self._linger_s / 2
+        for key, asks in self._asks.items():
+            unneeded_for_s = now - self._needed_at.get(key, 0.0)
+            if unneeded_for_s < patience_s:
+                continue  # as in every tick of a burst: nothing to withdraw, nothing to count
+            queue = self._queues.get(key)
+            behind = sum(len(waiting_behind(lease)) for lease in self._leases.get(key, ())
+                         if not lease.conn.broken)
+            for ask in requests_to_withdraw(asks, len(queue) if queue else 0, behind,
+                                            unneeded_for_s=unneeded_for_s,
+                                            patience_s=patience_s):
+                ask.withdrawn = True
+                self._lease_requests[key] -= 1
+                self._withdrawn_total += 1
+                if ask.raylet is not None:
+                    batch = batches.setdefault((ask.raylet.address, key), (ask.raylet, key, []))
+                    batch[2].append(ask.request_id)
+        return list(batches.values())
+
+    def _send_withdrawal(self, raylet: RayletClient, key: str, request_ids: list[bytes]) -> None:
+        try:
+            waiting = raylet.withdraw_lease_requests(self._worker.worker_id,
+                                                     timeout=WITHDRAW_TIMEOUT_S,
+                                                     request_ids=request_ids)
+        except RaySystemError as exc:  # its requests end when the raylet answers or fails
+            log.debug("lease.withdraw_failed", raylet=raylet.address, error=str(exc))
+            return
+        log.info("lease.requests_withdrawn", scheduling_key=key, raylet=raylet.address,
+                 requests=len(request_ids), waiting=waiting)
 
     def lease_nodes(self) -> set[str]:
         """Nodes this process holds worker leases on."""
@@ -383,9 +473,19 @@ class TaskSubmitter:
             self._release_lease_remote(lease.raylet, lease.lease_id, failed)
 
     def _return_idle_leases(self) -> None:
+        """Every half linger: withdraw the lease requests no task needs any more (here
+        rather than as a key's last task goes out, so that submitting pays nothing for
+        it and a key whose work comes in waves does not withdraw and ask again between
+        two tasks), then give back the leases idle for a linger. The withdrawals are
+        answered first: a worker given back must go to the next caller waiting, not to
+        one of this process's own requests about to be withdrawn."""
         while not self._closed:
             time.sleep(self._linger_s / 2)
             now = time.monotonic()
+            with self._lock:
+                withdrawals = self._withdraw_unneeded_requests(now)
+            for raylet, key, request_ids in withdrawals:
+                self._send_withdrawal(raylet, key, request_ids)
             with self._lock:
                 for key, leases in list(self._leases.items()):
                     if self._queues.get(key):
@@ -564,7 +664,8 @@ class TaskSubmitter:
                 lease.conn.close()
             self._leases.clear()
             self._queues.clear()
-            waiting_at = {raylet.address: raylet for raylet in self._lease_calls.values()}
+            waiting_at = {ask.raylet.address: ask.raylet for ask in self._all_asks()
+                          if ask.raylet is not None}
             to_return = [LeaseReturn(le.raylet, le.lease_id, False, bool(le.inflight))
                          for le in held] + self._dropped_late
         self._give_leases_back(to_return, list(waiting_at.values()))
@@ -596,8 +697,12 @@ class TaskSubmitter:
         with self._lock:
             self._requests_over.wait_for(lambda: self._requesting == 0,
                                          timeout=max(0.0, deadline - time.monotonic()))
-            for call in self._lease_calls:
-                call.cancel()
+            for ask in self._all_asks():
+                if ask.call is not None:
+                    ask.call.cancel()
+
+    def _all_asks(self) -> list[LeaseAsk]:
+        return [ask for asks in self._asks.values() for ask in asks]
 
     def pending_task(self, task_id: bytes) -> PendingTask | None:
         with self._lock:
@@ -609,9 +714,10 @@ class TaskSubmitter:
                 queued=sum(len(q) for q in self._queues.values()),
                 inflight=sum(len(le.inflight) for le in self._all_leases()),
                 leases=len(self._all_leases()),
-                pending_lease_requests=sum(self._lease_requests.values()),
+                pending_lease_requests=len(self._all_asks()),
                 submitted_total=self._submitted, finished_total=self._finished,
-                retried_total=self._retried)
+                retried_total=self._retried, lease_requests_withdrawn_total=self._withdrawn_total,
+                unneeded_grants_total=self._unneeded_grants)
 
     def __repr__(self) -> str:
         s = self.statistics()
