@@ -87,6 +87,11 @@ def run_json(*args: str) -> Any:
     return json.loads(run(*args, "--format", "json").stdout)
 
 
+def workers_by_pid() -> dict[int, dict[str, Any]]:
+    """``tracedray list workers``, keyed by pid."""
+    return {w["pid"]: w for w in run_json("list", "workers")}
+
+
 def _node_processes(root: Path) -> list[psutil.Process]:
     from tracedray.cli import local_nodes
 

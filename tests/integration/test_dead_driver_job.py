@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cli_support import PINGS_KEPT, isolated_root, run_json, start_head
+from cli_support import PINGS_KEPT, isolated_root, run_json, start_head, workers_by_pid
 from multinode_support import log_events, spans_named, wait_for
 
 pytestmark = pytest.mark.integration
@@ -104,10 +104,6 @@ def _actors() -> dict[str, dict[str, Any]]:
     return {a["actor_id"]: a for a in run_json("list", "actors")}
 
 
-def _workers() -> dict[int, dict[str, Any]]:
-    return {w["pid"]: w for w in run_json("list", "workers")}
-
-
 def test_a_killed_drivers_job_fails_and_takes_its_non_detached_actors(tmp_path: Path) -> None:
     with isolated_root(tmp_path):
         start_head()  # 2 CPUs
@@ -136,9 +132,9 @@ def test_a_killed_drivers_job_fails_and_takes_its_non_detached_actors(tmp_path: 
         assert actors[leaver.kept]["state"] == "ALIVE", actors[leaver.kept]
         # The non-detached actor's worker is gone; the waiting creation was withdrawn
         # before that freed a CPU, so no worker was ever started for it.
-        wait_for(lambda: _workers()[leaver.owned_pid]["state"] == "DEAD", ENDED_WITHIN_S,
+        wait_for(lambda: workers_by_pid()[leaver.owned_pid]["state"] == "DEAD", ENDED_WITHIN_S,
                  "the non-detached actor's worker to exit")
-        assert [w for w in _workers().values() if w["actor_id"] == leaver.waiting] == []
+        assert [w for w in workers_by_pid().values() if w["actor_id"] == leaver.waiting] == []
         (withdrawn,) = [r for r in log_events(session, "actor.creation_withdrawn")
                         if r["actor_id"] == leaver.waiting]
         assert withdrawn["requests_withdrawn"] == 1 and withdrawn["killed_worker_pids"] == []
@@ -160,7 +156,7 @@ def test_a_killed_drivers_job_fails_and_takes_its_non_detached_actors(tmp_path: 
         pings = subprocess.run([sys.executable, str(script), "dead-driver"], capture_output=True,
                                text=True, timeout=60)
         assert pings.returncode == 0 and "PING pong" in pings.stdout, pings.stderr[-3000:]
-        assert _workers()[leaver.kept_pid]["state"] == "ACTOR"
+        assert workers_by_pid()[leaver.kept_pid]["state"] == "ACTOR"
 
 
 @pytest.mark.parametrize("ending", ["ray.shutdown()", "pass  # the exit hook's shutdown"])

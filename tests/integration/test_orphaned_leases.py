@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 import pytest
-from cli_support import PINGS_KEPT, isolated_root, run_json, start_head
+from cli_support import PINGS_KEPT, isolated_root, run_json, start_head, workers_by_pid
 from multinode_support import log_events, wait_for
 
 pytestmark = pytest.mark.integration
@@ -146,10 +146,6 @@ def _run_driver(folder: Path, name: str, script: str, *args: str) -> str:
     return driver.stdout
 
 
-def _workers() -> dict[int, dict[str, object]]:
-    return {w["pid"]: w for w in run_json("list", "workers")}
-
-
 def test_leases_of_a_killed_driver_go_to_the_next_driver(tmp_path: Path) -> None:
     with isolated_root(tmp_path):
         start_head()  # 2 CPUs
@@ -159,7 +155,7 @@ def test_leases_of_a_killed_driver_go_to_the_next_driver(tmp_path: Path) -> None
                                   stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         try:
             assert holder.stdout is not None and holder.stdout.readline().strip() == "SUBMITTED"
-            wait_for(lambda: [w["state"] for w in _workers().values()].count("LEASED") == 2,
+            wait_for(lambda: [w["state"] for w in workers_by_pid().values()].count("LEASED") == 2,
                      60, "the holder to lease both workers")
         finally:
             holder.send_signal(signal.SIGKILL)
@@ -172,7 +168,7 @@ def test_leases_of_a_killed_driver_go_to_the_next_driver(tmp_path: Path) -> None
         assert len(reclaimed) == 2, reclaimed
         assert all(r["lessee_pid"] == holder.pid and r["level"] == "warning" for r in reclaimed)
         assert all(r["why"] == f"process {holder.pid} is gone" for r in reclaimed)
-        workers = _workers()
+        workers = workers_by_pid()
         meaning = f"killed by the raylet: the process holding its lease died (pid {holder.pid} "
         for record in reclaimed:
             worker = workers[record["worker_pid"]]
@@ -193,12 +189,12 @@ def test_a_clean_exit_leaves_its_workers_to_the_next_driver(tmp_path: Path) -> N
         start_head()  # 2 CPUs
         (session,) = tmp_path.glob("session_2*")
         _run_driver(tmp_path, "bursts", BURSTS)
-        before = _workers()
+        before = workers_by_pid()
 
         _run_driver(tmp_path, "next", NEXT, "200", "60")
 
         assert log_events(session, "lease.reclaimed") == []
-        after = _workers()  # the same workers, none died nor was started since
+        after = workers_by_pid()  # the same workers, none died nor was started since
         assert set(after) == set(before), (before, after)
         assert all(w["state"] == "IDLE" for w in after.values()), after
         (node,) = run_json("status")["nodes"]
@@ -281,7 +277,7 @@ def test_an_actor_waiting_for_a_cpu_when_its_job_ends_gets_no_worker(
         assert actor["state"] == "DEAD" and "finished" in actor["death_cause"], actor
         # The job's end withdrew the request before the task's CPU came free: no worker
         # was ever granted to the actor.
-        assert [w for w in _workers().values() if w["actor_id"] == actor_id] == []
+        assert [w for w in workers_by_pid().values() if w["actor_id"] == actor_id] == []
         (withdrawn,) = [r for r in log_events(session, "actor.creation_withdrawn")
                         if r["actor_id"] == actor_id]
         assert withdrawn["level"] == "info" and withdrawn["requests_withdrawn"] == 1, withdrawn
@@ -304,5 +300,5 @@ def test_a_detached_actor_waiting_for_a_cpu_outlives_its_job(tmp_path: Path) -> 
         (actor,) = [a for a in run_json("list", "actors") if a["actor_id"] == actor_id]
         assert actor["state"] == "ALIVE" and actor["is_detached"], actor
         assert log_events(session, "actor.creation_withdrawn") == []
-        assert [w["state"] for w in _workers().values() if w["actor_id"] == actor_id] == [
+        assert [w["state"] for w in workers_by_pid().values() if w["actor_id"] == actor_id] == [
             "ACTOR"]
