@@ -107,13 +107,18 @@ ITEM_CACHE_VALUES = 256
 _items: dict[str, dict[object, str]] = {}
 
 
-def _item_json(key: str, value: object) -> str:
+def _key_prefix(key: str) -> str:
+    """An attribute's JSON up to its value: ``{"key":...,"value":``."""
     prefix = _key_prefixes.get(key)
     if prefix is None:
         prefix = '{"key":' + _string(key) + ',"value":'
         if len(_key_prefixes) < 4096:  # keys are low-cardinality; bound it anyway
             _key_prefixes[key] = prefix
-    return prefix + _value_json(value) + "}"
+    return prefix
+
+
+def _item_json(key: str, value: object) -> str:
+    return _key_prefix(key) + _value_json(value) + "}"
 
 
 def _attributes_json(attributes: Mapping[str, object]) -> str:
@@ -274,7 +279,7 @@ def _decode_shape(blob: bytes) -> tuple[str, int, str, tuple[str, ...]]:
     for key in variable:
         constant_items.pop(key, None)
     constant_json = _attributes_json(constant_items)[1:-1]
-    prefixes = tuple('{"key":' + _string(key) + ',"value":' for key in variable)
+    prefixes = tuple(_key_prefix(key) for key in variable)
     shape = (_string(name), kind + 1, constant_json, prefixes)
     if len(_shapes) >= MAX_SHAPES:
         _shapes.clear()
