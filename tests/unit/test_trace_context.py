@@ -163,3 +163,20 @@ def test_before_configure_a_child_is_the_invalid_span() -> None:
     spec = common_pb2.TaskSpec()
     trace_context.stamp(spec, _context(1))
     assert trace_context.start_child(spec, _EXECUTE_BARE, ()) is INVALID_SPAN
+
+
+def test_stamp_takes_a_pending_span_as_its_context(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from opentelemetry.trace import INVALID_SPAN
+
+    telemetry.configure("driver", session_dir=tmp_path)
+    submit = telemetry.open_span("task.submit", {})
+    assert isinstance(submit, telemetry.PendingSpan)
+    spec = common_pb2.TaskSpec()
+    hex_ids = trace_context.stamp(spec, submit)
+    context = submit.get_span_context()
+    assert hex_ids == (format(context.trace_id, "032x"), format(context.span_id, "016x"))
+    assert trace_context.parent_of(_wire(spec)) == SpanContext(
+        context.trace_id, context.span_id, True, context.trace_flags, context.trace_state)
+    untouched = common_pb2.TaskSpec()
+    assert trace_context.stamp(untouched, INVALID_SPAN) is None
+    assert untouched == common_pb2.TaskSpec()

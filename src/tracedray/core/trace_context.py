@@ -22,17 +22,22 @@ from tracedray import telemetry
 from tracedray.v1 import common_pb2
 
 
-def stamp(spec: common_pb2.TaskSpec, context: SpanContext) -> tuple[str, str]:
-    """Make ``context`` (the task.submit span's) the parent the spec carries; returns
-    its (trace id, span id) in hex, for the submission's log line."""
-    trace_id = context.trace_id.to_bytes(16, "big")
-    spec.trace_id = trace_id
-    spec.parent_span_id = context.span_id
-    spec.trace_flags = context.trace_flags
-    trace_state = telemetry.trace_state_header(context.trace_state)
+def stamp(spec: common_pb2.TaskSpec, parent: Span | telemetry.PendingSpan | SpanContext,
+          ) -> tuple[str, str] | None:
+    """Make ``parent`` (a task.submit span, or its context) the parent the spec
+    carries; returns its (trace id, span id) in hex, for the submission's log line,
+    or None (and the spec unchanged) if it has no valid context."""
+    fields = telemetry.trace_fields(parent)
+    if fields is None:
+        return None
+    trace_id, span_id, trace_flags, trace_state = fields
+    trace_bytes = trace_id.to_bytes(16, "big")
+    spec.trace_id = trace_bytes
+    spec.parent_span_id = span_id
+    spec.trace_flags = trace_flags
     if trace_state:
         spec.trace_state = trace_state
-    return trace_id.hex(), "%016x" % context.span_id  # noqa: UP031 -- 2x format()'s speed
+    return trace_bytes.hex(), "%016x" % span_id  # noqa: UP031 -- 2x format()'s speed
 
 
 def parent_of(spec: common_pb2.TaskSpec) -> SpanContext | None:

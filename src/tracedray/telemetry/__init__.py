@@ -32,11 +32,13 @@ from tracedray.telemetry._api import (
 )
 from tracedray.telemetry._record import (
     PendingSpan,
+    parent_context,
     pending_shaped_span,
     pending_span,
     record_span,
     remote_parent,
     start_remote_child,
+    trace_fields,
     trace_state_header,
 )
 from tracedray.telemetry._state import (
@@ -56,6 +58,8 @@ __all__ = [
     "open_span",
     "remote_parent",
     "PendingSpan",
+    "parent_context",
+    "trace_fields",
     "pending_shaped_span",
     "pending_span",
     "ShapeCache",

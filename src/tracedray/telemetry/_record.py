@@ -509,19 +509,25 @@ def record_span(name: str, attributes: Mapping[str, AttributeValue] | None = Non
 
 
 class PendingSpan:
-    """A span known to have started, recorded whole when it ends (with record_span).
+    """A span known to have started, recorded whole when it ends.
 
     For spans nothing runs inside — a task's dispatch, from send to result; a task's
-    submission — it skips the span object. ``context`` is the span's own context when
-    someone needs it before the span ends (the ids a submitted task carries to its
-    worker, made by :func:`open_light_span`); None when nobody does.
+    submission — it skips the span object. Its ids are drawn when it starts and kept
+    as plain ints in ``ids``, ``(trace id, span id, parent span id or 0, tracestate
+    header)``: the hot paths that stamp them into a task spec, start a child under it
+    or write its record read them there, not through a SpanContext's properties
+    (~450 instructions a read); ``get_span_context()`` builds one for whoever needs
+    it. Only a sampled span is a PendingSpan (see :func:`open_light_span`).
+
+    ``parent`` is what it was started under: a SpanContext, another PendingSpan (a
+    dispatch under its task's submission), or None for a root.
     """
 
     __slots__ = ("name", "kind", "_attributes", "shape", "values", "start_ns", "parent",
-                 "context")
+                 "ids", "_context")
 
     def __init__(self, name: str, attributes: dict[str, AttributeValue] | None,
-                 parent: SpanContext | None, context: SpanContext | None = None,
+                 parent: SpanContext | PendingSpan | None, ids: tuple[int, int, int, str],
                  shape: SpanShape | None = None,
                  values: tuple[AttributeValue, ...] = ()) -> None:
         self.name = name
@@ -532,7 +538,8 @@ class PendingSpan:
         self.values = values
         self.start_ns = time.time_ns()
         self.parent = parent
-        self.context = context
+        self.ids = ids
+        self._context: SpanContext | None = None
 
     @property
     def attributes(self) -> dict[str, AttributeValue]:
@@ -546,9 +553,34 @@ class PendingSpan:
         return attributes
 
     def get_span_context(self) -> SpanContext:
-        """Its own context; the invalid one when it has none (as the API's no-op span)."""
-        context = self.context
-        return context if context is not None else INVALID_SPAN.get_span_context()
+        """Its own context (built on first use)."""
+        context = self._context
+        if context is None:
+            trace_id, span_id, _, trace_state = self.ids
+            context = self._context = _local_span_context(
+                trace_id, span_id, _SAMPLED,
+                TraceState.from_header([trace_state]) if trace_state else EMPTY_TRACE_STATE)
+        return context
+
+    def parent_context(self) -> SpanContext | None:
+        """Its parent's SpanContext; None for a root."""
+        return parent_context(self.parent)
+
+    def record(self, end_ns: int) -> tuple[Any, ...]:
+        """Its spool record (spool_format.py) for an end at ``end_ns`` without error."""
+        trace_id, span_id, parent_id, trace_state = self.ids
+        shape = self.shape
+        if shape is not None:
+            if shape.blob is not None:
+                return (SHAPED, shape.blob, trace_id, span_id, parent_id, self.start_ns,
+                        end_ns - self.start_ns, self.values, trace_state)
+            attributes: Mapping[str, AttributeValue] | None = shape.attributes(self.values)
+        else:
+            attributes = self._attributes
+        kind = self.kind
+        return (SPAN, trace_id, span_id, parent_id, self.name,
+                0 if kind is _INTERNAL else kind.value, self.start_ns, end_ns, attributes, 0,
+                None, (), trace_state, ())
 
     def end(self, error: BaseException | None = None) -> None:
         pipeline = _state._pipeline
@@ -557,129 +589,145 @@ class PendingSpan:
         try:
             direct = pipeline.direct_writer
             if error is None and direct is not None:
-                fields = _span_fields(pipeline, self.name, self._attributes, self.start_ns,
-                                      time.time_ns(), None, self.kind, self.parent,
-                                      self.context, self.shape, self.values)
-                if fields is not None:
-                    direct.append_fields(fields)
-            elif self.context is not None:
-                # Its ids are known to others already: record them, through a span object.
-                span = LightSpan(pipeline, self.name, self.context, self.parent, self.kind,
-                                 self._attributes, self.start_ns, True, self.shape, self.values)
-                if error is not None and is_error(error):
-                    mark_error(span, error, None)
-                span.end()
-            else:
-                record_span(self.name, self.attributes, start_ns=self.start_ns, error=error,
-                            kind=self.kind, parent=self.parent)
+                direct.append_fields(self.record(time.time_ns()))
+                return
+            # Its status and exception event (or an OTLP exporter) need a span object.
+            span = LightSpan(pipeline, self.name, self.get_span_context(), self.parent_context(),
+                             self.kind, self._attributes, self.start_ns, True, self.shape,
+                             self.values)
+            if error is not None and is_error(error):
+                mark_error(span, error, None)
+            span.end()
         except Exception:  # telemetry must never break the caller
             pass
 
 
-def pending_span(name: str, attributes: dict[str, AttributeValue], *,
-                 parent: SpanContext | None) -> PendingSpan | None:
-    """A PendingSpan, or None when spans are not recorded (telemetry off)."""
-    pipeline = _state.current()
-    if pipeline is None or pipeline.provider is None:
+def parent_context(parent: SpanContext | PendingSpan | None) -> SpanContext | None:
+    """The SpanContext of what a span is started under (see ``PendingSpan.parent``)."""
+    return parent.get_span_context() if isinstance(parent, PendingSpan) else parent
+
+
+def trace_fields(span: trace.Span | PendingSpan | SpanContext) -> tuple[int, int, int, str] | None:
+    """``(trace id, span id, trace flags, tracestate header)`` of a span (or of a
+    SpanContext), the W3C fields a task spec carries for its children; None if it has
+    no valid context."""
+    if isinstance(span, PendingSpan):
+        trace_id, span_id, _, trace_state = span.ids
+        return trace_id, span_id, _SAMPLED, trace_state
+    context = span if isinstance(span, SpanContext) else span.get_span_context()
+    if not context.is_valid:
         return None
-    return PendingSpan(name, attributes, parent)
+    return (context.trace_id, context.span_id, context.trace_flags,
+            trace_state_header(context.trace_state))
 
 
-def pending_shaped_span(shape: SpanShape, values: tuple[AttributeValue, ...], *,
-                        parent: SpanContext | None) -> PendingSpan | None:
-    """A PendingSpan of ``shape`` with ``values`` (span_shape.py), or None when spans
-    are not recorded (telemetry off)."""
+def _start_pending(pipeline: _state.Pipeline, name: str,
+                   attributes: dict[str, AttributeValue] | None,
+                   parent: SpanContext | PendingSpan | None, shape: SpanShape | None,
+                   values: tuple[AttributeValue, ...]) -> PendingSpan | trace.Span:
+    """A span under ``parent`` (a valid SpanContext or PendingSpan; anything else
+    starts a new trace), as a PendingSpan when spans go to the file only with the
+    default sampler; otherwise what :func:`start_light_span` starts. A sampled-out
+    parent's child is a NonRecordingSpan (ParentBased, as the SDK)."""
+    if pipeline.direct_writer is None:
+        if shape is not None:
+            attributes = shape.attributes(values)
+        return start_light_span(name if shape is None else shape.name, attributes,
+                                kind=_INTERNAL if shape is None else shape.kind,
+                                parent=parent_context(parent) or INVALID_SPAN_CONTEXT)
+    # Runs for every submitted task and every dispatch: ids drawn as RandomIdGenerator
+    # draws them, the parent's read from its ints where it is a PendingSpan.
+    fast_ids = pipeline.random_ids
+    span_id = (_getrandbits(64) if fast_ids else 0) or pipeline.ids.generate_span_id()
+    if isinstance(parent, PendingSpan):
+        trace_id, parent_id, _, trace_state = parent.ids
+        return PendingSpan(name, attributes, parent, (trace_id, span_id, parent_id, trace_state),
+                           shape, values)
+    if parent is None or parent is INVALID_SPAN_CONTEXT or not parent.is_valid:
+        trace_id = (_getrandbits(128) if fast_ids else 0) or pipeline.ids.generate_trace_id()
+        return PendingSpan(name, attributes, None, (trace_id, span_id, 0, ""), shape, values)
+    if not parent.trace_flags & _SAMPLED:  # ParentBased: children follow the parent
+        return NonRecordingSpan(_local_span_context(
+            parent.trace_id, span_id, _NOT_SAMPLED, parent.trace_state))
+    return PendingSpan(name, attributes, parent, (
+        parent.trace_id, span_id, parent.span_id, trace_state_header(parent.trace_state)),
+        shape, values)
+
+
+def pending_span(name: str, attributes: dict[str, AttributeValue], *,
+                 parent: SpanContext | PendingSpan | None) -> PendingSpan | trace.Span | None:
+    """A span under ``parent`` (None: a root) that is recorded when it ends and that
+    nothing runs inside; None when spans are not recorded (telemetry off, or a
+    sampled-out parent). A span object instead of a PendingSpan where one is needed
+    (an OTLP exporter, another sampler): end it with ``telemetry.finish_span(s)``."""
     pipeline = _state._pipeline
     if pipeline is None or pipeline.provider is None:
         return None
-    return PendingSpan(shape.name, None, parent, None, shape, values)
+    span = _start_pending(pipeline, name, attributes, parent, None, ())
+    return span if isinstance(span, PendingSpan) or span.is_recording() else None
+
+
+def pending_shaped_span(shape: SpanShape, values: tuple[AttributeValue, ...], *,
+                        parent: SpanContext | PendingSpan | None,
+                        ) -> PendingSpan | trace.Span | None:
+    """:func:`pending_span` for a span of ``shape`` with ``values`` (span_shape.py)."""
+    pipeline = _state._pipeline
+    if pipeline is None or pipeline.provider is None:
+        return None
+    span = _start_pending(pipeline, shape.name, None, parent, shape, values)
+    return span if isinstance(span, PendingSpan) or span.is_recording() else None
 
 
 def open_light_span(name: str, attributes: dict[str, AttributeValue] | None,
                     shape: SpanShape | None = None, values: tuple[AttributeValue, ...] = (),
                     ) -> PendingSpan | trace.Span:
     """Start a span, child of the current one, that is not made current; end it with
-    ``end()`` or :func:`finish_span`. Its context is known at once (``get_span_context``).
+    ``end()`` or :func:`finish_span`. Its context is known at once (``get_span_context``,
+    or :func:`trace_fields`).
 
     Its attributes are ``attributes``, or (``attributes`` None) those of ``shape`` with
     ``values`` (span_shape.py; ``name`` is then the shape's). In the common case (spans
-    go to the file only, default sampler) it is a PendingSpan with its own context: the
-    span costs one record when it ends and no object in between. Otherwise it is what
+    go to the file only, default sampler) it is a PendingSpan: the span costs one
+    record when it ends and no object in between. Otherwise it is what
     :func:`start_light_span` returns. ``attributes`` becomes the span's: the caller
     must not change it afterwards.
     """
     pipeline = _state._pipeline
     if pipeline is None or pipeline.provider is None:
         return INVALID_SPAN
-    if pipeline.direct_writer is None:
-        if shape is not None:
-            return start_light_span(shape.name, shape.attributes(values), kind=shape.kind)
-        return start_light_span(name, attributes)
-    # Runs for every submitted task: ids drawn as RandomIdGenerator draws them, and
-    # the parent read without the context API's frames (see current_span_context).
-    fast_ids = pipeline.random_ids
-    span_id = (_getrandbits(64) if fast_ids else 0) or pipeline.ids.generate_span_id()
-    parent = current_span_context()
-    if parent is INVALID_SPAN_CONTEXT or not parent.is_valid:
-        trace_id = (_getrandbits(128) if fast_ids else 0) or pipeline.ids.generate_trace_id()
-        return PendingSpan(name, attributes, None, _local_span_context(
-            trace_id, span_id, _SAMPLED, EMPTY_TRACE_STATE), shape, values)
-    if not parent.trace_flags & _SAMPLED:  # ParentBased: children follow the parent
-        return NonRecordingSpan(_local_span_context(
-            parent.trace_id, span_id, _NOT_SAMPLED, parent.trace_state))
-    return PendingSpan(name, attributes, parent, _local_span_context(
-        parent.trace_id, span_id, _SAMPLED, parent.trace_state), shape, values)
+    return _start_pending(pipeline, name, attributes, current_span_context(), shape, values)
 
 
 def _write_directly(pipeline: _state.Pipeline, file_writer: SpanFileWriter, name: str,
                     attributes: Mapping[str, AttributeValue] | None, start_ns: int,
                     end_ns: int, context: Context | None, kind: SpanKind,
-                    parent: SpanContext | None = None,
-                    own: SpanContext | None = None) -> None:
+                    parent: SpanContext | None = None) -> None:
     """The common case — file only, default sampler, no error — with no span object."""
-    fields = _span_fields(pipeline, name, attributes, start_ns, end_ns, context, kind, parent,
-                          own)
+    fields = _span_fields(pipeline, name, attributes, start_ns, end_ns, context, kind, parent)
     if fields is not None:
         file_writer.append_fields(fields)
 
 
 def _span_fields(pipeline: _state.Pipeline, name: str,
                  attributes: Mapping[str, AttributeValue] | None, start_ns: int, end_ns: int,
-                 context: Context | None, kind: SpanKind, parent: SpanContext | None,
-                 own: SpanContext | None, shape: SpanShape | None = None,
-                 values: tuple[AttributeValue, ...] = ()) -> tuple[Any, ...] | None:
-    """The record of a finished span with no events, links or status (spool_format.py):
-    SHAPED for a span of ``shape`` with ``values`` (``attributes`` None), else SPAN.
-    None when it is not sampled.
-
-    ``own`` is the span's context when its ids were handed out before it ended
-    (:func:`open_light_span`); ``parent`` is then its parent (None: a root span).
-    Otherwise the parent is ``parent``, or the current span (of ``context``).
-    """
-    if own is not None:
-        trace_id, span_id = own.trace_id, own.span_id
-        parent_id = parent.span_id if parent is not None else 0
-        trace_state = trace_state_header(own.trace_state)
+                 context: Context | None, kind: SpanKind,
+                 parent: SpanContext | None) -> tuple[Any, ...] | None:
+    """The SPAN record (spool_format.py) of a span that just ended with no events, links
+    or status, under ``parent`` or else the current span (of ``context``); its ids are
+    drawn now. None when it is not sampled."""
+    if parent is None:
+        parent = (current_span_context() if context is None
+                  else trace.get_current_span(context).get_span_context())
+    fast_ids = pipeline.random_ids
+    if parent is not INVALID_SPAN_CONTEXT and parent.is_valid:
+        if not parent.trace_flags & _SAMPLED:
+            return None  # ParentBased: a sampled-out parent drops its children
+        trace_id, parent_id = parent.trace_id, parent.span_id
+        trace_state = trace_state_header(parent.trace_state)
     else:
-        if parent is None:
-            parent = (current_span_context() if context is None
-                      else trace.get_current_span(context).get_span_context())
-        fast_ids = pipeline.random_ids
-        if parent is not INVALID_SPAN_CONTEXT and parent.is_valid:
-            if not parent.trace_flags & _SAMPLED:
-                return None  # ParentBased: a sampled-out parent drops its children
-            trace_id, parent_id = parent.trace_id, parent.span_id
-            trace_state = trace_state_header(parent.trace_state)
-        else:
-            trace_id = ((_getrandbits(128) if fast_ids else 0)
-                        or pipeline.ids.generate_trace_id())
-            parent_id, trace_state = 0, ""
-        span_id = (_getrandbits(64) if fast_ids else 0) or pipeline.ids.generate_span_id()
-    if shape is not None:
-        if shape.blob is not None:
-            return (SHAPED, shape.blob, trace_id, span_id, parent_id, start_ns,
-                    end_ns - start_ns, values, trace_state)
-        attributes, kind = shape.attributes(values), shape.kind
+        trace_id = (_getrandbits(128) if fast_ids else 0) or pipeline.ids.generate_trace_id()
+        parent_id, trace_state = 0, ""
+    span_id = (_getrandbits(64) if fast_ids else 0) or pipeline.ids.generate_span_id()
     return (SPAN, trace_id, span_id, parent_id, name, 0 if kind is _INTERNAL else kind.value,
             start_ns, end_ns, attributes, 0, None, (), trace_state, ())
 
@@ -701,13 +749,7 @@ def end_pending_spans(spans: Sequence[PendingSpan]) -> None:
                 pending.end()
             return
         end_ns = time.time_ns()
-        records = []
-        for pending in spans:
-            fields = _span_fields(pipeline, pending.name, pending._attributes,
-                                  pending.start_ns, end_ns, None, pending.kind, pending.parent,
-                                  pending.context, pending.shape, pending.values)
-            if fields is not None:
-                records.append(fields)
+        records = [pending.record(end_ns) for pending in spans]
         direct.append_many(records)
     except Exception:  # telemetry must never break the caller
         pass
