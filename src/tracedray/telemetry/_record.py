@@ -715,21 +715,57 @@ def _span_fields(pipeline: _state.Pipeline, name: str,
     """The SPAN record (spool_format.py) of a span that just ended with no events, links
     or status, under ``parent`` or else the current span (of ``context``); its ids are
     drawn now. None when it is not sampled."""
-    if parent is None:
-        parent = (current_span_context() if context is None
-                  else trace.get_current_span(context).get_span_context())
-    fast_ids = pipeline.random_ids
-    if parent is not INVALID_SPAN_CONTEXT and parent.is_valid:
-        if not parent.trace_flags & _SAMPLED:
-            return None  # ParentBased: a sampled-out parent drops its children
-        trace_id, parent_id = parent.trace_id, parent.span_id
-        trace_state = trace_state_header(parent.trace_state)
-    else:
-        trace_id = (_getrandbits(128) if fast_ids else 0) or pipeline.ids.generate_trace_id()
-        parent_id, trace_state = 0, ""
-    span_id = (_getrandbits(64) if fast_ids else 0) or pipeline.ids.generate_span_id()
+    ids = _ids_under(pipeline, parent if parent is not None else (
+        current_span_context() if context is None
+        else trace.get_current_span(context).get_span_context()))
+    if ids is None:
+        return None
+    trace_id, span_id, parent_id, trace_state = ids
     return (SPAN, trace_id, span_id, parent_id, name, 0 if kind is _INTERNAL else kind.value,
             start_ns, end_ns, attributes, 0, None, (), trace_state, ())
+
+
+def _ids_under(pipeline: _state.Pipeline,
+               parent: SpanContext) -> tuple[int, int, int, str] | None:
+    """``(trace id, span id, parent span id or 0, tracestate header)`` for a new span
+    under ``parent`` (a root when it is invalid), drawn as RandomIdGenerator draws them;
+    None when the parent is sampled out (ParentBased: its children are dropped)."""
+    fast_ids = pipeline.random_ids
+    if parent is INVALID_SPAN_CONTEXT or not parent.is_valid:  # the trace id first, as the SDK
+        trace_id = (_getrandbits(128) if fast_ids else 0) or pipeline.ids.generate_trace_id()
+        parent_id, trace_state = 0, ""
+    elif not parent.trace_flags & _SAMPLED:
+        return None
+    else:
+        trace_id, parent_id = parent.trace_id, parent.span_id
+        trace_state = trace_state_header(parent.trace_state)
+    span_id = (_getrandbits(64) if fast_ids else 0) or pipeline.ids.generate_span_id()
+    return trace_id, span_id, parent_id, trace_state
+
+
+def record_shaped_span(shape: SpanShape, values: tuple[AttributeValue, ...], *,
+                       start_ns: int, error: BaseException | None = None) -> None:
+    """:func:`record_span` for a span of ``shape`` with ``values`` (span_shape.py),
+    ending now, under the current span: one SHAPED record in the common case (file
+    only, default sampler, no error). Never raises."""
+    end_ns = time.time_ns()
+    try:
+        pipeline = _state._pipeline
+        if pipeline is None:
+            return
+        direct = pipeline.direct_writer
+        blob = shape.blob
+        if direct is None or error is not None or blob is None:
+            record_span(shape.name, shape.attributes(values), start_ns=start_ns, end_ns=end_ns,
+                        kind=shape.kind, error=error)
+            return
+        ids = _ids_under(pipeline, current_span_context())
+        if ids is not None:
+            trace_id, span_id, parent_id, trace_state = ids
+            direct.append_fields((SHAPED, blob, trace_id, span_id, parent_id, start_ns,
+                                  end_ns - start_ns, values, trace_state))
+    except Exception:  # telemetry must never break the caller
+        pass
 
 
 def end_pending_spans(spans: Sequence[PendingSpan]) -> None:
