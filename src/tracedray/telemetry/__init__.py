@@ -32,6 +32,8 @@ from tracedray.telemetry._api import (
 )
 from tracedray.telemetry._record import (
     PendingSpan,
+    attach_span,
+    detach_span,
     parent_context,
     pending_shaped_span,
     pending_span,
@@ -55,6 +57,8 @@ from tracedray.telemetry.span_shape import ShapeCache, SpanShape
 
 __all__ = [
     "activate",
+    "attach_span",
+    "detach_span",
     "open_shaped_span",
     "open_span",
     "remote_parent",

@@ -317,4 +317,7 @@ def current_trace_ids() -> tuple[str, str] | None:
     Any valid current span counts, including a sampled-out one: its ids still
     join a log line to the trace of the call that produced it.
     """
-    return hex_ids(trace.get_current_span())
+    current = trace.get_current_span()
+    if type(current) is LightSpan:  # a frame less for the log lines inside our spans
+        return current.hex_ids()
+    return hex_ids(current)

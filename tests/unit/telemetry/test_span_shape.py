@@ -109,11 +109,11 @@ def test_a_shaped_span_whose_attributes_change_is_recorded_with_them(tmp_path: P
     spec = common_pb2.TaskSpec()
     with telemetry.span("task.submit") as submit:
         trace_context.stamp(spec, submit.get_span_context())
-    added = trace_context.start_child(spec, SHAPE, ("ab" * 12, 0))
+    added, _ = trace_context.start_child(spec, SHAPE, ("ab" * 12, 0))
     added.set_attribute("result.size", 10)
-    renamed = trace_context.start_child(spec, SHAPE, ("cd" * 12, 0))
+    renamed, _ = trace_context.start_child(spec, SHAPE, ("cd" * 12, 0))
     renamed.update_name("task.renamed")
-    failed = trace_context.start_child(spec, SHAPE, ("ef" * 12, 0))
+    failed, _ = trace_context.start_child(spec, SHAPE, ("ef" * 12, 0))
     telemetry.record_error(failed, ValueError("boom"))
     pending = telemetry.pending_shaped_span(SHAPE, ("01" * 12, 0),
                                             parent=submit.get_span_context())

@@ -2,7 +2,7 @@
 
 A worker that is killed cannot end its own spans. Before each task it writes the
 task's id, attempt, function and W3C trace context (its fields, see
-trace_context.slot_fields) into a small memory-mapped file
+trace_context.start_child) into a small memory-mapped file
 (a memcpy, no syscall); the raylet that reaps the process reads it to record
 ``worker.exit`` inside the task's trace.
 """
