@@ -58,15 +58,15 @@ if which == "task.submit (shape, as the runtime)":
     for _ in range(n):
         span = telemetry.open_shaped_span(
             submit_shapes.get(("empty", "normal", "bench.py:3", "0100", 3)), ("ab" * 12,))
-        trace_context.stamp(common_pb2.TaskSpec(), span.get_span_context())
+        trace_context.stamp(common_pb2.TaskSpec(), span)
         telemetry.finish_span(span)
 elif which == "task.submit (attribute dict)":
     for _ in range(n):
         span = telemetry.open_span("task.submit", dict(attributes))
-        trace_context.stamp(common_pb2.TaskSpec(), span.get_span_context())
+        trace_context.stamp(common_pb2.TaskSpec(), span)
         telemetry.finish_span(span)
 elif which == "task.dispatch (shape, batch of 10)":
-    parent = telemetry.open_span("task.submit", {}).get_span_context()
+    parent = telemetry.open_span("task.submit", {})  # a PendingSpan, as the runtime's
     for _ in range(n // 10):
         telemetry.finish_spans([
             telemetry.pending_shaped_span(lease_shape, ("ab" * 12, 0), parent=parent)

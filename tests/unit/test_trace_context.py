@@ -13,6 +13,10 @@ TRACE_ID = 0x0AF7651916CD43DD8448EB211C80319C
 SPAN_ID = 0xB7AD6B7169203331
 
 
+_EXECUTE = telemetry.SpanShape("task.execute", ("k",))
+_EXECUTE_BARE = telemetry.SpanShape("task.execute", ())
+
+
 def _context(flags: int = 1, state: TraceState | None = None) -> SpanContext:
     return SpanContext(TRACE_ID, SPAN_ID, False, TraceFlags(flags), state or TraceState())
 
@@ -71,27 +75,31 @@ def test_invalid_ids_name_no_parent() -> None:
     assert telemetry.remote_parent(TRACE_ID, SPAN_ID, 1, trace_state="not a header") is not None
 
 
+
+
+def _slot_fields(spec: common_pb2.TaskSpec) -> object:
+    span, fields = trace_context.start_child(spec, _EXECUTE_BARE, ())
+    span.end()
+    return fields
+
+
 def test_the_flight_recorder_slot_names_the_same_parent_as_the_spec() -> None:
     import json
 
     spec = common_pb2.TaskSpec()
-    assert trace_context.slot_fields(spec) is None
+    assert _slot_fields(spec) is None
     assert trace_context.parent_from_slot(None) is None
     context = telemetry.remote_parent(0xABC << 100, 0x1234, 1, "vendor=x")
     assert context is not None
     trace_context.stamp(spec, context)
     # Through JSON, as the worker writes the slot and the raylet reads it after a crash.
-    fields = json.loads(json.dumps(trace_context.slot_fields(spec)))
+    fields = json.loads(json.dumps(_slot_fields(spec)))
     parent = trace_context.parent_from_slot(fields)
     assert parent == trace_context.parent_of(spec)
     assert parent is not None and parent.is_remote and parent.trace_flags.sampled
     assert parent.trace_state.to_header() == "vendor=x"
     for torn in (["zz", 1, 1, ""], [1, 2], "junk", ["0" * 32, 1, 1, ""], {}):
         assert trace_context.parent_from_slot(torn) is None
-
-
-_EXECUTE = telemetry.SpanShape("task.execute", ("k",))
-_EXECUTE_BARE = telemetry.SpanShape("task.execute", ())
 
 
 def _recorded(tmp_path, name: str):  # type: ignore[no-untyped-def]
@@ -111,7 +119,7 @@ def test_a_child_of_the_spec_is_the_span_the_general_path_starts(
     spec = common_pb2.TaskSpec()
     trace_context.stamp(spec, _context(flags, TraceState.from_header([state]) if state else None))
     spec = _wire(spec)
-    fast = trace_context.start_child(spec, _EXECUTE, ("v",))
+    fast, _ = trace_context.start_child(spec, _EXECUTE, ("v",))
     general = telemetry.start_span("task.execute", {"k": "v"},
                                    parent=trace_context.parent_of(spec))
     for span in (fast, general):
@@ -132,13 +140,13 @@ def test_a_child_of_the_spec_is_the_span_the_general_path_starts(
 def test_a_child_of_a_spec_naming_no_parent_is_a_child_of_the_current_span(tmp_path) -> None:  # type: ignore[no-untyped-def]
     telemetry.configure("worker", session_dir=tmp_path)
     with telemetry.span("outer") as outer:
-        child = trace_context.start_child(common_pb2.TaskSpec(), _EXECUTE_BARE, ())
+        child, _ = trace_context.start_child(common_pb2.TaskSpec(), _EXECUTE_BARE, ())
     assert child.get_span_context().trace_id == outer.get_span_context().trace_id
     child.end()
     (recorded,) = _recorded(tmp_path, "task.execute")
     assert recorded.parent is not None
     assert recorded.parent.span_id == outer.get_span_context().span_id
-    root = trace_context.start_child(common_pb2.TaskSpec(), _EXECUTE_BARE, ())
+    root, _ = trace_context.start_child(common_pb2.TaskSpec(), _EXECUTE_BARE, ())
     assert root.is_recording() and root.get_span_context().trace_id != TRACE_ID
 
 
@@ -149,11 +157,11 @@ def test_a_configured_sampler_sees_the_spec_s_parent(tmp_path, monkeypatch) -> N
     telemetry.configure("worker", session_dir=tmp_path)
     spec = common_pb2.TaskSpec()
     trace_context.stamp(spec, _context(1))
-    span = trace_context.start_child(_wire(spec), _EXECUTE_BARE, ())
+    span, _ = trace_context.start_child(_wire(spec), _EXECUTE_BARE, ())
     assert span.is_recording()
     span.end()
     assert len(_recorded(tmp_path, "task.execute")) == 1
-    assert not trace_context.start_child(common_pb2.TaskSpec(), _EXECUTE_BARE, ()).is_recording()
+    assert not trace_context.start_child(common_pb2.TaskSpec(), _EXECUTE_BARE, ())[0].is_recording()
 
 
 def test_before_configure_a_child_is_the_invalid_span() -> None:
@@ -162,4 +170,21 @@ def test_before_configure_a_child_is_the_invalid_span() -> None:
     telemetry.shutdown()
     spec = common_pb2.TaskSpec()
     trace_context.stamp(spec, _context(1))
-    assert trace_context.start_child(spec, _EXECUTE_BARE, ()) is INVALID_SPAN
+    assert trace_context.start_child(spec, _EXECUTE_BARE, ())[0] is INVALID_SPAN
+
+
+def test_stamp_takes_a_pending_span_as_its_context(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from opentelemetry.trace import INVALID_SPAN
+
+    telemetry.configure("driver", session_dir=tmp_path)
+    submit = telemetry.open_span("task.submit", {})
+    assert isinstance(submit, telemetry.PendingSpan)
+    spec = common_pb2.TaskSpec()
+    hex_ids = trace_context.stamp(spec, submit)
+    context = submit.get_span_context()
+    assert hex_ids == (format(context.trace_id, "032x"), format(context.span_id, "016x"))
+    assert trace_context.parent_of(_wire(spec)) == SpanContext(
+        context.trace_id, context.span_id, True, context.trace_flags, context.trace_state)
+    untouched = common_pb2.TaskSpec()
+    assert trace_context.stamp(untouched, INVALID_SPAN) is None
+    assert untouched == common_pb2.TaskSpec()

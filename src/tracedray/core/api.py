@@ -26,6 +26,11 @@ from tracedray.telemetry import attributes as A
 from tracedray.v1 import gcs_pb2
 
 log = logs.get_logger(__name__)
+# object.put and object.get spans (span_shape.py): a put's call site, where it went and
+# its node are shared by every put from that line; a get's attributes are all its own.
+_PUT_SHAPES = telemetry.ShapeCache("object.put", (A.OBJECT_ID, A.OBJECT_SIZE),
+                                   (A.OBJECT_CALL_SITE, A.OBJECT_LOCATION, A.NODE_ID))
+_GET_SHAPE = telemetry.SpanShape("object.get", (A.OBJECT_COUNT, A.OBJECT_ID, A.OBJECT_SIZE))
 
 # Ray keywords that have no meaning here: accepted and ignored with a debug log.
 RAY_ONLY_KEYWORDS = frozenset({
@@ -231,9 +236,9 @@ def put(value: Any, *, _owner: Any = None) -> ObjectRef:
         return worker.local_put(value)
     site = user_call_site(2)
     object_id = ids.object_id_for(ids.new_task_id(), ids.PUT_INDEX_BASE)
-    # record_span, not span(): nothing below needs the span as current context, and
-    # the SDK path costs ~3x as much (see tracedray.telemetry._record).
-    attributes: dict[str, Any] = {A.OBJECT_ID: object_id.hex(), A.OBJECT_CALL_SITE: site}
+    object_hex = object_id.hex()
+    # A span recorded whole at the end, not span(): nothing below needs it as the
+    # current context, and the SDK path costs ~3x as much (see telemetry._record).
     start_ns = time.time_ns()
     try:
         serialized = serialize(value, what="put() value")
@@ -243,16 +248,17 @@ def put(value: Any, *, _owner: Any = None) -> ObjectRef:
         for inner in stored.contained_refs:
             worker.add_captured(inner, object_id)
     except BaseException as exc:
-        telemetry.record_span("object.put", attributes, start_ns=start_ns, error=exc)
-        log.info("object.put", object_id=attributes[A.OBJECT_ID], call_site=site,
+        telemetry.record_span("object.put", {A.OBJECT_ID: object_hex, A.OBJECT_CALL_SITE: site},
+                              start_ns=start_ns, error=exc)
+        log.info("object.put", object_id=object_hex, call_site=site,
                  error_type=type(exc).__qualname__)
         raise
-    attributes[A.OBJECT_SIZE] = stored.size
-    attributes[A.OBJECT_LOCATION] = location = "shm" if stored.store_node_id else "inline"
-    attributes[A.NODE_ID] = worker.node_id
-    telemetry.record_span("object.put", attributes, start_ns=start_ns)
-    log.info("object.put", object_id=attributes[A.OBJECT_ID], size=stored.size,
-             location=location, call_site=site)
+    location = "shm" if stored.store_node_id else "inline"
+    if telemetry.enabled():
+        telemetry.record_shaped_span(_PUT_SHAPES.get((site, location, worker.node_id)),
+                                     (object_hex, stored.size), start_ns=start_ns)
+    log.info("object.put", object_id=object_hex, size=stored.size, location=location,
+             call_site=site)
     return ref
 
 
@@ -270,9 +276,9 @@ def get(object_refs: ObjectRef | Sequence[ObjectRef], *, timeout: float | None =
         values = [worker.local_get(r) for r in refs]
         return values[0] if single else values
     ids_ = [r.binary() for r in refs]
-    attributes: dict[str, Any] = {A.OBJECT_COUNT: len(refs), A.OBJECT_ID: refs[0].hex() if refs
-                                  else ""}
-    start_ns = time.time_ns()  # object.get via record_span: see put()
+    first_hex = refs[0].hex() if refs else ""
+    size: int | None = None  # known once every value is in
+    start_ns = time.time_ns()  # object.get recorded whole at the end: see put()
     try:
         ready = worker.wait_values(ids_, len(set(ids_)), timeout)
         if len(ready) < len(set(ids_)):
@@ -281,16 +287,19 @@ def get(object_refs: ObjectRef | Sequence[ObjectRef], *, timeout: float | None =
                                   f"{len(missing)} of {len(refs)} object(s), e.g. {missing[0]}")
         stored = [worker.memory_store.get_if_ready(object_id) for object_id in ids_]
         # Before loading: a stored error raises from load().
-        attributes[A.OBJECT_SIZE] = sum(value.size for value in stored)
+        size = sum(value.size for value in stored)
         values = [worker.objects.load(value) for value in stored]
     except BaseException as exc:
+        attributes: dict[str, Any] = {A.OBJECT_COUNT: len(refs), A.OBJECT_ID: first_hex}
+        if size is not None:
+            attributes[A.OBJECT_SIZE] = size
         telemetry.record_span("object.get", attributes, start_ns=start_ns, error=exc)
-        log.info("object.get", object_id=attributes[A.OBJECT_ID], count=len(refs),
-                 size=attributes.get(A.OBJECT_SIZE, 0), error_type=type(exc).__qualname__)
+        log.info("object.get", object_id=first_hex, count=len(refs), size=size or 0,
+                 error_type=type(exc).__qualname__)
         raise
-    telemetry.record_span("object.get", attributes, start_ns=start_ns)
-    log.info("object.get", object_id=attributes[A.OBJECT_ID], count=len(refs),
-             size=attributes[A.OBJECT_SIZE])
+    if telemetry.enabled():
+        telemetry.record_shaped_span(_GET_SHAPE, (len(refs), first_hex, size), start_ns=start_ns)
+    log.info("object.get", object_id=first_hex, count=len(refs), size=size)
     return values[0] if single else values
 
 

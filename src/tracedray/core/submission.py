@@ -62,16 +62,15 @@ def build_task(worker: CoreWorker, *, kind: int, function_id: str, function_name
         # Not made current: its context goes into the spec and the log line directly.
         span = telemetry.open_shaped_span(shape, (task_hex,))
     try:
-        context = span.get_span_context()
-        trace_ids: dict[str, str] = {}
-        if context.is_valid:
-            trace_id, span_id = trace_context.stamp(spec, context)
-            trace_ids = {"trace_id": trace_id, "span_id": span_id}
+        hex_ids = None if span is INVALID_SPAN else trace_context.stamp(spec, span)
+        trace_ids = {} if hex_ids is None else {"trace_id": hex_ids[0], "span_id": hex_ids[1]}
         log.info("task.submit", task_id=task_hex, function=function_name, call_site=site,
                  attempt=0, **trace_ids)
         task = _attach_args(worker, spec, args, kwargs, max_retries)
         if trace_ids:
-            task.trace_parent = context
+            # The dispatch's parent: a PendingSpan serves as one without a SpanContext.
+            task.trace_parent = (span if isinstance(span, telemetry.PendingSpan)
+                                 else span.get_span_context())
     except BaseException as exc:
         telemetry.finish_span(span, error=exc)
         raise

@@ -32,11 +32,16 @@ from tracedray.telemetry._api import (
 )
 from tracedray.telemetry._record import (
     PendingSpan,
+    attach_span,
+    detach_span,
+    parent_context,
     pending_shaped_span,
     pending_span,
+    record_shaped_span,
     record_span,
     remote_parent,
     start_remote_child,
+    trace_fields,
     trace_state_header,
 )
 from tracedray.telemetry._state import (
@@ -52,10 +57,15 @@ from tracedray.telemetry.span_shape import ShapeCache, SpanShape
 
 __all__ = [
     "activate",
+    "attach_span",
+    "detach_span",
     "open_shaped_span",
     "open_span",
     "remote_parent",
     "PendingSpan",
+    "record_shaped_span",
+    "parent_context",
+    "trace_fields",
     "pending_shaped_span",
     "pending_span",
     "ShapeCache",

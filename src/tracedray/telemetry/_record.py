@@ -21,6 +21,7 @@ to hold, at the end.
 from __future__ import annotations
 
 import random
+import threading
 import time
 import traceback as traceback_module
 from collections.abc import Callable, Mapping, Sequence
@@ -102,6 +103,7 @@ TRACE_FLAGS = [TraceFlags(value) for value in range(256)]  # one object per flag
 _MAX_TRACE_ID = (1 << 128) - 1
 _MAX_SPAN_ID = (1 << 64) - 1
 _getrandbits = random.getrandbits  # what RandomIdGenerator calls (Pipeline.random_ids)
+_int_from_bytes = int.from_bytes  # bound once: ``int.from_bytes`` binds a method per read
 
 
 def _context_layout() -> tuple[ContextVar[Context], str] | None:
@@ -163,17 +165,25 @@ current_span_context = _current_span_context_reader()
 
 
 def _api_attach_span(span: trace.Span) -> object:
-    return context_api.attach(trace.set_span_in_context(span))
+    try:
+        return context_api.attach(trace.set_span_in_context(span))
+    except Exception:  # telemetry must never break the caller
+        return None
 
 
 def _api_detach(token: object) -> None:
-    context_api.detach(token)  # type: ignore[arg-type]
+    if token is not None:
+        try:  # noqa: SIM105 -- suppress() costs a context manager object per call
+            context_api.detach(token)  # type: ignore[arg-type]
+        except Exception:
+            pass
 
 
 def _span_activation() -> tuple[Callable[[trace.Span], object], Callable[[object], None]]:
     """``(attach_span, detach)``: make a span current (returning a token) and undo it,
     as ``context_api.attach(trace.set_span_in_context(span))`` and
-    ``context_api.detach(token)`` do.
+    ``context_api.detach(token)`` do. Neither raises: a span that could not be made
+    current gives a None token, which ``detach`` ignores.
 
     Those cost a worker ~14k instructions around every task (six Python frames); with
     the API's default runtime context the same is one dict copy and one
@@ -188,12 +198,18 @@ def _span_activation() -> tuple[Callable[[trace.Span], object], Callable[[object
     get_context, set_context, reset = variable.get, variable.set, variable.reset
 
     def attach_span(span: trace.Span) -> object:
-        values = dict(get_context())
-        values[key] = span
-        return set_context(Context(values))
+        try:
+            # One dict built in place: dict() then an item set was ~1k instructions more.
+            return set_context(Context({**get_context(), key: span}))
+        except Exception:  # telemetry must never break the caller
+            return None
 
     def detach(token: Any) -> None:  # the Token set_context returned
-        reset(token)
+        if token is not None:
+            try:  # noqa: SIM105 -- suppress() costs a context manager object per task
+                reset(token)
+            except Exception:
+                pass
 
     try:
         probe = NonRecordingSpan(_local_span_context(1 << 90, 1 << 41, _SAMPLED,
@@ -201,7 +217,7 @@ def _span_activation() -> tuple[Callable[[trace.Span], object], Callable[[object
         before = context_api.get_current()
         token = attach_span(probe)
         try:
-            inside = (trace.get_current_span() is probe
+            inside = (token is not None and trace.get_current_span() is probe
                       and isinstance(context_api.get_current(), Context)
                       and all(context_api.get_current().get(k) is v
                               for k, v in before.items() if k != key))
@@ -218,33 +234,62 @@ attach_span, detach_span = _span_activation()
 
 class LightSpan(trace.Span):
     """A recording span of this process's pipeline; thread-safe as far as the GIL makes
-    single dict/list operations atomic, which is all its methods use."""
+    single dict/list operations atomic, which is all its methods use (and a lock taken
+    by the first event or link, whose list is made then).
 
-    __slots__ = ("_pipeline", "_name", "_context", "_parent", "_kind", "_attributes",
+    Its ids are ints, as its record wants them. Its SpanContext and its parent's are
+    objects only once something asks (``get_span_context``, ``parent``) for a span
+    started without them: a worker's ``task.execute`` (:func:`start_remote_child`),
+    where each cost ~3k instructions per task that nothing ever read.
+    """
+
+    __slots__ = ("_pipeline", "_name", "_kind", "_attributes", "_shape", "_values",
                  "_events", "_links", "_start_ns", "_status", "_sampled", "_end_once",
-                 "_hex_ids", "_shape", "_values")
+                 "_context", "_trace_id", "_span_id", "_trace_state", "_parent", "_parent_id",
+                 "_parent_flags", "_trace_hex", "_hex_ids")
 
-    def __init__(self, pipeline: _state.Pipeline, name: str, context: SpanContext,
+    def __init__(self, pipeline: _state.Pipeline, name: str, context: SpanContext | None,
                  parent: SpanContext | None, kind: SpanKind, attributes: dict[str, Any] | None,
                  start_ns: int, sampled: bool, shape: SpanShape | None = None,
-                 values: tuple[AttributeValue, ...] = ()) -> None:
+                 values: tuple[AttributeValue, ...] = (), trace_id: int = 0, span_id: int = 0,
+                 parent_id: int = 0, parent_flags: int = 0,
+                 trace_hex: str | None = None) -> None:
+        """``context`` is the span's and ``parent`` its parent's (None: a root span).
+        Or ``context`` is None, for a child of a remote span in a trace with no
+        tracestate: then the ids name both — ``trace_id``, ``span_id``, the parent's
+        ``parent_id`` and ``parent_flags`` — and ``trace_hex`` is the trace id in hex
+        if the caller has it (for log lines)."""
         self._pipeline = pipeline
         self._name = name
-        self._context = context
-        self._parent = parent
         self._kind = kind
         # Either an attribute dict, or (until something changes them) a shape and this
         # span's values of it: see span_shape.py.
         self._attributes = attributes
         self._shape = shape
         self._values = values
-        self._events: list[EventFields] = []
-        self._links: list[Link] = []
+        self._events: list[EventFields] | None = None  # None until the first one
+        self._links: list[Link] | None = None
         self._start_ns = start_ns
         self._status = _UNSET_STATUS  # replaced, never changed, by set_status
         self._sampled = sampled
         self._end_once = [True]  # list.pop() is atomic: exactly one end() wins
         self._hex_ids: tuple[str, str] | None = None
+        self._trace_hex = trace_hex
+        self._parent_flags = parent_flags
+        if context is None:
+            self._context: SpanContext | None = None
+            self._parent: SpanContext | None = None
+            self._trace_id = trace_id
+            self._span_id = span_id
+            self._trace_state = EMPTY_TRACE_STATE
+            self._parent_id = parent_id
+        else:
+            self._context = context
+            self._parent = parent
+            self._trace_id = context.trace_id
+            self._span_id = context.span_id
+            self._trace_state = context.trace_state
+            self._parent_id = 0 if parent is None else parent.span_id
 
     def attributes(self) -> dict[str, Any]:
         """Its attributes as a dict (a shaped span's are built now, and stay a dict)."""
@@ -255,19 +300,35 @@ class LightSpan(trace.Span):
             self._shape = None
         return attributes
 
+    @property
+    def parent(self) -> SpanContext | None:
+        """The parent's context, as the SDK span's ``parent``; None for a root span."""
+        parent = self._parent
+        if parent is None and self._parent_id:  # a remote parent, not built yet
+            parent = self._parent = remote_span_context(
+                self._trace_id, self._parent_id, TRACE_FLAGS[self._parent_flags & 0xFF],
+                EMPTY_TRACE_STATE)
+        return parent
+
     def hex_ids(self) -> tuple[str, str]:
         """(trace id, span id) in lowercase hex, for the log lines written inside it."""
         ids = self._hex_ids
         if ids is None:
-            context = self._context
+            trace_hex = self._trace_hex
             # %-formatting: twice as fast as format() / f-string specs here.
-            ids = self._hex_ids = ("%032x" % context.trace_id,  # noqa: UP031
-                                   "%016x" % context.span_id)  # noqa: UP031
+            ids = self._hex_ids = (
+                "%032x" % self._trace_id if trace_hex is None else trace_hex,  # noqa: UP031
+                "%016x" % self._span_id)  # noqa: UP031
         return ids
 
     # --- the OTel Span API
     def get_span_context(self) -> SpanContext:
-        return self._context
+        context = self._context
+        if context is None:
+            context = self._context = _local_span_context(
+                self._trace_id, self._span_id, _SAMPLED if self._sampled else _NOT_SAMPLED,
+                self._trace_state)
+        return context
 
     def is_recording(self) -> bool:
         return bool(self._end_once)
@@ -285,13 +346,28 @@ class LightSpan(trace.Span):
 
     def add_event(self, name: str, attributes: Attributes = None,
                   timestamp: int | None = None) -> None:
-        if self._end_once and len(self._events) < MAX_EVENTS:
-            self._events.append((name, time.time_ns() if timestamp is None else timestamp,
-                                 dict(attributes or {})))
+        if not self._end_once:
+            return
+        events = self._events
+        if events is None:
+            with _FIRST_ITEM_LOCK:  # two threads' first events both kept
+                events = self._events
+                if events is None:
+                    events = self._events = []
+        if len(events) < MAX_EVENTS:
+            events.append((name, time.time_ns() if timestamp is None else timestamp,
+                           dict(attributes or {})))
 
     def add_link(self, context: SpanContext, attributes: Attributes = None) -> None:
-        if self._end_once and context.is_valid:
-            self._links.append(Link(context, attributes))
+        if not (self._end_once and context.is_valid):
+            return
+        links = self._links
+        if links is None:
+            with _FIRST_ITEM_LOCK:
+                links = self._links
+                if links is None:
+                    links = self._links = []
+        links.append(Link(context, attributes))
 
     def update_name(self, name: str) -> None:
         if self._end_once:
@@ -320,61 +396,63 @@ class LightSpan(trace.Span):
         self.add_event(attrs.EXCEPTION_EVENT, event_attributes, timestamp)
 
     def end(self, end_time: int | None = None) -> None:
+        """Record the span: to the file as its spool record (spool_format.py), and to
+        the OTLP exporter, if any, as a ReadableSpan."""
         try:
             self._end_once.pop()
         except IndexError:
             return  # ended already
-        try:  # noqa: SIM105 -- suppress() costs a context manager object per span
-            _emit(self, time.time_ns() if end_time is None else end_time)
+        end_ns = time.time_ns() if end_time is None else end_time
+        # Recorded here rather than in a helper: a frame less for every span.
+        try:
+            pipeline = self._pipeline
+            writer = pipeline.file_writer
+            if writer is not None:
+                status, events, links = self._status, self._events, self._links
+                shape = self._shape
+                state = self._trace_state
+                trace_state = "" if state is EMPTY_TRACE_STATE else trace_state_header(state)
+                # One tuple, one call: the record as spool_format.py lays it out.
+                if (shape is not None and shape.blob is not None and status is _UNSET_STATUS
+                        and events is None and links is None):
+                    start_ns = self._start_ns
+                    writer.append_fields((
+                        SHAPED, shape.blob, self._trace_id, self._span_id, self._parent_id,
+                        start_ns, end_ns - start_ns, self._values, trace_state))
+                else:
+                    kind = self._kind
+                    writer.append_fields((
+                        SPAN, self._trace_id, self._span_id, self._parent_id, self._name,
+                        0 if kind is _INTERNAL else kind.value, self._start_ns, end_ns,
+                        self.attributes(),
+                        0 if status is _UNSET_STATUS else status.status_code.value,
+                        status.description, events or (), trace_state,
+                        link_fields(links) if links else ()))
+            if pipeline.otlp is not None and self._sampled:
+                assert pipeline.provider is not None
+                pipeline.otlp.processor.on_end(ReadableSpan(
+                    name=self._name, context=self.get_span_context(), parent=self.parent,
+                    resource=pipeline.provider.resource, attributes=self.attributes(),
+                    events=[Event(name, attributes, timestamp)
+                            for name, timestamp, attributes in self._events or ()],
+                    links=self._links or (), kind=self._kind, status=self._status,
+                    start_time=self._start_ns, end_time=end_ns,
+                    instrumentation_scope=pipeline.scope))
         except Exception:  # telemetry must never break the caller
             pass
 
     def __repr__(self) -> str:
-        return (f"LightSpan({self._name!r}, span_id={self._context.span_id:016x}, "
+        return (f"LightSpan({self._name!r}, span_id={self._span_id:016x}, "
                 f"recording={self.is_recording()})")
+
+
+_FIRST_ITEM_LOCK = threading.Lock()
 
 
 def trace_state_header(trace_state: TraceState) -> str:
     """The W3C ``tracestate`` header of ``trace_state``; "" when it is empty."""
     # Identity first: TraceState's truth test is a Python __len__, on every span.
     return "" if trace_state is EMPTY_TRACE_STATE or not trace_state else trace_state.to_header()
-
-
-def _emit(span: LightSpan, end_ns: int) -> None:
-    pipeline = span._pipeline
-    context = span._context
-    status = span._status
-    writer = pipeline.file_writer
-    if writer is not None:
-        parent = span._parent
-        kind = span._kind
-        links = span._links
-        shape = span._shape
-        events = span._events
-        # One tuple, one call: the record as spool_format.py lays it out.
-        if (shape is not None and shape.blob is not None and status is _UNSET_STATUS
-                and not events and not links):
-            writer.append_fields((
-                SHAPED, shape.blob, context.trace_id, context.span_id,
-                parent.span_id if parent is not None else 0, span._start_ns,
-                end_ns - span._start_ns, span._values, trace_state_header(context.trace_state)))
-        else:
-            writer.append_fields((
-                SPAN, context.trace_id, context.span_id,
-                parent.span_id if parent is not None else 0, span._name,
-                0 if kind is _INTERNAL else kind.value, span._start_ns, end_ns,
-                span.attributes(), 0 if status is _UNSET_STATUS else status.status_code.value,
-                status.description, events, trace_state_header(context.trace_state),
-                link_fields(links) if links else ()))
-    if pipeline.otlp is not None and span._sampled:
-        assert pipeline.provider is not None
-        pipeline.otlp.processor.on_end(ReadableSpan(
-            name=span._name, context=context, parent=span._parent,
-            resource=pipeline.provider.resource, attributes=span.attributes(),
-            events=[Event(name, attributes, timestamp)
-                    for name, timestamp, attributes in span._events],
-            links=span._links, kind=span._kind, status=status, start_time=span._start_ns,
-            end_time=end_ns, instrumentation_scope=pipeline.scope))
 
 
 def start_light_span(name: str, attributes: Mapping[str, AttributeValue] | None = None, *,
@@ -439,24 +517,25 @@ def remote_parent(trace_id: int, span_id: int, flags: int,
 
 
 def start_remote_child(shape: SpanShape, values: tuple[AttributeValue, ...], trace_id: bytes,
-                       parent_span_id: int, flags: int, trace_state: str) -> trace.Span:
+                       parent_span_id: int, flags: int, trace_state: str,
+                       trace_hex: str | None = None) -> trace.Span:
     """Start a span of ``shape`` with ``values`` (span_shape.py), not made current, whose
     parent is the remote span that the binary W3C fields of a task spec name
-    (``trace_id`` as 16 big-endian bytes); without a valid parent, a span as
-    :func:`start_light_span` starts it with none.
+    (``trace_id`` as 16 big-endian bytes; ``trace_hex``, if given, the same in hex);
+    without a valid parent, a span as :func:`start_light_span` starts it with none.
 
     The same span as ``start_light_span(shape.name, shape.attributes(values),
     parent=remote_parent(...))``, for every task a worker runs (``task.execute`` under
     its caller's ``task.submit``): in the common case (the default sampler and id
-    generator, no tracestate) the parent's context and the span are built in this one
-    frame, where the general path took five frames and ~26k instructions, and the span
-    keeps its shape. Never raises.
+    generator, no tracestate) the span is built in this one frame, where the general
+    path took five frames and ~26k instructions, and it keeps its shape and starts
+    with its ids only (see LightSpan). Never raises.
     """
     try:
         pipeline = _state._pipeline
         if pipeline is None or pipeline.provider is None:
             return INVALID_SPAN
-        trace_int = int.from_bytes(trace_id, "big") if len(trace_id) == 16 else 0
+        trace_int = _int_from_bytes(trace_id, "big") if len(trace_id) == 16 else 0
         if (trace_state or not trace_int or not 0 < parent_span_id <= _MAX_SPAN_ID
                 or not pipeline.random_ids
                 or pipeline.provider.sampler is not sampling.DEFAULT_ON):
@@ -467,11 +546,9 @@ def start_remote_child(shape: SpanShape, values: tuple[AttributeValue, ...], tra
         if not flags & _SAMPLED:  # ParentBased: children follow the parent
             return NonRecordingSpan(_local_span_context(trace_int, span_id, _NOT_SAMPLED,
                                                         EMPTY_TRACE_STATE))
-        return LightSpan(pipeline, shape.name,
-                         _local_span_context(trace_int, span_id, _SAMPLED, EMPTY_TRACE_STATE),
-                         remote_span_context(trace_int, parent_span_id, TRACE_FLAGS[flags & 0xFF],
-                                             EMPTY_TRACE_STATE),
-                         shape.kind, None, time.time_ns(), True, shape, values)
+        return LightSpan(pipeline, shape.name, None, None, shape.kind, None, time.time_ns(),
+                         True, shape, values, trace_int, span_id, parent_span_id, flags,
+                         trace_hex)
     except Exception:  # telemetry must never break the caller
         return INVALID_SPAN
 
@@ -509,19 +586,25 @@ def record_span(name: str, attributes: Mapping[str, AttributeValue] | None = Non
 
 
 class PendingSpan:
-    """A span known to have started, recorded whole when it ends (with record_span).
+    """A span known to have started, recorded whole when it ends.
 
     For spans nothing runs inside — a task's dispatch, from send to result; a task's
-    submission — it skips the span object. ``context`` is the span's own context when
-    someone needs it before the span ends (the ids a submitted task carries to its
-    worker, made by :func:`open_light_span`); None when nobody does.
+    submission — it skips the span object. Its ids are drawn when it starts and kept
+    as plain ints in ``ids``, ``(trace id, span id, parent span id or 0, tracestate
+    header)``: the hot paths that stamp them into a task spec, start a child under it
+    or write its record read them there, not through a SpanContext's properties
+    (~450 instructions a read); ``get_span_context()`` builds one for whoever needs
+    it. Only a sampled span is a PendingSpan (see :func:`open_light_span`).
+
+    ``parent`` is what it was started under: a SpanContext, another PendingSpan (a
+    dispatch under its task's submission), or None for a root.
     """
 
     __slots__ = ("name", "kind", "_attributes", "shape", "values", "start_ns", "parent",
-                 "context")
+                 "ids", "_context")
 
     def __init__(self, name: str, attributes: dict[str, AttributeValue] | None,
-                 parent: SpanContext | None, context: SpanContext | None = None,
+                 parent: SpanContext | PendingSpan | None, ids: tuple[int, int, int, str],
                  shape: SpanShape | None = None,
                  values: tuple[AttributeValue, ...] = ()) -> None:
         self.name = name
@@ -532,7 +615,8 @@ class PendingSpan:
         self.values = values
         self.start_ns = time.time_ns()
         self.parent = parent
-        self.context = context
+        self.ids = ids
+        self._context: SpanContext | None = None
 
     @property
     def attributes(self) -> dict[str, AttributeValue]:
@@ -546,9 +630,34 @@ class PendingSpan:
         return attributes
 
     def get_span_context(self) -> SpanContext:
-        """Its own context; the invalid one when it has none (as the API's no-op span)."""
-        context = self.context
-        return context if context is not None else INVALID_SPAN.get_span_context()
+        """Its own context (built on first use)."""
+        context = self._context
+        if context is None:
+            trace_id, span_id, _, trace_state = self.ids
+            context = self._context = _local_span_context(
+                trace_id, span_id, _SAMPLED,
+                TraceState.from_header([trace_state]) if trace_state else EMPTY_TRACE_STATE)
+        return context
+
+    def parent_context(self) -> SpanContext | None:
+        """Its parent's SpanContext; None for a root."""
+        return parent_context(self.parent)
+
+    def record(self, end_ns: int) -> tuple[Any, ...]:
+        """Its spool record (spool_format.py) for an end at ``end_ns`` without error."""
+        trace_id, span_id, parent_id, trace_state = self.ids
+        shape = self.shape
+        if shape is not None:
+            if shape.blob is not None:
+                return (SHAPED, shape.blob, trace_id, span_id, parent_id, self.start_ns,
+                        end_ns - self.start_ns, self.values, trace_state)
+            attributes: Mapping[str, AttributeValue] | None = shape.attributes(self.values)
+        else:
+            attributes = self._attributes
+        kind = self.kind
+        return (SPAN, trace_id, span_id, parent_id, self.name,
+                0 if kind is _INTERNAL else kind.value, self.start_ns, end_ns, attributes, 0,
+                None, (), trace_state, ())
 
     def end(self, error: BaseException | None = None) -> None:
         pipeline = _state._pipeline
@@ -557,131 +666,183 @@ class PendingSpan:
         try:
             direct = pipeline.direct_writer
             if error is None and direct is not None:
-                fields = _span_fields(pipeline, self.name, self._attributes, self.start_ns,
-                                      time.time_ns(), None, self.kind, self.parent,
-                                      self.context, self.shape, self.values)
-                if fields is not None:
-                    direct.append_fields(fields)
-            elif self.context is not None:
-                # Its ids are known to others already: record them, through a span object.
-                span = LightSpan(pipeline, self.name, self.context, self.parent, self.kind,
-                                 self._attributes, self.start_ns, True, self.shape, self.values)
-                if error is not None and is_error(error):
-                    mark_error(span, error, None)
-                span.end()
-            else:
-                record_span(self.name, self.attributes, start_ns=self.start_ns, error=error,
-                            kind=self.kind, parent=self.parent)
+                direct.append_fields(self.record(time.time_ns()))
+                return
+            # Its status and exception event (or an OTLP exporter) need a span object.
+            span = LightSpan(pipeline, self.name, self.get_span_context(), self.parent_context(),
+                             self.kind, self._attributes, self.start_ns, True, self.shape,
+                             self.values)
+            if error is not None and is_error(error):
+                mark_error(span, error, None)
+            span.end()
         except Exception:  # telemetry must never break the caller
             pass
 
 
-def pending_span(name: str, attributes: dict[str, AttributeValue], *,
-                 parent: SpanContext | None) -> PendingSpan | None:
-    """A PendingSpan, or None when spans are not recorded (telemetry off)."""
-    pipeline = _state.current()
-    if pipeline is None or pipeline.provider is None:
+def parent_context(parent: SpanContext | PendingSpan | None) -> SpanContext | None:
+    """The SpanContext of what a span is started under (see ``PendingSpan.parent``)."""
+    return parent.get_span_context() if isinstance(parent, PendingSpan) else parent
+
+
+def trace_fields(span: trace.Span | PendingSpan | SpanContext) -> tuple[int, int, int, str] | None:
+    """``(trace id, span id, trace flags, tracestate header)`` of a span (or of a
+    SpanContext), the W3C fields a task spec carries for its children; None if it has
+    no valid context."""
+    if isinstance(span, PendingSpan):
+        trace_id, span_id, _, trace_state = span.ids
+        return trace_id, span_id, _SAMPLED, trace_state
+    context = span if isinstance(span, SpanContext) else span.get_span_context()
+    if not context.is_valid:
         return None
-    return PendingSpan(name, attributes, parent)
+    return (context.trace_id, context.span_id, context.trace_flags,
+            trace_state_header(context.trace_state))
 
 
-def pending_shaped_span(shape: SpanShape, values: tuple[AttributeValue, ...], *,
-                        parent: SpanContext | None) -> PendingSpan | None:
-    """A PendingSpan of ``shape`` with ``values`` (span_shape.py), or None when spans
-    are not recorded (telemetry off)."""
+def _start_pending(pipeline: _state.Pipeline, name: str,
+                   attributes: dict[str, AttributeValue] | None,
+                   parent: SpanContext | PendingSpan | None, shape: SpanShape | None,
+                   values: tuple[AttributeValue, ...]) -> PendingSpan | trace.Span:
+    """A span under ``parent`` (a valid SpanContext or PendingSpan; anything else
+    starts a new trace), as a PendingSpan when spans go to the file only with the
+    default sampler; otherwise what :func:`start_light_span` starts. A sampled-out
+    parent's child is a NonRecordingSpan (ParentBased, as the SDK)."""
+    if pipeline.direct_writer is None:
+        if shape is not None:
+            attributes = shape.attributes(values)
+        return start_light_span(name if shape is None else shape.name, attributes,
+                                kind=_INTERNAL if shape is None else shape.kind,
+                                parent=parent_context(parent) or INVALID_SPAN_CONTEXT)
+    # Runs for every submitted task and every dispatch: ids drawn as RandomIdGenerator
+    # draws them, the parent's read from its ints where it is a PendingSpan.
+    fast_ids = pipeline.random_ids
+    span_id = (_getrandbits(64) if fast_ids else 0) or pipeline.ids.generate_span_id()
+    if isinstance(parent, PendingSpan):
+        trace_id, parent_id, _, trace_state = parent.ids
+        return PendingSpan(name, attributes, parent, (trace_id, span_id, parent_id, trace_state),
+                           shape, values)
+    if parent is None or parent is INVALID_SPAN_CONTEXT or not parent.is_valid:
+        trace_id = (_getrandbits(128) if fast_ids else 0) or pipeline.ids.generate_trace_id()
+        return PendingSpan(name, attributes, None, (trace_id, span_id, 0, ""), shape, values)
+    if not parent.trace_flags & _SAMPLED:  # ParentBased: children follow the parent
+        return NonRecordingSpan(_local_span_context(
+            parent.trace_id, span_id, _NOT_SAMPLED, parent.trace_state))
+    return PendingSpan(name, attributes, parent, (
+        parent.trace_id, span_id, parent.span_id, trace_state_header(parent.trace_state)),
+        shape, values)
+
+
+def pending_span(name: str, attributes: dict[str, AttributeValue], *,
+                 parent: SpanContext | PendingSpan | None) -> PendingSpan | trace.Span | None:
+    """A span under ``parent`` (None: a root) that is recorded when it ends and that
+    nothing runs inside; None when spans are not recorded (telemetry off, or a
+    sampled-out parent). A span object instead of a PendingSpan where one is needed
+    (an OTLP exporter, another sampler): end it with ``telemetry.finish_span(s)``."""
     pipeline = _state._pipeline
     if pipeline is None or pipeline.provider is None:
         return None
-    return PendingSpan(shape.name, None, parent, None, shape, values)
+    span = _start_pending(pipeline, name, attributes, parent, None, ())
+    return span if isinstance(span, PendingSpan) or span.is_recording() else None
+
+
+def pending_shaped_span(shape: SpanShape, values: tuple[AttributeValue, ...], *,
+                        parent: SpanContext | PendingSpan | None,
+                        ) -> PendingSpan | trace.Span | None:
+    """:func:`pending_span` for a span of ``shape`` with ``values`` (span_shape.py)."""
+    pipeline = _state._pipeline
+    if pipeline is None or pipeline.provider is None:
+        return None
+    span = _start_pending(pipeline, shape.name, None, parent, shape, values)
+    return span if isinstance(span, PendingSpan) or span.is_recording() else None
 
 
 def open_light_span(name: str, attributes: dict[str, AttributeValue] | None,
                     shape: SpanShape | None = None, values: tuple[AttributeValue, ...] = (),
                     ) -> PendingSpan | trace.Span:
     """Start a span, child of the current one, that is not made current; end it with
-    ``end()`` or :func:`finish_span`. Its context is known at once (``get_span_context``).
+    ``end()`` or :func:`finish_span`. Its context is known at once (``get_span_context``,
+    or :func:`trace_fields`).
 
     Its attributes are ``attributes``, or (``attributes`` None) those of ``shape`` with
     ``values`` (span_shape.py; ``name`` is then the shape's). In the common case (spans
-    go to the file only, default sampler) it is a PendingSpan with its own context: the
-    span costs one record when it ends and no object in between. Otherwise it is what
+    go to the file only, default sampler) it is a PendingSpan: the span costs one
+    record when it ends and no object in between. Otherwise it is what
     :func:`start_light_span` returns. ``attributes`` becomes the span's: the caller
     must not change it afterwards.
     """
     pipeline = _state._pipeline
     if pipeline is None or pipeline.provider is None:
         return INVALID_SPAN
-    if pipeline.direct_writer is None:
-        if shape is not None:
-            return start_light_span(shape.name, shape.attributes(values), kind=shape.kind)
-        return start_light_span(name, attributes)
-    # Runs for every submitted task: ids drawn as RandomIdGenerator draws them, and
-    # the parent read without the context API's frames (see current_span_context).
-    fast_ids = pipeline.random_ids
-    span_id = (_getrandbits(64) if fast_ids else 0) or pipeline.ids.generate_span_id()
-    parent = current_span_context()
-    if parent is INVALID_SPAN_CONTEXT or not parent.is_valid:
-        trace_id = (_getrandbits(128) if fast_ids else 0) or pipeline.ids.generate_trace_id()
-        return PendingSpan(name, attributes, None, _local_span_context(
-            trace_id, span_id, _SAMPLED, EMPTY_TRACE_STATE), shape, values)
-    if not parent.trace_flags & _SAMPLED:  # ParentBased: children follow the parent
-        return NonRecordingSpan(_local_span_context(
-            parent.trace_id, span_id, _NOT_SAMPLED, parent.trace_state))
-    return PendingSpan(name, attributes, parent, _local_span_context(
-        parent.trace_id, span_id, _SAMPLED, parent.trace_state), shape, values)
+    return _start_pending(pipeline, name, attributes, current_span_context(), shape, values)
 
 
 def _write_directly(pipeline: _state.Pipeline, file_writer: SpanFileWriter, name: str,
                     attributes: Mapping[str, AttributeValue] | None, start_ns: int,
                     end_ns: int, context: Context | None, kind: SpanKind,
-                    parent: SpanContext | None = None,
-                    own: SpanContext | None = None) -> None:
+                    parent: SpanContext | None = None) -> None:
     """The common case — file only, default sampler, no error — with no span object."""
-    fields = _span_fields(pipeline, name, attributes, start_ns, end_ns, context, kind, parent,
-                          own)
+    fields = _span_fields(pipeline, name, attributes, start_ns, end_ns, context, kind, parent)
     if fields is not None:
         file_writer.append_fields(fields)
 
 
 def _span_fields(pipeline: _state.Pipeline, name: str,
                  attributes: Mapping[str, AttributeValue] | None, start_ns: int, end_ns: int,
-                 context: Context | None, kind: SpanKind, parent: SpanContext | None,
-                 own: SpanContext | None, shape: SpanShape | None = None,
-                 values: tuple[AttributeValue, ...] = ()) -> tuple[Any, ...] | None:
-    """The record of a finished span with no events, links or status (spool_format.py):
-    SHAPED for a span of ``shape`` with ``values`` (``attributes`` None), else SPAN.
-    None when it is not sampled.
-
-    ``own`` is the span's context when its ids were handed out before it ended
-    (:func:`open_light_span`); ``parent`` is then its parent (None: a root span).
-    Otherwise the parent is ``parent``, or the current span (of ``context``).
-    """
-    if own is not None:
-        trace_id, span_id = own.trace_id, own.span_id
-        parent_id = parent.span_id if parent is not None else 0
-        trace_state = trace_state_header(own.trace_state)
-    else:
-        if parent is None:
-            parent = (current_span_context() if context is None
-                      else trace.get_current_span(context).get_span_context())
-        fast_ids = pipeline.random_ids
-        if parent is not INVALID_SPAN_CONTEXT and parent.is_valid:
-            if not parent.trace_flags & _SAMPLED:
-                return None  # ParentBased: a sampled-out parent drops its children
-            trace_id, parent_id = parent.trace_id, parent.span_id
-            trace_state = trace_state_header(parent.trace_state)
-        else:
-            trace_id = ((_getrandbits(128) if fast_ids else 0)
-                        or pipeline.ids.generate_trace_id())
-            parent_id, trace_state = 0, ""
-        span_id = (_getrandbits(64) if fast_ids else 0) or pipeline.ids.generate_span_id()
-    if shape is not None:
-        if shape.blob is not None:
-            return (SHAPED, shape.blob, trace_id, span_id, parent_id, start_ns,
-                    end_ns - start_ns, values, trace_state)
-        attributes, kind = shape.attributes(values), shape.kind
+                 context: Context | None, kind: SpanKind,
+                 parent: SpanContext | None) -> tuple[Any, ...] | None:
+    """The SPAN record (spool_format.py) of a span that just ended with no events, links
+    or status, under ``parent`` or else the current span (of ``context``); its ids are
+    drawn now. None when it is not sampled."""
+    ids = _ids_under(pipeline, parent if parent is not None else (
+        current_span_context() if context is None
+        else trace.get_current_span(context).get_span_context()))
+    if ids is None:
+        return None
+    trace_id, span_id, parent_id, trace_state = ids
     return (SPAN, trace_id, span_id, parent_id, name, 0 if kind is _INTERNAL else kind.value,
             start_ns, end_ns, attributes, 0, None, (), trace_state, ())
+
+
+def _ids_under(pipeline: _state.Pipeline,
+               parent: SpanContext) -> tuple[int, int, int, str] | None:
+    """``(trace id, span id, parent span id or 0, tracestate header)`` for a new span
+    under ``parent`` (a root when it is invalid), drawn as RandomIdGenerator draws them;
+    None when the parent is sampled out (ParentBased: its children are dropped)."""
+    fast_ids = pipeline.random_ids
+    if parent is INVALID_SPAN_CONTEXT or not parent.is_valid:  # the trace id first, as the SDK
+        trace_id = (_getrandbits(128) if fast_ids else 0) or pipeline.ids.generate_trace_id()
+        parent_id, trace_state = 0, ""
+    elif not parent.trace_flags & _SAMPLED:
+        return None
+    else:
+        trace_id, parent_id = parent.trace_id, parent.span_id
+        trace_state = trace_state_header(parent.trace_state)
+    span_id = (_getrandbits(64) if fast_ids else 0) or pipeline.ids.generate_span_id()
+    return trace_id, span_id, parent_id, trace_state
+
+
+def record_shaped_span(shape: SpanShape, values: tuple[AttributeValue, ...], *,
+                       start_ns: int, error: BaseException | None = None) -> None:
+    """:func:`record_span` for a span of ``shape`` with ``values`` (span_shape.py),
+    ending now, under the current span: one SHAPED record in the common case (file
+    only, default sampler, no error). Never raises."""
+    end_ns = time.time_ns()
+    try:
+        pipeline = _state._pipeline
+        if pipeline is None:
+            return
+        direct = pipeline.direct_writer
+        blob = shape.blob
+        if direct is None or error is not None or blob is None:
+            record_span(shape.name, shape.attributes(values), start_ns=start_ns, end_ns=end_ns,
+                        kind=shape.kind, error=error)
+            return
+        ids = _ids_under(pipeline, current_span_context())
+        if ids is not None:
+            trace_id, span_id, parent_id, trace_state = ids
+            direct.append_fields((SHAPED, blob, trace_id, span_id, parent_id, start_ns,
+                                  end_ns - start_ns, values, trace_state))
+    except Exception:  # telemetry must never break the caller
+        pass
 
 
 def end_pending_spans(spans: Sequence[PendingSpan]) -> None:
@@ -701,13 +862,7 @@ def end_pending_spans(spans: Sequence[PendingSpan]) -> None:
                 pending.end()
             return
         end_ns = time.time_ns()
-        records = []
-        for pending in spans:
-            fields = _span_fields(pipeline, pending.name, pending._attributes,
-                                  pending.start_ns, end_ns, None, pending.kind, pending.parent,
-                                  pending.context, pending.shape, pending.values)
-            if fields is not None:
-                records.append(fields)
+        records = [pending.record(end_ns) for pending in spans]
         direct.append_many(records)
     except Exception:  # telemetry must never break the caller
         pass

@@ -418,3 +418,60 @@ def test_the_activation_shortcut_sets_and_restores_what_the_api_sees(tmp_path: P
     finally:
         context_api.detach(user_token)
     assert trace.get_current_span() is trace.INVALID_SPAN
+
+
+@pytest.mark.parametrize("sampler", [None, "always_on"])
+def test_a_pending_span_is_a_parent_as_its_span_context_is(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sampler: str | None) -> None:
+    """A dispatch started under its task's submission (a PendingSpan, whose ids are
+    plain ints) is recorded in the submission's trace, under it, with its tracestate:
+    alone, in a batch, with an error, and through a span object (a named sampler)."""
+    from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags, TraceState
+
+    if sampler:
+        monkeypatch.setenv("OTEL_TRACES_SAMPLER", sampler)
+    telemetry.configure("driver", session_dir=tmp_path)
+    state = TraceState([("vendor", "opaque")])
+    upstream = SpanContext(int("5" * 32, 16), int("6" * 16, 16), True,
+                           TraceFlags(TraceFlags.SAMPLED), state)
+    with telemetry.activate(NonRecordingSpan(upstream)):
+        submit = telemetry.open_span("task.submit", {"n": 0})
+    assert isinstance(submit, telemetry.PendingSpan) is (sampler is None)
+    context = submit.get_span_context()
+    assert context.trace_id == upstream.trace_id and context.trace_state == state
+    assert telemetry.trace_fields(submit) == (context.trace_id, context.span_id, 1,
+                                              "vendor=opaque")
+    parent = submit if isinstance(submit, telemetry.PendingSpan) else context
+    alone = telemetry.pending_span("dispatch.alone", {"n": 1}, parent=parent)
+    batch = [telemetry.pending_span("dispatch.batch", {"n": n}, parent=parent)
+             for n in (2, 3)]
+    failed = telemetry.pending_span("dispatch.failed", {"n": 4}, parent=parent)
+    assert alone is not None and failed is not None and None not in batch
+    telemetry.finish_span(alone)
+    telemetry.finish_spans(batch)
+    telemetry.finish_span(failed, error=RuntimeError("worker died"))
+    submit.end()
+    spans = {span.attributes["n"]: span for span in _spans(tmp_path)}
+    assert spans[0].parent is not None and spans[0].parent.span_id == upstream.span_id
+    assert spans[0].context.span_id == context.span_id
+    for n in (1, 2, 3, 4):
+        assert spans[n].context.trace_id == upstream.trace_id
+        assert spans[n].parent is not None and spans[n].parent.span_id == context.span_id
+        assert spans[n].context.trace_state == state
+    assert len({span.context.span_id for span in spans.values()}) == 5
+    assert spans[4].status.status_code is StatusCode.ERROR
+    assert spans[1].status.status_code is StatusCode.UNSET
+
+
+def test_a_sampled_out_parent_gets_no_pending_child(tmp_path: Path) -> None:
+    from opentelemetry.trace import SpanContext, TraceFlags
+
+    telemetry.configure("driver", session_dir=tmp_path)
+    dropped = SpanContext(int("7" * 32, 16), int("8" * 16, 16), False,
+                          TraceFlags(TraceFlags.DEFAULT))
+    assert telemetry.pending_span("task.dispatch", {}, parent=dropped) is None
+    root = telemetry.pending_span("task.dispatch", {"root": True}, parent=None)
+    assert isinstance(root, telemetry.PendingSpan)
+    telemetry.finish_span(root)
+    (span,) = _spans(tmp_path)
+    assert span.parent is None and span.context.trace_id != dropped.trace_id

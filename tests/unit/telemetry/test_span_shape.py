@@ -109,11 +109,11 @@ def test_a_shaped_span_whose_attributes_change_is_recorded_with_them(tmp_path: P
     spec = common_pb2.TaskSpec()
     with telemetry.span("task.submit") as submit:
         trace_context.stamp(spec, submit.get_span_context())
-    added = trace_context.start_child(spec, SHAPE, ("ab" * 12, 0))
+    added, _ = trace_context.start_child(spec, SHAPE, ("ab" * 12, 0))
     added.set_attribute("result.size", 10)
-    renamed = trace_context.start_child(spec, SHAPE, ("cd" * 12, 0))
+    renamed, _ = trace_context.start_child(spec, SHAPE, ("cd" * 12, 0))
     renamed.update_name("task.renamed")
-    failed = trace_context.start_child(spec, SHAPE, ("ef" * 12, 0))
+    failed, _ = trace_context.start_child(spec, SHAPE, ("ef" * 12, 0))
     telemetry.record_error(failed, ValueError("boom"))
     pending = telemetry.pending_shaped_span(SHAPE, ("01" * 12, 0),
                                             parent=submit.get_span_context())
@@ -182,3 +182,43 @@ def test_a_shape_s_kind_is_its_spans_kind_whichever_way_they_are_recorded(
              if "tracedray.task.id" in span.attributes}
     assert kinds == dict.fromkeys(
         ("opened", "batched-1", "batched-2", "alone", "noted", "failed"), SpanKind.SERVER)
+
+
+@pytest.mark.parametrize("sampler", [None, "always_on"])
+def test_a_recorded_shaped_span_is_the_span_record_span_writes(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sampler: str | None) -> None:
+    """record_shaped_span (object.put/get) under the current span, ended now; an error
+    or a named sampler goes through a span object with the same attributes."""
+    from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
+
+    if sampler:
+        monkeypatch.setenv("OTEL_TRACES_SAMPLER", sampler)
+    telemetry.configure("driver", session_dir=tmp_path)
+    shape = SpanShape("object.put", ("tracedray.object.id", "tracedray.object.size"),
+                      {"tracedray.object.call_site": "a.py:3"})
+    with telemetry.span("outer") as outer:
+        telemetry.record_shaped_span(shape, ("01" * 20, 76), start_ns=5)
+        telemetry.record_shaped_span(shape, ("02" * 20, 0), start_ns=6,
+                                     error=ValueError("unpicklable"))
+    telemetry.record_shaped_span(shape, ("03" * 20, 1), start_ns=7)  # a root
+    dropped = SpanContext(int("7" * 32, 16), int("8" * 16, 16), False,
+                          TraceFlags(TraceFlags.DEFAULT))
+    with telemetry.activate(NonRecordingSpan(dropped)):
+        telemetry.record_shaped_span(shape, ("04" * 20, 1), start_ns=8)
+    spans = {span.attributes.get("tracedray.object.id", ""): span
+             for span in _spans(tmp_path) if span.name == "object.put"}
+    # ParentBased (the default) drops the child of a sampled-out parent; ALWAYS_ON not.
+    assert sorted(spans) == ["01" * 20, "02" * 20, "03" * 20, *(["04" * 20] if sampler else [])]
+    for object_id, start in (("01" * 20, 5), ("02" * 20, 6), ("03" * 20, 7)):
+        span = spans[object_id]
+        assert span.start_time == start and span.end_time > start
+        assert span.attributes["tracedray.object.call_site"] == "a.py:3"
+    outer_context = outer.get_span_context()
+    for object_id in ("01" * 20, "02" * 20):
+        parent = spans[object_id].parent
+        assert parent is not None and parent.span_id == outer_context.span_id
+    assert spans["03" * 20].parent is None
+    assert spans["01" * 20].attributes["tracedray.object.size"] == 76
+    assert spans["01" * 20].status.status_code is StatusCode.UNSET
+    assert spans["02" * 20].status.status_code is StatusCode.ERROR
+    assert spans["02" * 20].attributes["error.type"] == "ValueError"

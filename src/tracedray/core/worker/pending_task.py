@@ -27,8 +27,9 @@ class PendingTask:
     retries_left: int
     scheduling_key: str = ""
     dispatch_span: Any = None
-    # The task.submit span's SpanContext: the dispatch span's parent without parsing
-    # the spec's trace fields back (None when telemetry is off, or for a rebuilt task).
+    # The task.submit span (a telemetry.PendingSpan) or its SpanContext: the dispatch
+    # span's parent without parsing the spec's trace fields back (None when telemetry
+    # is off, or for a rebuilt task).
     trace_parent: Any = None
     cancelled: bool = False
     force_cancelled: bool = False

@@ -250,19 +250,20 @@ class TaskSubmitter:
         if telemetry.enabled():
             parent = task.trace_parent or trace_context.parent_of(spec)
             if decided:
+                parent_context = telemetry.parent_context(parent)
                 common: dict[str, Any] = {A.TASK_ID: spec.task_id.hex(),
                                           A.TASK_ATTEMPT: spec.attempt}
                 reason = str(lease.decision.get(A.SCHEDULING_REASON, ""))
                 decision: dict[str, Any] = lease.decision
                 telemetry.start_span("task.schedule", {**common, **decision,
                                                        A.SCHEDULING_REASON: reason},
-                                     parent=parent).end()
+                                     parent=parent_context).end()
                 # The first dispatch of a lease writes a log line inside its span (which
                 # needs a span object); the others only need recording when their result
                 # is in.
                 task.dispatch_span = telemetry.start_span("task.dispatch", {
                     **common, **lease.reused_attributes(), A.SCHEDULING_REASON: reason},
-                    parent=parent)
+                    parent=parent_context)
             else:
                 task.dispatch_span = telemetry.pending_shaped_span(
                     lease.reused_dispatch_shape(), (spec.task_id.hex(), spec.attempt),
