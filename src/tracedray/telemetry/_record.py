@@ -654,10 +654,8 @@ class PendingSpan:
             attributes: Mapping[str, AttributeValue] | None = shape.attributes(self.values)
         else:
             attributes = self._attributes
-        kind = self.kind
-        return (SPAN, trace_id, span_id, parent_id, self.name,
-                0 if kind is _INTERNAL else kind.value, self.start_ns, end_ns, attributes, 0,
-                None, (), trace_state, ())
+        return _plain_span_record((trace_id, span_id, parent_id, trace_state), self.name,
+                                  self.kind, self.start_ns, end_ns, attributes)
 
     def end(self, error: BaseException | None = None) -> None:
         pipeline = _state._pipeline
@@ -797,6 +795,14 @@ def _span_fields(pipeline: _state.Pipeline, name: str,
         else trace.get_current_span(context).get_span_context()))
     if ids is None:
         return None
+    return _plain_span_record(ids, name, kind, start_ns, end_ns, attributes)
+
+
+def _plain_span_record(ids: tuple[int, int, int, str], name: str, kind: SpanKind,
+                       start_ns: int, end_ns: int,
+                       attributes: Mapping[str, AttributeValue] | None) -> tuple[Any, ...]:
+    """The SPAN record (spool_format.py) of a span with ``ids`` (trace id, span id, parent
+    span id, tracestate header) and no status, events or links."""
     trace_id, span_id, parent_id, trace_state = ids
     return (SPAN, trace_id, span_id, parent_id, name, 0 if kind is _INTERNAL else kind.value,
             start_ns, end_ns, attributes, 0, None, (), trace_state, ())
