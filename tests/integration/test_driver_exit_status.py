@@ -44,10 +44,11 @@ ENDINGS: dict[str, tuple[str, int, dict[str, Any]]] = {
     "exception": ("raise LookupError('lost')", 1,
                   {"exit_code": 1, "exit_code_source": "exception", "error_type": "LookupError"}),
     # CPython kills itself with SIGINT after an unhandled KeyboardInterrupt (Ctrl-C).
-    # raise_signal, not os.kill(getpid): a process-directed signal may land on one of the
-    # driver's other threads, and the main thread can reach the end of the script before
-    # it runs the handler (seen once in CI: exit status 0).
-    "KeyboardInterrupt": ("signal.raise_signal(signal.SIGINT)", -signal.SIGINT,
+    # Python's Ctrl-C handler set first: a driver started from a background job inherits
+    # SIGINT ignored, and Python then leaves it so. raise_signal, not os.kill(getpid): a
+    # process-directed signal may land on one of the driver's other threads.
+    "KeyboardInterrupt": ("signal.signal(signal.SIGINT, signal.default_int_handler); "
+                          "signal.raise_signal(signal.SIGINT)", -signal.SIGINT,
                           {"exit_code": 128 + signal.SIGINT, "exit_code_source": "exception",
                            "signal": "SIGINT", "error_type": "KeyboardInterrupt"}),
 }
