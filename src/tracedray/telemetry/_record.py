@@ -350,10 +350,7 @@ class LightSpan(trace.Span):
             return
         events = self._events
         if events is None:
-            with _FIRST_ITEM_LOCK:  # two threads' first events both kept
-                events = self._events
-                if events is None:
-                    events = self._events = []
+            events = self._first_list("_events")
         if len(events) < MAX_EVENTS:
             events.append((name, time.time_ns() if timestamp is None else timestamp,
                            dict(attributes or {})))
@@ -363,11 +360,18 @@ class LightSpan(trace.Span):
             return
         links = self._links
         if links is None:
-            with _FIRST_ITEM_LOCK:
-                links = self._links
-                if links is None:
-                    links = self._links = []
+            links = self._first_list("_links")
         links.append(Link(context, attributes))
+
+    def _first_list(self, slot: str) -> list[Any]:
+        """The list in ``slot`` (``_events`` or ``_links``, None until the first item),
+        made now if no other thread made it first: two threads' first items both kept."""
+        with _FIRST_ITEM_LOCK:
+            items: list[Any] | None = getattr(self, slot)
+            if items is None:
+                items = []
+                setattr(self, slot, items)
+            return items
 
     def update_name(self, name: str) -> None:
         if self._end_once:
@@ -777,25 +781,16 @@ def _write_directly(pipeline: _state.Pipeline, file_writer: SpanFileWriter, name
                     attributes: Mapping[str, AttributeValue] | None, start_ns: int,
                     end_ns: int, context: Context | None, kind: SpanKind,
                     parent: SpanContext | None = None) -> None:
-    """The common case — file only, default sampler, no error — with no span object."""
-    fields = _span_fields(pipeline, name, attributes, start_ns, end_ns, context, kind, parent)
-    if fields is not None:
-        file_writer.append_fields(fields)
-
-
-def _span_fields(pipeline: _state.Pipeline, name: str,
-                 attributes: Mapping[str, AttributeValue] | None, start_ns: int, end_ns: int,
-                 context: Context | None, kind: SpanKind,
-                 parent: SpanContext | None) -> tuple[Any, ...] | None:
-    """The SPAN record (spool_format.py) of a span that just ended with no events, links
-    or status, under ``parent`` or else the current span (of ``context``); its ids are
-    drawn now. None when it is not sampled."""
+    """The common case — file only, default sampler, no error — with no span object: the
+    SPAN record of a span that just ended with no events, links or status, under
+    ``parent`` or else the current span (of ``context``), its ids drawn now. Nothing
+    when it is not sampled."""
     ids = _ids_under(pipeline, parent if parent is not None else (
         current_span_context() if context is None
         else trace.get_current_span(context).get_span_context()))
-    if ids is None:
-        return None
-    return _plain_span_record(ids, name, kind, start_ns, end_ns, attributes)
+    if ids is not None:
+        file_writer.append_fields(_plain_span_record(ids, name, kind, start_ns, end_ns,
+                                                     attributes))
 
 
 def _plain_span_record(ids: tuple[int, int, int, str], name: str, kind: SpanKind,
