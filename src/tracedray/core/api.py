@@ -28,9 +28,12 @@ from tracedray.v1 import gcs_pb2
 log = logs.get_logger(__name__)
 # object.put and object.get spans (span_shape.py): a put's call site, where it went and
 # its node are shared by every put from that line; a get's attributes are all its own.
+# Ids go in as bytes (shown as hex): packed records (span_shape.py).
 _PUT_SHAPES = telemetry.ShapeCache("object.put", (A.OBJECT_ID, A.OBJECT_SIZE),
-                                   (A.OBJECT_CALL_SITE, A.OBJECT_LOCATION, A.NODE_ID))
-_GET_SHAPE = telemetry.SpanShape("object.get", (A.OBJECT_COUNT, A.OBJECT_ID, A.OBJECT_SIZE))
+                                   (A.OBJECT_CALL_SITE, A.OBJECT_LOCATION, A.NODE_ID),
+                                   packing=ids.OBJECT_ID_PACKING + "q")
+_GET_SHAPE = telemetry.SpanShape("object.get", (A.OBJECT_COUNT, A.OBJECT_ID, A.OBJECT_SIZE),
+                                 packing="q" + ids.OBJECT_ID_PACKING + "q")
 
 # Ray keywords that have no meaning here: accepted and ignored with a debug log.
 RAY_ONLY_KEYWORDS = frozenset({
@@ -256,7 +259,7 @@ def put(value: Any, *, _owner: Any = None) -> ObjectRef:
     location = "shm" if stored.store_node_id else "inline"
     if telemetry.enabled():
         telemetry.record_shaped_span(_PUT_SHAPES.get((site, location, worker.node_id)),
-                                     (object_hex, stored.size), start_ns=start_ns)
+                                     (object_id, stored.size), start_ns=start_ns)
     log.info("object.put", object_id=object_hex, size=stored.size, location=location,
              call_site=site)
     return ref
@@ -298,7 +301,8 @@ def get(object_refs: ObjectRef | Sequence[ObjectRef], *, timeout: float | None =
                  error_type=type(exc).__qualname__)
         raise
     if telemetry.enabled():
-        telemetry.record_shaped_span(_GET_SHAPE, (len(refs), first_hex, size), start_ns=start_ns)
+        telemetry.record_shaped_span(_GET_SHAPE, (len(refs), ids_[0] if ids_ else b"", size),
+                                     start_ns=start_ns)
     log.info("object.get", object_id=first_hex, count=len(refs), size=size)
     return values[0] if single else values
 

@@ -23,9 +23,11 @@ log = logs.get_logger(__name__)
 # task.submit: what the submissions from one call site share, recorded once
 # (span_shape.py); an actor's calls also share the actor.
 _SUBMIT_KEYS = (A.TASK_FUNCTION, A.TASK_KIND, A.TASK_CALL_SITE, A.JOB_ID, A.TASK_MAX_RETRIES)
-_SUBMIT_SHAPES = telemetry.ShapeCache("task.submit", (A.TASK_ID,), _SUBMIT_KEYS)
+_SUBMIT_SHAPES = telemetry.ShapeCache("task.submit", (A.TASK_ID,), _SUBMIT_KEYS,
+                                      packing=ids.TASK_ID_PACKING)
 _ACTOR_SUBMIT_SHAPES = telemetry.ShapeCache("task.submit", (A.TASK_ID,),
-                                            (*_SUBMIT_KEYS, A.ACTOR_ID))
+                                            (*_SUBMIT_KEYS, A.ACTOR_ID),
+                                            packing=ids.TASK_ID_PACKING)
 _KIND_LABEL: dict[int, str] = {common_pb2.NORMAL: "normal",
                                common_pb2.ACTOR_CREATION: "actor_creation",
                                common_pb2.ACTOR_METHOD: "actor_method"}
@@ -60,7 +62,7 @@ def build_task(worker: CoreWorker, *, kind: int, function_id: str, function_name
                  _SUBMIT_SHAPES.get((function_name, _KIND_LABEL[kind], site, job_hex,
                                      max_retries)))
         # Not made current: its context goes into the spec and the log line directly.
-        span = telemetry.open_shaped_span(shape, (task_hex,))
+        span = telemetry.open_shaped_span(shape, (task_id,))
     try:
         hex_ids = None if span is INVALID_SPAN else trace_context.stamp(spec, span)
         trace_ids = {} if hex_ids is None else {"trace_id": hex_ids[0], "span_id": hex_ids[1]}

@@ -23,14 +23,11 @@ from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 from tracedray.telemetry import spool_format
 from tracedray.telemetry.otlp_json import span_object_json
 from tracedray.telemetry.spool_convert import convert_spool
-from tracedray.telemetry.spool_writer import SpoolStatistics, SpoolWriter
+from tracedray.telemetry.spool_writer import ONE_RECORD_FORMAT, SpoolStatistics, SpoolWriter
 
 _dumps: Any = marshal.dumps  # typed loosely: marshal's stub rejects tuples holding Any
-# One span's record is marshalled in format 2: without the table of shared objects
-# that formats 3+ build and free on every call (~8% of the call for a record this
-# small, which shares almost nothing). A batch keeps the default format, whose
-# references write the attribute keys its spans share once.
-_ONE_RECORD_FORMAT = 2
+# A batch keeps marshal's default format, whose references write the attribute keys
+# its spans share once; one span's record does not (ONE_RECORD_FORMAT).
 
 
 @dataclass(frozen=True)
@@ -50,6 +47,9 @@ class SpanFileWriter(SpanProcessor):
         self._spool: SpoolWriter | None = SpoolWriter(
             path.with_name(path.stem + spool_format.SUFFIX), line_prefix, mapped=mapped)
         self._spool_path = self._spool.path
+        # Shaped spans (the hot paths) go straight to the spool, which counts its own
+        # errors: one frame per span less. After shutdown it records nothing.
+        self.append_shaped = self._spool.append_shaped
         self._prefix_bytes = spool_format.record_size(
             len(spool_format.prefix_payload(line_prefix)))
         self._final: SpoolStatistics | None = None  # the spool's figures once it closed
@@ -82,7 +82,7 @@ class SpanFileWriter(SpanProcessor):
             return
         try:
             try:
-                payload = _dumps(fields, _ONE_RECORD_FORMAT)
+                payload = _dumps(fields, ONE_RECORD_FORMAT)
             except ValueError:  # an attribute value of a type marshal does not know
                 payload = spool_format.line_payload(spool_format.span_json(fields))
             spool.append(payload)
@@ -138,6 +138,9 @@ class SpanFileWriter(SpanProcessor):
         stats = spool.statistics() if spool is not None else self._final
         with self._lock:
             errors, last_error = self._errors, self._last_error
+        if stats is not None and stats.write_errors:
+            errors += stats.write_errors
+            last_error = last_error or stats.last_error
         if stats is None:
             return FileWriterStatistics(str(self._path), str(self._spool_path), 0, 0, errors,
                                         last_error, False)

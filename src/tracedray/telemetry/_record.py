@@ -416,13 +416,13 @@ class LightSpan(trace.Span):
                 shape = self._shape
                 state = self._trace_state
                 trace_state = "" if state is EMPTY_TRACE_STATE else trace_state_header(state)
-                # One tuple, one call: the record as spool_format.py lays it out.
+                # A shaped span as its shape's record (PACKED or SHAPED, span_shape.py);
+                # any other as one SPAN tuple in one call, as spool_format.py lays it out.
                 if (shape is not None and shape.blob is not None and status is _UNSET_STATUS
                         and events is None and links is None):
                     start_ns = self._start_ns
-                    writer.append_fields((
-                        SHAPED, shape.blob, self._trace_id, self._span_id, self._parent_id,
-                        start_ns, end_ns - start_ns, self._values, trace_state))
+                    writer.append_shaped(shape, self._trace_id, self._span_id, self._parent_id,
+                                         start_ns, end_ns - start_ns, self._values, trace_state)
                 else:
                     kind = self._kind
                     writer.append_fields((
@@ -668,7 +668,14 @@ class PendingSpan:
         try:
             direct = pipeline.direct_writer
             if error is None and direct is not None:
-                direct.append_fields(self.record(time.time_ns()))
+                shape = self.shape
+                if shape is not None and shape.blob is not None:
+                    trace_id, span_id, parent_id, trace_state = self.ids
+                    start_ns = self.start_ns
+                    direct.append_shaped(shape, trace_id, span_id, parent_id, start_ns,
+                                         time.time_ns() - start_ns, self.values, trace_state)
+                else:
+                    direct.append_fields(self.record(time.time_ns()))
                 return
             # Its status and exception event (or an OTLP exporter) need a span object.
             span = LightSpan(pipeline, self.name, self.get_span_context(), self.parent_context(),
@@ -824,8 +831,8 @@ def _ids_under(pipeline: _state.Pipeline,
 def record_shaped_span(shape: SpanShape, values: tuple[AttributeValue, ...], *,
                        start_ns: int, error: BaseException | None = None) -> None:
     """:func:`record_span` for a span of ``shape`` with ``values`` (span_shape.py),
-    ending now, under the current span: one SHAPED record in the common case (file
-    only, default sampler, no error). Never raises."""
+    ending now, under the current span: one PACKED or SHAPED record in the common case
+    (file only, default sampler, no error). Never raises."""
     end_ns = time.time_ns()
     try:
         pipeline = _state._pipeline
@@ -837,11 +844,19 @@ def record_shaped_span(shape: SpanShape, values: tuple[AttributeValue, ...], *,
             record_span(shape.name, shape.attributes(values), start_ns=start_ns, end_ns=end_ns,
                         kind=shape.kind, error=error)
             return
-        ids = _ids_under(pipeline, current_span_context())
+        parent = current_span_context()
+        if parent is INVALID_SPAN_CONTEXT and pipeline.random_ids:
+            # A root (a put or get outside any task): _ids_under's first branch, inline,
+            # as the span's record is one call (~1k instructions of a ~15k span).
+            direct.append_shaped(shape, _getrandbits(128) or pipeline.ids.generate_trace_id(),
+                                 _getrandbits(64) or pipeline.ids.generate_span_id(), 0,
+                                 start_ns, end_ns - start_ns, values, "")
+            return
+        ids = _ids_under(pipeline, parent)
         if ids is not None:
             trace_id, span_id, parent_id, trace_state = ids
-            direct.append_fields((SHAPED, blob, trace_id, span_id, parent_id, start_ns,
-                                  end_ns - start_ns, values, trace_state))
+            direct.append_shaped(shape, trace_id, span_id, parent_id, start_ns,
+                                 end_ns - start_ns, values, trace_state)
     except Exception:  # telemetry must never break the caller
         pass
 

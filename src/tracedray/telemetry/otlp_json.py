@@ -245,8 +245,9 @@ def shaped_span_json(blob: bytes, trace_id: int, span_id: int, parent_span_id: i
                      trace_state: str = "") -> str:
     """The JSON of a span recorded by its shape (a SHAPED spool record): the same text
     :func:`record_span_json` writes for that span with its attributes as a dict
-    (``SpanShape.attributes``), no events, links or status. ValueError (or EOFError,
-    TypeError) when ``blob`` is not a shape or ``values`` do not fit it."""
+    (``SpanShape.attributes``: an id, ``bytes``, as its hex), no events, links or
+    status. ValueError (or EOFError, TypeError) when ``blob`` is not a shape or
+    ``values`` do not fit it."""
     shape = _shapes.get(blob)
     if shape is None:
         shape = _decode_shape(blob)
@@ -263,6 +264,8 @@ def shaped_span_json(blob: bytes, trace_id: int, span_id: int, parent_span_id: i
     for prefix, value in zip(prefixes, values, strict=True):
         if type(value) is str:
             items.append(prefix + '{"stringValue":' + _string(value) + "}}")
+        elif type(value) is bytes:  # an id (span_shape.py): hex needs no escaping
+            items.append(prefix + '{"stringValue":"' + value.hex() + '"}}')
         else:
             items.append(prefix + _value_json(value) + "}")
     if constant_json:

@@ -25,7 +25,10 @@ the header and the PREFIX record come in one small read (a resource larger than
 HEAD_READ costs one more read, of that record alone); the records from ``converted``
 on are read in blocks that double from one page, so a spool with nothing new costs a
 few system calls; payloads are decoded from views of the block, never copied. What
-remains per span is ``marshal.loads`` and the JSON (otlp_json.record_span_json).
+remains per span is ``marshal.loads`` (a ``struct`` unpack for a PACKED record) and
+the JSON (otlp_json.record_span_json). A PACKED record names its SHAPE record by
+offset; a conversion keeps the ones it meets and reads (once) any from before its
+start.
 Reading a whole 1 MiB block for the PREFIX record alone, and copying every payload in
 it, had made each round of a long-lived spool cost milliseconds.
 """
@@ -128,17 +131,32 @@ def _convert_locked(fd: int, path: Path, result: Conversion, *, writable: bool,
     # Read-only: nothing records how far we got, so all of it is decoded at once.
     budget = max_bytes if writable else 1 << 62
     decode, encode = fmt.decode_payload, fmt.span_json
-    prefix_tag, batch_tag = fmt.PREFIX, fmt.SPANS
+    prefix_tag, batch_tag, shape_tag = fmt.PREFIX, fmt.SPANS, fmt.SHAPE
+    packed_mark = fmt.PACKED_MARK
+    shapes: dict[int, fmt.PackedShape] = {}  # SHAPE records met, by offset
     for scan in _scans(fd, start, budget, result):
         for offset, payload in scan.payloads:
             try:
-                fields = decode(payload)
-            except (ValueError, EOFError, TypeError) as exc:
+                if payload[0] == packed_mark:
+                    shape_at = fmt.packed_shape_offset(payload)
+                    shape = shapes.get(shape_at)
+                    if shape is None:  # written before this conversion's start
+                        shape = shapes[shape_at] = _shape_record(fd, shape_at)
+                    fields = fmt.decode_packed(payload, shape)
+                else:
+                    fields = decode(payload)
+            except (ValueError, EOFError, TypeError, IndexError) as exc:
                 result.warnings.append(
                     f"{path}: skipped a corrupt record at byte {offset}: {exc}")
                 continue
             tag = fields[0]
             if tag == prefix_tag:
+                continue
+            if tag == shape_tag:
+                try:
+                    shapes[offset] = fmt.packed_shape(fields)
+                except ValueError as exc:
+                    result.warnings.append(f"{path}: skipped a record at byte {offset}: {exc}")
                 continue
             for one in (fields[1] if tag == batch_tag else (fields,)):
                 try:
@@ -194,6 +212,17 @@ def _prefix(fd: int, head: bytes, path: Path, result: Conversion) -> tuple[str |
         result.warnings.append(f"{path}: no resource record at byte {at}; left alone")
         return None, at
     return str(fields[1]), at + fmt.record_size(length)
+
+
+def _shape_record(fd: int, offset: int) -> fmt.PackedShape:
+    """The SHAPE record at ``offset`` (a PACKED record's, from before the records at
+    hand); ValueError when there is none."""
+    head = os.pread(fd, fmt.LENGTH.size, offset)
+    length = fmt.LENGTH.unpack(head)[0] if len(head) == fmt.LENGTH.size else 0
+    payload = os.pread(fd, length, offset + fmt.LENGTH.size) if length else b""
+    if offset < fmt.HEADER_BYTES or not payload or len(payload) < length:
+        raise ValueError(f"no SHAPE record at byte {offset}")
+    return fmt.packed_shape(fmt.decode_payload(payload))
 
 
 def _scans(fd: int, start: int, max_bytes: int, result: Conversion) -> Iterator[fmt.Scan]:

@@ -14,7 +14,8 @@ Layout::
     header (64 bytes): magic "TDSPOOL1" | converted: u64 | closed: u64 | pid: u64 | zeros
     records from byte 64, each 8-byte aligned:
         length: u32 (little endian)   0 = no record here (yet)
-        payload: ``length`` bytes, marshal of a tuple whose first item is its tag
+        payload: ``length`` bytes, marshal of a tuple whose first item is its tag,
+            or a PACKED record (below), whose first byte no marshal data starts with
         zero padding to the next multiple of 8
 
 The writer copies the payload first and its length last, so a reader (or a writer
@@ -38,6 +39,16 @@ Payload tags:
         events, links or status: its name, kind and shared attributes are in the
         blob, its own attribute values in ``values`` (the shape's variable keys, in
         order). The duration rather than the end: it fits marshal's 4-byte integer.
+    SHAPE (5, shape_blob, packing): a SpanShape with a packing, written once per spool
+        before the first PACKED record of its shape.
+
+PACKED records (span_shape.py) are not marshal but ``struct``, little endian: the
+byte ``P``, then the file offset of their SHAPE record (u64), the trace id's high
+and low 64 bits, span id, parent span id (u64 each), start and duration (ns, i64),
+then the values as the shape's packing lays them out (``q``: i64; ``<n>p``: an id,
+a length byte and up to n-1 bytes). They stand for the SHAPED record with the same
+fields and no tracestate. A converter that starts after the SHAPE record reads it
+at its offset.
 """
 
 from __future__ import annotations
@@ -51,6 +62,7 @@ from typing import Any
 from opentelemetry.trace import Link, SpanContext
 
 from tracedray.telemetry.otlp_json import record_span_json, shaped_span_json
+from tracedray.telemetry.span_shape import PACKED_HEAD
 
 MAGIC = b"TDSPOOL1"
 HEADER_BYTES = 64
@@ -62,8 +74,11 @@ LENGTH = struct.Struct("<I")
 U64 = struct.Struct("<Q")
 SUFFIX = ".spool"
 
-PREFIX, SPAN, LINE, SPANS, SHAPED = 0, 1, 2, 3, 4
-_TAGS = frozenset((PREFIX, SPAN, LINE, SPANS, SHAPED))
+PREFIX, SPAN, LINE, SPANS, SHAPED, SHAPE = 0, 1, 2, 3, 4, 5
+_TAGS = frozenset((PREFIX, SPAN, LINE, SPANS, SHAPED, SHAPE))
+PACKED_MARK = 0x50  # b"P": not a marshal type code, so a PACKED payload is told apart
+_HEAD = struct.Struct(PACKED_HEAD)
+_SHAPE_AT = struct.Struct("<Q")  # a PACKED record's SHAPE offset, after the mark
 _dumps: Any = marshal.dumps  # typed loosely: marshal's stub rejects tuples holding Any
 
 
@@ -123,6 +138,53 @@ def prefix_payload(line_prefix: str) -> bytes:
     return marshal.dumps((PREFIX, line_prefix))
 
 
+def shape_payload(blob: bytes, packing: str) -> bytes:
+    return marshal.dumps((SHAPE, blob, packing))
+
+
+@dataclass(frozen=True)
+class PackedShape:
+    """What decoding a PACKED record needs from its SHAPE record."""
+
+    blob: bytes
+    unpack: Any  # struct.Struct.unpack of the whole payload
+
+
+def packed_shape(fields: tuple[Any, ...]) -> PackedShape:
+    """The PackedShape of a decoded SHAPE record; ValueError when it is not one."""
+    if len(fields) != 3 or fields[0] != SHAPE or type(fields[1]) is not bytes \
+            or type(fields[2]) is not str:
+        raise ValueError("not a SHAPE record")
+    try:
+        return PackedShape(fields[1], struct.Struct(PACKED_HEAD + fields[2]).unpack)
+    except struct.error as exc:
+        raise ValueError(f"a SHAPE record with a bad packing: {exc}") from None
+
+
+def is_packed(payload: bytes | memoryview) -> bool:
+    return len(payload) > 0 and payload[0] == PACKED_MARK
+
+
+def packed_shape_offset(payload: bytes | memoryview) -> int:
+    """The file offset of the SHAPE record a PACKED payload points at."""
+    if len(payload) < _HEAD.size:
+        raise ValueError("a PACKED record shorter than its head")
+    offset: int = _SHAPE_AT.unpack_from(payload, 1)[0]
+    return offset
+
+
+def decode_packed(payload: bytes | memoryview, shape: PackedShape) -> tuple[Any, ...]:
+    """The SHAPED record a PACKED payload stands for; ValueError when it does not fit
+    ``shape``."""
+    try:
+        (_, _, trace_high, trace_low, span_id, parent_id, start_ns, duration_ns,
+         *values) = shape.unpack(payload)
+    except struct.error as exc:
+        raise ValueError(f"a PACKED record that does not fit its shape: {exc}") from None
+    return (SHAPED, shape.blob, trace_high << 64 | trace_low, span_id, parent_id, start_ns,
+            duration_ns, tuple(values), "")
+
+
 @dataclass(frozen=True)
 class Scan:
     payloads: list[tuple[int, memoryview]]  # (offset, payload) of each complete record
@@ -156,7 +218,8 @@ def scan_records(data: bytes | memoryview, offset: int) -> Scan:
 
 
 def decode_payload(payload: bytes | memoryview) -> tuple[Any, ...]:
-    """The tuple of a payload; ValueError/EOFError/TypeError when it is not one of ours."""
+    """The tuple of a marshal payload (not a PACKED one: see :func:`is_packed`);
+    ValueError/EOFError/TypeError when it is not one of ours."""
     fields = marshal.loads(payload)
     if type(fields) is not tuple or not fields or fields[0] not in _TAGS:
         raise ValueError("not a spool record")

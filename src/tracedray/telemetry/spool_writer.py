@@ -14,12 +14,16 @@ part reads as zeros, which is "no record yet" to a reader.
 from __future__ import annotations
 
 import contextlib
+import marshal
 import os
+import struct
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from tracedray.telemetry import spool_format as fmt
 from tracedray.telemetry.append_file import MappedAppender, live_writers
+from tracedray.telemetry.span_shape import SpanShape
 
 
 @dataclass(frozen=True)
@@ -28,6 +32,9 @@ class SpoolStatistics:
     mapped: bool
     records: int  # records appended by this writer (the prefix record included)
     bytes: int  # bytes of records, padding included
+    shapes: int  # SHAPE records written for PACKED ones (span_shape.py)
+    write_errors: int  # spans append_shaped could not record
+    last_error: str
     remaps: int
     fallback_reason: str  # why a mapped spool went back to pwrite; "" if it did not
 
@@ -35,6 +42,14 @@ _PADDED = fmt.LENGTH.size + fmt.ALIGN - 1
 _ALIGN_MASK = ~(fmt.ALIGN - 1)
 _pack_length_into = fmt.LENGTH.pack_into
 assert fmt.LENGTH.size == 4
+_PACKED = fmt.PACKED_MARK
+_LOW_64 = (1 << 64) - 1
+MAX_SHAPE_OFFSETS = 4096  # forgotten beyond that: a shape met again is written again
+_dumps: Any = marshal.dumps  # typed loosely: marshal's stub rejects tuples holding Any
+# One span's record is marshalled in format 2: without the table of shared objects
+# that formats 3+ build and free on every call (~8% of the call for a record this
+# small, which shares almost nothing).
+ONE_RECORD_FORMAT = 2
 
 
 class SpoolWriter(MappedAppender):
@@ -64,6 +79,12 @@ class SpoolWriter(MappedAppender):
             os.pwrite(fd, fmt.header_bytes(os.getpid()), 0)
             super().__init__(path, fd)
             self._end = fmt.HEADER_BYTES
+            # Where this spool wrote each shape's SHAPE record. Keyed by the shape
+            # itself (identity), which the dict keeps alive: an id() could be reused.
+            self._shape_offsets: dict[SpanShape, int] = {}
+            self._shapes = 0
+            self._errors = 0  # of append_shaped, which counts rather than raises
+            self._last_error = ""
             if mapped:
                 try:
                     self._map_window(0)
@@ -75,30 +96,113 @@ class SpoolWriter(MappedAppender):
             raise
 
     def append(self, payload: bytes) -> None:
-        length = len(payload)
-        size = (length + _PADDED) & _ALIGN_MASK  # fmt.record_size, inline: hot path
-        # acquire/release rather than ``with``, and the length packed in place: this runs
-        # for every span, and each saves ~0.7k instructions.
+        # acquire/release rather than ``with``: this runs for every span that is not
+        # PACKED, and saves ~0.7k instructions.
         lock = self._lock
         lock.acquire()
         try:
-            # Room for the record and the zero length word that ends the data.
-            if self._map is None or self._pos + size + 4 > self._size:
-                if self._fd is None:
-                    raise OSError(f"{self._path} is closed")
-                if not self._room_mapped(size + 4):
-                    self._append_written(payload)
-                    self._records += 1
-                    return
-            mapping, pos = self._map, self._pos
-            assert mapping is not None
-            start = pos + 4
-            mapping[start:start + length] = payload
-            _pack_length_into(mapping, pos, length)  # last: commits the record
-            self._pos = pos + size
-            self._records += 1
+            self._append_locked(payload)
         finally:
             lock.release()
+
+    def _append_locked(self, payload: bytes) -> None:
+        length = len(payload)
+        size = (length + _PADDED) & _ALIGN_MASK  # fmt.record_size, inline: hot path
+        # Room for the record and the zero length word that ends the data.
+        if self._map is None or self._pos + size + 4 > self._size:
+            if self._fd is None:
+                raise OSError(f"{self._path} is closed")
+            if not self._room_mapped(size + 4):
+                self._append_written(payload)
+                self._records += 1
+                return
+        mapping, pos = self._map, self._pos
+        assert mapping is not None
+        start = pos + 4
+        mapping[start:start + length] = payload
+        _pack_length_into(mapping, pos, length)  # last: commits the record (packed in place)
+        self._pos = pos + size
+        self._records += 1
+
+    def append_shaped(self, shape: SpanShape, trace_id: int, span_id: int, parent_id: int,
+                      start_ns: int, duration_ns: int, values: tuple[Any, ...],
+                      trace_state: str) -> None:
+        """Record one span of ``shape`` (which has a blob) with ``values``: a PACKED
+        record when the shape has a packing, the values fit it and there is no
+        tracestate, else a SHAPED one (spool_format.py). The hot paths' one call per
+        span. Never raises: an error (a full disk) is counted in :meth:`statistics`;
+        after :meth:`close` nothing is recorded."""
+        packer = shape.packer
+        if packer is not None and not trace_state:
+            lock = self._lock
+            lock.acquire()
+            try:
+                shape_at = self._shape_offsets.get(shape)
+                if shape_at is None:
+                    shape_at = self._define(shape)
+                size = shape.packed_size
+                mapping, pos = self._map, self._pos
+                if mapping is None or pos + size + 4 > self._size:
+                    if self._fd is None:
+                        return  # closed
+                    if not self._room_mapped(size + 4):
+                        self._append_written(packer.pack(
+                            _PACKED, shape_at, trace_id >> 64, trace_id & _LOW_64, span_id,
+                            parent_id, start_ns, duration_ns, *values))
+                        self._records += 1
+                        return
+                    mapping, pos = self._map, self._pos
+                    assert mapping is not None
+                # Straight into the window, no payload object; the length word, packed
+                # last, commits it as for any record.
+                try:
+                    packer.pack_into(mapping, pos + 4, _PACKED, shape_at, trace_id >> 64,
+                                     trace_id & _LOW_64, span_id, parent_id, start_ns,
+                                     duration_ns, *values)
+                except struct.error:
+                    # pack_into stops at the value that does not fit, the fields before
+                    # it written: clear them, or a shorter record here later would leave
+                    # bytes past its end that a reader takes for the next length word.
+                    mapping[pos + 4:pos + 4 + packer.size] = bytes(packer.size)
+                else:
+                    _pack_length_into(mapping, pos, packer.size)
+                    self._pos = pos + size
+                    self._records += 1
+                    return
+            except Exception as exc:  # a full disk must never reach user code
+                if self._fd is not None:  # after close(): nothing to record
+                    self._count_error(exc)
+                return
+            finally:
+                lock.release()
+        # A SHAPED record: no packing, a value it does not take, or a tracestate.
+        fields = (fmt.SHAPED, shape.blob, trace_id, span_id, parent_id, start_ns, duration_ns,
+                  values, trace_state)
+        try:
+            try:
+                payload = _dumps(fields, ONE_RECORD_FORMAT)
+            except ValueError:  # a value of a type marshal does not know
+                payload = fmt.line_payload(fmt.span_json(fields))
+            self.append(payload)
+        except Exception as exc:
+            if self._fd is not None:  # after close(): nothing to record
+                self._count_error(exc)
+
+    def _count_error(self, exc: Exception) -> None:
+        self._errors += 1  # under the lock, or racing only another failure's count
+        self._last_error = f"{type(exc).__name__}: {exc}"
+
+    def _define(self, shape: SpanShape) -> int:
+        """Append ``shape``'s SHAPE record (the lock held); returns its offset."""
+        assert shape.blob is not None and shape.packing is not None
+        offsets = self._shape_offsets
+        if len(offsets) >= MAX_SHAPE_OFFSETS:
+            offsets.clear()
+        offset = self._data_end()  # records are contiguous: it goes where the data ends
+        self._append_locked(fmt.shape_payload(shape.blob, shape.packing))
+        offsets[shape] = offset
+        self._shapes += 1
+        return offset
 
     def _room_mapped(self, need: int) -> bool:
         """Move the window so ``need`` bytes fit; False when appending with pwrite
@@ -154,5 +258,6 @@ class SpoolWriter(MappedAppender):
     def statistics(self) -> SpoolStatistics:
         with self._lock:
             return SpoolStatistics(str(self._path), self._map is not None, self._records,
-                                   self._data_end() - fmt.HEADER_BYTES, self._remaps,
+                                   self._data_end() - fmt.HEADER_BYTES, self._shapes,
+                                   self._errors, self._last_error, self._remaps,
                                    self._fallback)

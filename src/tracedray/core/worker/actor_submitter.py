@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from tracedray import logs, telemetry
-from tracedray.core import trace_context
+from tracedray.core import ids, trace_context
 from tracedray.core.address import Address
 from tracedray.core.worker.connection import WorkerConnection
 from tracedray.core.worker.pending_task import PendingTask, end_dispatch_spans
@@ -57,7 +57,7 @@ class ActorChannel:
                 "task.dispatch", (A.TASK_ID, A.TASK_ATTEMPT),
                 {A.ACTOR_ID: self.actor_id.hex(), A.NODE_ID: address.node_id,
                  A.NODE_IP: address.ip, A.WORKER_ID: address.worker_id,
-                 A.WORKER_PID: address.pid})
+                 A.WORKER_PID: address.pid}, packing=ids.TASK_ID_PACKING + "q")
             self.shape_address = address
         return shape
 
@@ -120,7 +120,7 @@ class ActorSubmitter:
             address = channel.address
             if telemetry.enabled() and address is not None:
                 task.dispatch_span = telemetry.pending_shaped_span(
-                    channel.dispatch_shape(address), (task.task_id.hex(), task.spec.attempt),
+                    channel.dispatch_shape(address), (task.task_id, task.spec.attempt),
                     parent=task.trace_parent or trace_context.parent_of(task.spec))
             channel.conn.send(task.spec)
 

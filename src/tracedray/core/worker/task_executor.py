@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from tracedray import logs, telemetry
-from tracedray.core import trace_context
+from tracedray.core import ids, trace_context
 from tracedray.core.serialization import serialize
 from tracedray.core.worker.pending_task import error_value
 from tracedray.exceptions import RayError, RayTaskError, TaskCancelledError
@@ -36,10 +36,11 @@ MAX_EARLY_CANCELS = 10_000
 # task.execute: what a worker's runs of one function share, recorded once (span_shape.py).
 _EXECUTE_SHAPES = telemetry.ShapeCache(
     "task.execute", (A.TASK_ID, A.TASK_ATTEMPT),
-    (A.TASK_FUNCTION, A.TASK_KIND, A.NODE_ID, A.WORKER_ID))
+    (A.TASK_FUNCTION, A.TASK_KIND, A.NODE_ID, A.WORKER_ID), packing=ids.TASK_ID_PACKING + "q")
 _ACTOR_EXECUTE_SHAPES = telemetry.ShapeCache(
     "task.execute", (A.TASK_ID, A.TASK_ATTEMPT),
-    (A.TASK_FUNCTION, A.TASK_KIND, A.NODE_ID, A.WORKER_ID, A.ACTOR_ID))
+    (A.TASK_FUNCTION, A.TASK_KIND, A.NODE_ID, A.WORKER_ID, A.ACTOR_ID),
+    packing=ids.TASK_ID_PACKING + "q")
 _KIND_NAMES = {common_pb2.NORMAL: "normal", common_pb2.ACTOR_CREATION: "actor_creation",
                common_pb2.ACTOR_METHOD: "actor_method"}
 
@@ -145,7 +146,7 @@ class TaskExecutor:
         shape = (_ACTOR_EXECUTE_SHAPES.get((name, kind, worker.node_id, worker.worker_id,
                                             actor_hex)) if actor_hex else
                  _EXECUTE_SHAPES.get((name, kind, worker.node_id, worker.worker_id)))
-        span, parent_fields = trace_context.start_child(spec, shape, (task_hex, spec.attempt))
+        span, parent_fields = trace_context.start_child(spec, shape, (spec.task_id, spec.attempt))
         # The raylet reads this slot if the process dies mid-task: the parent's trace
         # fields there, so it needs no spec to attach worker.exit to the task's trace.
         worker.flight_recorder.record({"task_id": task_hex, "attempt": spec.attempt,

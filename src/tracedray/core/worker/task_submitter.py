@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from opentelemetry import trace as otel_trace
 
 from tracedray import config, logs, telemetry
-from tracedray.core import trace_context
+from tracedray.core import ids, trace_context
 from tracedray.core.address import Address
 from tracedray.core.raylet.client import RayletClient
 from tracedray.core.worker.connection import WorkerConnection
@@ -95,7 +95,8 @@ class Lease:
         shape = self.reuse_shape
         if shape is None:
             shape = self.reuse_shape = telemetry.SpanShape(
-                "task.dispatch", (A.TASK_ID, A.TASK_ATTEMPT), self.reused_attributes())
+                "task.dispatch", (A.TASK_ID, A.TASK_ATTEMPT), self.reused_attributes(),
+                packing=ids.TASK_ID_PACKING + "q")
         return shape
 
 
@@ -266,7 +267,7 @@ class TaskSubmitter:
                     parent=parent_context)
             else:
                 task.dispatch_span = telemetry.pending_shaped_span(
-                    lease.reused_dispatch_shape(), (spec.task_id.hex(), spec.attempt),
+                    lease.reused_dispatch_shape(), (spec.task_id, spec.attempt),
                     parent=parent)
         self._worker.task_events.record(spec, "SUBMITTED_TO_WORKER", node_id=lease.worker.node_id,
                                         worker_id=lease.worker.worker_id,

@@ -1,0 +1,203 @@
+"""PACKED spool records: a shaped span as one struct, pointing at its shape's SHAPE record.
+
+Each test checks what a reader finally sees (the OTLP JSON lines) against the JSON of
+the same span recorded the plain way, so a packed record that lost or changed
+anything fails here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+from pathlib import Path
+
+import pytest
+from fork_support import run_in_forked_child
+
+from tracedray.core import ids
+from tracedray.telemetry import otlp_json
+from tracedray.telemetry import spool_format as fmt
+from tracedray.telemetry.span_shape import SpanShape
+from tracedray.telemetry.spool_convert import convert_spool, jsonl_path
+from tracedray.telemetry.spool_writer import SpoolWriter
+
+PREFIX = '{"resourceSpans":[{"resource":{"attributes":[]},"scopeSpans":[{"scope":{},"spans":['
+TRACE = 0x0123456789ABCDEF_FEDCBA9876543210  # both halves matter
+OBJECT = bytes(range(1, ids.OBJECT_ID_BYTES + 1))
+
+
+def _get_shape() -> SpanShape:
+    return SpanShape("object.get", ("tracedray.object.count", "tracedray.object.id",
+                                    "tracedray.object.size"),
+                     {"tracedray.node.id": "n1"}, packing="q" + ids.OBJECT_ID_PACKING + "q")
+
+
+def _record(writer: SpoolWriter, shape: SpanShape, number: int, values: tuple[object, ...],
+            trace_state: str = "") -> None:
+    writer.append_shaped(shape, TRACE, number, 7, 1_000 + number, 50, values, trace_state)
+
+
+def _expected(shape: SpanShape, number: int, values: tuple[object, ...],
+              trace_state: str = "") -> str:
+    """The span as record_span_json writes it from an attribute dict."""
+    return otlp_json.record_span_json(TRACE, number, 7, shape.name, shape.kind.value,
+                                      1_000 + number, 1_050 + number, shape.attributes(values),
+                                      0, None, (), trace_state)
+
+
+def _spans(spool: Path) -> list[str]:
+    """The span objects of a converted spool's JSON lines, as JSON text."""
+    return [json.dumps(span, separators=(",", ":"))
+            for line in jsonl_path(spool).read_text().splitlines()
+            for span in json.loads(line)["resourceSpans"][0]["scopeSpans"][0]["spans"]]
+
+
+def _normal(span_json: str) -> str:
+    return json.dumps(json.loads(span_json), separators=(",", ":"))
+
+
+def _payload_sizes(spool: Path) -> list[int]:
+    """The payload length of every record of a spool, in order (the PREFIX first)."""
+    data = spool.read_bytes()
+    return [len(payload) for _, payload in fmt.scan_records(data[fmt.HEADER_BYTES:],
+                                                             fmt.HEADER_BYTES).payloads]
+
+
+@pytest.mark.parametrize("mapped", [True, False], ids=["mapped", "pwrite"])
+def test_packed_spans_read_back_as_the_plain_record_of_the_same_span(tmp_path: Path,
+                                                                     mapped: bool) -> None:
+    spool = tmp_path / "driver-1.spool"
+    writer = SpoolWriter(spool, PREFIX, mapped=mapped)
+    shape = _get_shape()
+    spans = [(1, (1, OBJECT, 100)), (2, (3, OBJECT[:4], 0)), (3, (0, b"", (1 << 63) - 1))]
+    for number, values in spans:
+        _record(writer, shape, number, values)
+    assert shape.packer is not None
+    # One SHAPE record, then one fixed-size PACKED record per span.
+    assert writer.statistics().shapes == 1
+    assert _payload_sizes(spool)[2:] == [shape.packer.size] * 3
+    writer.close()
+    result = convert_spool(spool)
+    assert result.spans == 3 and not result.warnings
+    assert _spans(spool) == [_normal(_expected(shape, n, v)) for n, v in spans]
+    # An id goes in as bytes and comes out as the hex an ObjectRef shows.
+    assert json.loads(_spans(spool)[0])["attributes"][1] == {
+        "key": "tracedray.object.id", "value": {"stringValue": OBJECT.hex()}}
+
+
+def test_a_conversion_that_starts_after_the_shape_record_reads_it_there(tmp_path: Path) -> None:
+    spool = tmp_path / "worker-2.spool"
+    writer = SpoolWriter(spool, PREFIX)
+    shape = _get_shape()
+    _record(writer, shape, 1, (1, OBJECT, 10))
+    assert convert_spool(spool).spans == 1  # moves `converted` past the SHAPE record
+    _record(writer, shape, 2, (2, OBJECT, 20))
+    result = convert_spool(spool)
+    assert result.spans == 1 and not result.warnings
+    assert _spans(spool)[1] == _normal(_expected(shape, 2, (2, OBJECT, 20)))
+    writer.close()
+
+
+def test_values_the_packing_does_not_take_fall_back_to_a_shaped_record(tmp_path: Path) -> None:
+    spool = tmp_path / "driver-3.spool"
+    writer = SpoolWriter(spool, PREFIX)
+    shape = _get_shape()
+    odd = [(1, (1, OBJECT, 1 << 64)),  # the last value fails after the others went in
+           (2, (1, OBJECT.hex(), 5)),  # a str where an id goes
+           (3, (None, OBJECT, 5))]
+    for number, values in odd:
+        _record(writer, shape, number, values)
+    _record(writer, shape, 4, (1, OBJECT, 6))  # and the next one packs again
+    _record(writer, shape, 5, (1, OBJECT, 7), trace_state="k=v")  # no tracestate in PACKED
+    sizes = _payload_sizes(spool)
+    assert shape.packer is not None and sizes.count(shape.packer.size) == 1
+    writer.close()
+    result = convert_spool(spool)
+    assert result.spans == 5 and not result.warnings
+    assert _spans(spool) == [
+        _normal(_expected(shape, n, v)) for n, v in [*odd, (4, (1, OBJECT, 6))]] + [
+        _normal(_expected(shape, 5, (1, OBJECT, 7), "k=v"))]
+
+
+def test_a_failed_pack_leaves_no_bytes_past_the_records(tmp_path: Path) -> None:
+    """pack_into writes the fields before the one that fails: they must not outlive it,
+    or a shorter record there later leaves a stray length word past its end."""
+    spool = tmp_path / "driver-4.spool"
+    writer = SpoolWriter(spool, PREFIX)
+    shape = _get_shape()
+    _record(writer, shape, 1, (1, OBJECT, 1))
+    end = fmt.HEADER_BYTES + writer.statistics().bytes
+    before = spool.read_bytes()
+    writer.append_shaped(shape, TRACE, 2, 7, 0, 0, (1, OBJECT, 1 << 64), "")
+    after_fallback = fmt.HEADER_BYTES + writer.statistics().bytes
+    data = spool.read_bytes()
+    assert data[:end] == before[:end]
+    assert data[after_fallback:after_fallback + 256] == bytes(256)
+    writer.close()
+
+
+def test_a_forked_child_writes_its_own_shape_record(tmp_path: Path) -> None:
+    spool = tmp_path / "driver-5.spool"
+    writer = SpoolWriter(spool, PREFIX)
+    shape = _get_shape()
+    _record(writer, shape, 1, (1, OBJECT, 1))
+    pid = run_in_forked_child(lambda: (_record(writer, shape, 2, (2, OBJECT, 2)),
+                                       writer.close()))
+    writer.close()
+    child = tmp_path / f"driver-5.fork-{pid}.spool"
+    assert not convert_spool(child).warnings
+    assert _spans(child) == [_normal(_expected(shape, 2, (2, OBJECT, 2)))]
+    convert_spool(spool)
+    assert _spans(spool) == [_normal(_expected(shape, 1, (1, OBJECT, 1)))]
+
+
+def test_a_packed_record_naming_no_shape_record_is_skipped_with_a_warning(
+        tmp_path: Path) -> None:
+    spool = tmp_path / "driver-6.spool"
+    writer = SpoolWriter(spool, PREFIX)
+    shape = _get_shape()
+    assert shape.packer is not None
+    stray = bytearray(shape.packer.pack(fmt.PACKED_MARK, fmt.HEADER_BYTES + 8, 0, 1, 2, 0, 0, 0,
+                                        1, OBJECT, 1))
+    writer.append(bytes(stray))  # points into the PREFIX record: no SHAPE there
+    _record(writer, shape, 3, (1, OBJECT, 3))
+    writer.close()
+    result = convert_spool(spool)
+    assert result.spans == 1 and len(result.warnings) == 1
+    assert "corrupt record" in result.warnings[0]
+    assert _spans(spool) == [_normal(_expected(shape, 3, (1, OBJECT, 3)))]
+
+
+def test_a_closed_spool_records_nothing_and_counts_no_error(tmp_path: Path) -> None:
+    writer = SpoolWriter(tmp_path / "driver-7.spool", PREFIX)
+    writer.close()
+    _record(writer, _get_shape(), 1, (1, OBJECT, 1))
+    _record(writer, SpanShape("plain", ("n",)), 2, (1,))
+    assert writer.statistics().write_errors == 0
+
+
+def test_packings_must_describe_the_values() -> None:
+    with pytest.raises(ValueError, match="does not describe"):
+        SpanShape("a", ("x", "y"), packing="q")
+    with pytest.raises(ValueError, match="does not describe"):
+        SpanShape("a", ("x",), packing="d")  # only ints and ids
+    with pytest.raises(ValueError, match="does not describe"):
+        SpanShape("a", ("x",), packing="300p")  # a length byte holds 255 at most
+    assert SpanShape("a", ("x",)).packer is None
+    # A constant marshal cannot carry: no blob, so nothing to point a PACKED record at.
+    assert SpanShape("a", ("x",), {"c": object()}, packing="q").packer is None  # type: ignore[dict-item]
+
+
+def test_the_id_packings_hold_whole_ids() -> None:
+    for packing, length in [(ids.TASK_ID_PACKING, ids.TASK_ID_BYTES),
+                            (ids.OBJECT_ID_PACKING, ids.OBJECT_ID_BYTES)]:
+        whole = os.urandom(length)
+        assert struct.unpack("<" + packing, struct.pack("<" + packing, whole)) == (whole,)
+
+
+def test_shape_attributes_show_ids_as_hex() -> None:
+    shape = _get_shape()
+    assert shape.attributes((2, OBJECT, 9)) == {
+        "tracedray.object.count": 2, "tracedray.object.id": OBJECT.hex(),
+        "tracedray.object.size": 9, "tracedray.node.id": "n1"}
