@@ -154,11 +154,25 @@ class SpoolWriter(MappedAppender):
                     mapping, pos = self._map, self._pos
                     assert mapping is not None
                 # Straight into the window, no payload object; the length word, packed
-                # last, commits it as for any record.
+                # last, commits it as for any record. The values are passed one by one:
+                # ``*values`` cost more than the pack itself (~260 ns against ~210).
+                pack, at, high, low = packer.pack_into, pos + 4, trace_id >> 64, trace_id & _LOW_64
+                arity = len(values)
                 try:
-                    packer.pack_into(mapping, pos + 4, _PACKED, shape_at, trace_id >> 64,
-                                     trace_id & _LOW_64, span_id, parent_id, start_ns,
-                                     duration_ns, *values)
+                    if arity == 2:
+                        first, second = values
+                        pack(mapping, at, _PACKED, shape_at, high, low, span_id, parent_id,
+                             start_ns, duration_ns, first, second)
+                    elif arity == 1:
+                        pack(mapping, at, _PACKED, shape_at, high, low, span_id, parent_id,
+                             start_ns, duration_ns, values[0])
+                    elif arity == 3:
+                        first, second, third = values
+                        pack(mapping, at, _PACKED, shape_at, high, low, span_id, parent_id,
+                             start_ns, duration_ns, first, second, third)
+                    else:
+                        pack(mapping, at, _PACKED, shape_at, high, low, span_id, parent_id,
+                             start_ns, duration_ns, *values)
                 except struct.error:
                     # pack_into stops at the value that does not fit, the fields before
                     # it written: clear them, or a shorter record here later would leave

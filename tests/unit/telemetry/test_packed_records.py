@@ -201,3 +201,18 @@ def test_shape_attributes_show_ids_as_hex() -> None:
     assert shape.attributes((2, OBJECT, 9)) == {
         "tracedray.object.count": 2, "tracedray.object.id": OBJECT.hex(),
         "tracedray.object.size": 9, "tracedray.node.id": "n1"}
+
+
+@pytest.mark.parametrize("arity", [1, 2, 3, 4])
+def test_every_number_of_values_packs(tmp_path: Path, arity: int) -> None:
+    """The writer passes one, two and three values by hand and more as ``*values``."""
+    keys = [f"k{n}" for n in range(arity)]
+    shape = SpanShape("s", keys, packing=ids.TASK_ID_PACKING + "q" * (arity - 1))
+    values = (OBJECT[:ids.TASK_ID_BYTES], *range(10, 10 + arity - 1))
+    spool = tmp_path / "driver-8.spool"
+    writer = SpoolWriter(spool, PREFIX)
+    _record(writer, shape, 1, values)
+    assert shape.packer is not None and _payload_sizes(spool)[2:] == [shape.packer.size]
+    writer.close()
+    assert not convert_spool(spool).warnings
+    assert _spans(spool) == [_normal(_expected(shape, 1, values))]
