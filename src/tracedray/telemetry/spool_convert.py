@@ -132,7 +132,7 @@ def _convert_locked(fd: int, path: Path, result: Conversion, *, writable: bool,
     budget = max_bytes if writable else 1 << 62
     decode, encode = fmt.decode_payload, fmt.span_json
     prefix_tag, batch_tag, shape_tag = fmt.PREFIX, fmt.SPANS, fmt.SHAPE
-    packed_mark = fmt.PACKED_MARK
+    packed_mark, packed_json = fmt.PACKED_MARK, fmt.packed_span_json
     shapes: dict[int, fmt.PackedShape] = {}  # SHAPE records met, by offset
     for scan in _scans(fd, start, budget, result):
         for offset, payload in scan.payloads:
@@ -142,9 +142,9 @@ def _convert_locked(fd: int, path: Path, result: Conversion, *, writable: bool,
                     shape = shapes.get(shape_at)
                     if shape is None:  # written before this conversion's start
                         shape = shapes[shape_at] = _shape_record(fd, shape_at)
-                    fields = fmt.decode_packed(payload, shape)
-                else:
-                    fields = decode(payload)
+                    spans.append(packed_json(payload, shape))
+                    continue
+                fields = decode(payload)
             except (ValueError, EOFError, TypeError, IndexError) as exc:
                 result.warnings.append(
                     f"{path}: skipped a corrupt record at byte {offset}: {exc}")

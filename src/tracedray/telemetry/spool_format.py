@@ -173,16 +173,16 @@ def packed_shape_offset(payload: bytes | memoryview) -> int:
     return offset
 
 
-def decode_packed(payload: bytes | memoryview, shape: PackedShape) -> tuple[Any, ...]:
-    """The SHAPED record a PACKED payload stands for; ValueError when it does not fit
-    ``shape``."""
+def packed_span_json(payload: bytes | memoryview, shape: PackedShape) -> str:
+    """The OTLP JSON of a PACKED record: that of the SHAPED record it stands for, made
+    without building that record. ValueError when it does not fit ``shape``."""
     try:
         (_, _, trace_high, trace_low, span_id, parent_id, start_ns, duration_ns,
          *values) = shape.unpack(payload)
     except struct.error as exc:
         raise ValueError(f"a PACKED record that does not fit its shape: {exc}") from None
-    return (SHAPED, shape.blob, trace_high << 64 | trace_low, span_id, parent_id, start_ns,
-            duration_ns, tuple(values), "")
+    return shaped_span_json(shape.blob, trace_high << 64 | trace_low, span_id, parent_id,
+                            start_ns, duration_ns, values)
 
 
 @dataclass(frozen=True)
