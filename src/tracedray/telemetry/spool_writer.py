@@ -95,34 +95,34 @@ class SpoolWriter(MappedAppender):
             os.close(fd)
             raise
 
-    def append(self, payload: bytes) -> None:
-        # acquire/release rather than ``with``: this runs for every span that is not
-        # PACKED, and saves ~0.7k instructions.
+    def append(self, payload: bytes) -> int:
+        """Append one record; returns its offset in the file."""
+        length = len(payload)
+        size = (length + _PADDED) & _ALIGN_MASK  # fmt.record_size, inline: hot path
+        # acquire/release rather than ``with``, and the length packed in place: this runs
+        # for every span that is not PACKED, and each saves ~0.7k instructions.
         lock = self._lock
         lock.acquire()
         try:
-            self._append_locked(payload)
+            # Room for the record and the zero length word that ends the data.
+            if self._map is None or self._pos + size + 4 > self._size:
+                if self._fd is None:
+                    raise OSError(f"{self._path} is closed")
+                if not self._room_mapped(size + 4):
+                    end = self._end
+                    self._append_written(payload)
+                    self._records += 1
+                    return end
+            mapping, pos = self._map, self._pos
+            assert mapping is not None
+            start = pos + 4
+            mapping[start:start + length] = payload
+            _pack_length_into(mapping, pos, length)  # last: commits the record
+            self._pos = pos + size
+            self._records += 1
+            return self._base + pos
         finally:
             lock.release()
-
-    def _append_locked(self, payload: bytes) -> None:
-        length = len(payload)
-        size = (length + _PADDED) & _ALIGN_MASK  # fmt.record_size, inline: hot path
-        # Room for the record and the zero length word that ends the data.
-        if self._map is None or self._pos + size + 4 > self._size:
-            if self._fd is None:
-                raise OSError(f"{self._path} is closed")
-            if not self._room_mapped(size + 4):
-                self._append_written(payload)
-                self._records += 1
-                return
-        mapping, pos = self._map, self._pos
-        assert mapping is not None
-        start = pos + 4
-        mapping[start:start + length] = payload
-        _pack_length_into(mapping, pos, length)  # last: commits the record (packed in place)
-        self._pos = pos + size
-        self._records += 1
 
     def append_shaped(self, shape: SpanShape, trace_id: int, span_id: int, parent_id: int,
                       start_ns: int, duration_ns: int, values: tuple[Any, ...],
@@ -134,62 +134,65 @@ class SpoolWriter(MappedAppender):
         after :meth:`close` nothing is recorded."""
         packer = shape.packer
         if packer is not None and not trace_state:
-            lock = self._lock
-            lock.acquire()
             try:
                 shape_at = self._shape_offsets.get(shape)
                 if shape_at is None:
                     shape_at = self._define(shape)
-                size = shape.packed_size
-                mapping, pos = self._map, self._pos
-                if mapping is None or pos + size + 4 > self._size:
-                    if self._fd is None:
-                        return  # closed
-                    if not self._room_mapped(size + 4):
-                        self._append_written(packer.pack(
-                            _PACKED, shape_at, trace_id >> 64, trace_id & _LOW_64, span_id,
-                            parent_id, start_ns, duration_ns, *values))
-                        self._records += 1
-                        return
-                    mapping, pos = self._map, self._pos
-                    assert mapping is not None
-                # Straight into the window, no payload object; the length word, packed
-                # last, commits it as for any record. The values are passed one by one:
-                # ``*values`` cost more than the pack itself (~260 ns against ~210).
-                pack, at, high, low = packer.pack_into, pos + 4, trace_id >> 64, trace_id & _LOW_64
-                arity = len(values)
+                high, low = trace_id >> 64, trace_id & _LOW_64
+                lock = self._lock
+                lock.acquire()
                 try:
-                    if arity == 2:
-                        first, second = values
-                        pack(mapping, at, _PACKED, shape_at, high, low, span_id, parent_id,
-                             start_ns, duration_ns, first, second)
-                    elif arity == 1:
-                        pack(mapping, at, _PACKED, shape_at, high, low, span_id, parent_id,
-                             start_ns, duration_ns, values[0])
-                    elif arity == 3:
-                        first, second, third = values
-                        pack(mapping, at, _PACKED, shape_at, high, low, span_id, parent_id,
-                             start_ns, duration_ns, first, second, third)
-                    else:
-                        pack(mapping, at, _PACKED, shape_at, high, low, span_id, parent_id,
-                             start_ns, duration_ns, *values)
-                except struct.error:
-                    # pack_into stops at the value that does not fit, the fields before
-                    # it written: clear them, or a shorter record here later would leave
-                    # bytes past its end that a reader takes for the next length word.
-                    mapping[pos + 4:pos + 4 + packer.size] = bytes(packer.size)
-                else:
+                    size = shape.packed_size
+                    mapping, pos = self._map, self._pos
+                    if mapping is None or pos + size + 4 > self._size:
+                        if self._fd is None:
+                            return  # closed
+                        if not self._room_mapped(size + 4):
+                            self._append_written(packer.pack(
+                                _PACKED, shape_at, high, low, span_id, parent_id, start_ns,
+                                duration_ns, *values))
+                            self._records += 1
+                            return
+                        mapping, pos = self._map, self._pos
+                        assert mapping is not None
+                    # Straight into the window, no payload object; the length word,
+                    # packed last, commits it as for any record. The values are passed
+                    # one by one: ``*values`` cost more than the pack (~260 ns to ~210).
+                    pack, at, arity = packer.pack_into, pos + 4, len(values)
+                    try:
+                        if arity == 2:
+                            first, second = values
+                            pack(mapping, at, _PACKED, shape_at, high, low, span_id, parent_id,
+                                 start_ns, duration_ns, first, second)
+                        elif arity == 1:
+                            pack(mapping, at, _PACKED, shape_at, high, low, span_id, parent_id,
+                                 start_ns, duration_ns, values[0])
+                        elif arity == 3:
+                            first, second, third = values
+                            pack(mapping, at, _PACKED, shape_at, high, low, span_id, parent_id,
+                                 start_ns, duration_ns, first, second, third)
+                        else:
+                            pack(mapping, at, _PACKED, shape_at, high, low, span_id, parent_id,
+                                 start_ns, duration_ns, *values)
+                    except struct.error:
+                        # pack_into stops at the value that does not fit, the fields
+                        # before it written: clear them, or a shorter record here later
+                        # would leave bytes past its end that a reader takes for the next
+                        # length word.
+                        mapping[at:at + packer.size] = bytes(packer.size)
+                        raise
                     _pack_length_into(mapping, pos, packer.size)
                     self._pos = pos + size
                     self._records += 1
                     return
+                finally:
+                    lock.release()
+            except struct.error:
+                pass  # a value the packing does not take: a SHAPED record, below
             except Exception as exc:  # a full disk must never reach user code
                 if self._fd is not None:  # after close(): nothing to record
                     self._count_error(exc)
                 return
-            finally:
-                lock.release()
-        # A SHAPED record: no packing, a value it does not take, or a tracestate.
         fields = (fmt.SHAPED, shape.blob, trace_id, span_id, parent_id, start_ns, duration_ns,
                   values, trace_state)
         try:
@@ -207,13 +210,13 @@ class SpoolWriter(MappedAppender):
         self._last_error = f"{type(exc).__name__}: {exc}"
 
     def _define(self, shape: SpanShape) -> int:
-        """Append ``shape``'s SHAPE record (the lock held); returns its offset."""
+        """Append ``shape``'s SHAPE record; returns its offset. Two threads may both
+        append one for a new shape: either serves."""
         assert shape.blob is not None and shape.packing is not None
+        offset = self.append(fmt.shape_payload(shape.blob, shape.packing))
         offsets = self._shape_offsets
         if len(offsets) >= MAX_SHAPE_OFFSETS:
             offsets.clear()
-        offset = self._data_end()  # records are contiguous: it goes where the data ends
-        self._append_locked(fmt.shape_payload(shape.blob, shape.packing))
         offsets[shape] = offset
         self._shapes += 1
         return offset

@@ -99,9 +99,11 @@ def test_a_conversion_that_starts_after_the_shape_record_reads_it_there(tmp_path
     writer.close()
 
 
-def test_values_the_packing_does_not_take_fall_back_to_a_shaped_record(tmp_path: Path) -> None:
+@pytest.mark.parametrize("mapped", [True, False], ids=["mapped", "pwrite"])
+def test_values_the_packing_does_not_take_fall_back_to_a_shaped_record(tmp_path: Path,
+                                                                       mapped: bool) -> None:
     spool = tmp_path / "driver-3.spool"
-    writer = SpoolWriter(spool, PREFIX)
+    writer = SpoolWriter(spool, PREFIX, mapped=mapped)
     shape = _get_shape()
     odd = [(1, (1, OBJECT, 1 << 64)),  # the last value fails after the others went in
            (2, (1, OBJECT.hex(), 5)),  # a str where an id goes
