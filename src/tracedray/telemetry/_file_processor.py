@@ -23,11 +23,10 @@ from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 from tracedray.telemetry import spool_format
 from tracedray.telemetry.otlp_json import span_object_json
 from tracedray.telemetry.spool_convert import convert_spool
-from tracedray.telemetry.spool_writer import ONE_RECORD_FORMAT, SpoolStatistics, SpoolWriter
+from tracedray.telemetry.spool_writer import SpoolStatistics, SpoolWriter
 
 _dumps: Any = marshal.dumps  # typed loosely: marshal's stub rejects tuples holding Any
-# A batch keeps marshal's default format, whose references write the attribute keys
-# its spans share once; one span's record does not (ONE_RECORD_FORMAT).
+# A batch keeps marshal's default format (spool_format.ONE_RECORD_FORMAT says why).
 
 
 @dataclass(frozen=True)
@@ -81,11 +80,7 @@ class SpanFileWriter(SpanProcessor):
         if spool is None:
             return
         try:
-            try:
-                payload = _dumps(fields, ONE_RECORD_FORMAT)
-            except ValueError:  # an attribute value of a type marshal does not know
-                payload = spool_format.line_payload(spool_format.span_json(fields))
-            spool.append(payload)
+            spool.append(spool_format.record_payload(fields))
         except Exception as exc:  # a full disk or an odd value must never reach user code
             self._count_error(exc)
 

@@ -14,7 +14,6 @@ part reads as zeros, which is "no record yet" to a reader.
 from __future__ import annotations
 
 import contextlib
-import marshal
 import os
 import struct
 from dataclasses import dataclass
@@ -45,11 +44,6 @@ assert fmt.LENGTH.size == 4
 _PACKED = fmt.PACKED_MARK
 _LOW_64 = (1 << 64) - 1
 MAX_SHAPE_OFFSETS = 4096  # forgotten beyond that: a shape met again is written again
-_dumps: Any = marshal.dumps  # typed loosely: marshal's stub rejects tuples holding Any
-# One span's record is marshalled in format 2: without the table of shared objects
-# that formats 3+ build and free on every call (~8% of the call for a record this
-# small, which shares almost nothing).
-ONE_RECORD_FORMAT = 2
 
 
 class SpoolWriter(MappedAppender):
@@ -196,11 +190,7 @@ class SpoolWriter(MappedAppender):
         fields = (fmt.SHAPED, shape.blob, trace_id, span_id, parent_id, start_ns, duration_ns,
                   values, trace_state)
         try:
-            try:
-                payload = _dumps(fields, ONE_RECORD_FORMAT)
-            except ValueError:  # a value of a type marshal does not know
-                payload = fmt.line_payload(fmt.span_json(fields))
-            self.append(payload)
+            self.append(fmt.record_payload(fields))
         except Exception as exc:
             if self._fd is not None:  # after close(): nothing to record
                 self._count_error(exc)
