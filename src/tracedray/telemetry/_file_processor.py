@@ -97,10 +97,7 @@ class SpanFileWriter(SpanProcessor):
             for fields in records:
                 self.append_fields(fields)
             return
-        try:
-            spool.append(payload)
-        except Exception as exc:  # a full disk must never reach user code
-            self._count_error(exc)
+        self._append(payload)
 
     def _append(self, payload: bytes) -> None:
         spool = self._spool

@@ -53,7 +53,8 @@ MAX_SHAPES = 1024  # per ShapeCache: call sites, functions and leases are few; b
 # its SHAPE record, the trace id's high and low 64 bits, span id, parent span id,
 # start, duration.
 PACKED_HEAD = "<BQQQQQqq"
-_PACKING = re.compile(r"(?:q|[1-9][0-9]{0,2}p)*")  # the codes a packing may use
+_CODE = r"q|[1-9][0-9]{0,2}p"  # a value's code in a packing: an int, or an id's field
+_PACKING = re.compile(f"(?:{_CODE})*")
 
 
 class SpanShape:
@@ -110,7 +111,7 @@ class SpanShape:
 
 def packing_codes(packing: str) -> list[str]:
     """The struct code of each value in a packing: ``"q17p"`` -> ``["q", "17p"]``."""
-    return re.findall(r"q|[0-9]+p", packing)
+    return re.findall(_CODE, packing)
 
 
 def decode_blob(blob: bytes) -> tuple[str, int, tuple[tuple[str, Any], ...], tuple[str, ...]]:

@@ -25,6 +25,7 @@ from tracedray.telemetry.spool_writer import SpoolWriter
 PREFIX = '{"resourceSpans":[{"resource":{"attributes":[]},"scopeSpans":[{"scope":{},"spans":['
 TRACE = 0x0123456789ABCDEF_FEDCBA9876543210  # both halves matter
 OBJECT = bytes(range(1, ids.OBJECT_ID_BYTES + 1))
+BOTH_MODES = pytest.mark.parametrize("mapped", [True, False], ids=["mapped", "pwrite"])
 
 
 def _get_shape() -> SpanShape:
@@ -64,7 +65,7 @@ def _payload_sizes(spool: Path) -> list[int]:
                                                              fmt.HEADER_BYTES).payloads]
 
 
-@pytest.mark.parametrize("mapped", [True, False], ids=["mapped", "pwrite"])
+@BOTH_MODES
 def test_packed_spans_read_back_as_the_plain_record_of_the_same_span(tmp_path: Path,
                                                                      mapped: bool) -> None:
     spool = tmp_path / "driver-1.spool"
@@ -99,7 +100,7 @@ def test_a_conversion_that_starts_after_the_shape_record_reads_it_there(tmp_path
     writer.close()
 
 
-@pytest.mark.parametrize("mapped", [True, False], ids=["mapped", "pwrite"])
+@BOTH_MODES
 def test_values_the_packing_does_not_take_fall_back_to_a_shaped_record(tmp_path: Path,
                                                                        mapped: bool) -> None:
     spool = tmp_path / "driver-3.spool"
