@@ -9,9 +9,11 @@ small changes to the hot paths can be compared here before they are confirmed in
 
 Printed:
 - instructions per span on the hot paths, in a tight loop in one process with telemetry
-  configured (``task.submit``: open, stamp a task spec, end, with a span shape as the
-  runtime records it and with an attribute dict; a ``task.dispatch`` span of a lease's
-  shape ended in a batch of 10; ``record_span``, as object.put/get record theirs);
+  configured (``task.submit``: open, stamp a task spec, end, with a span shape and
+  the task id as bytes as the runtime records it (a PACKED record), and with an
+  attribute dict; a ``task.dispatch`` span of a lease's shape ended in a batch of 2,
+  about what a burst's results come back in, and of 10; ``record_span``, as
+  object.put/get record theirs);
 - a driver's instructions per empty task (5,000 submitted, then gotten) on a live
   cluster with telemetry on and off; only the driver runs under valgrind (the cluster
   runs normally), so this is the share of the workload's bottleneck that telemetry
@@ -38,7 +40,7 @@ import tempfile
 MICRO = r"""
 import os, pathlib, sys, tempfile
 from tracedray import telemetry
-from tracedray.core import trace_context
+from tracedray.core import ids, trace_context
 from tracedray.v1 import common_pb2
 telemetry.configure("driver", session_dir=pathlib.Path(tempfile.mkdtemp()))
 which, n = sys.argv[1], int(sys.argv[2])
@@ -48,16 +50,18 @@ attributes = {"tracedray.task.id": "ab" * 12, "tracedray.task.function": "empty"
 submit_shapes = telemetry.ShapeCache(
     "task.submit", ("tracedray.task.id",),
     ("tracedray.task.function", "tracedray.task.kind", "tracedray.task.call_site",
-     "tracedray.job.id", "tracedray.task.max_retries"))
+     "tracedray.job.id", "tracedray.task.max_retries"), packing=ids.TASK_ID_PACKING)
 lease_shape = telemetry.SpanShape(
     "task.dispatch", ("tracedray.task.id", "tracedray.task.attempt"),
     {"tracedray.node.id": "ab" * 14, "tracedray.node.ip": "127.0.0.1",
      "tracedray.worker.id": "cd" * 14, "tracedray.worker.pid": 4242,
-     "tracedray.lease.id": "ef" * 8, "tracedray.scheduling.reason": "reused lease"})
+     "tracedray.lease.id": "ef" * 8, "tracedray.scheduling.reason": "reused lease"},
+    packing=ids.TASK_ID_PACKING + "q")
+task_id = ids.new_task_id()  # ids go into shaped spans as bytes, as the runtime passes them
 if which == "task.submit (shape, as the runtime)":
     for _ in range(n):
         span = telemetry.open_shaped_span(
-            submit_shapes.get(("empty", "normal", "bench.py:3", "0100", 3)), ("ab" * 12,))
+            submit_shapes.get(("empty", "normal", "bench.py:3", "0100", 3)), (task_id,))
         trace_context.stamp(common_pb2.TaskSpec(), span)
         telemetry.finish_span(span)
 elif which == "task.submit (attribute dict)":
@@ -65,12 +69,13 @@ elif which == "task.submit (attribute dict)":
         span = telemetry.open_span("task.submit", dict(attributes))
         trace_context.stamp(common_pb2.TaskSpec(), span)
         telemetry.finish_span(span)
-elif which == "task.dispatch (shape, batch of 10)":
+elif which.startswith("task.dispatch (shape, batch of "):
+    batch = int(which.rstrip(")").rsplit(" ", 1)[1])
     parent = telemetry.open_span("task.submit", {})  # a PendingSpan, as the runtime's
-    for _ in range(n // 10):
+    for _ in range(n // batch):
         telemetry.finish_spans([
-            telemetry.pending_shaped_span(lease_shape, ("ab" * 12, 0), parent=parent)
-            for _ in range(10)])
+            telemetry.pending_shaped_span(lease_shape, (task_id, 0), parent=parent)
+            for _ in range(batch)])
 elif which == "record_span":
     for _ in range(n):
         telemetry.record_span("object.put", dict(attributes), start_ns=1)
@@ -130,7 +135,8 @@ def main() -> None:
             env.pop(key, None)
         print(f"{'hot path (tight loop)':40s} {'instructions/op':>16s}")
         for which in ("baseline (attributes + spec)", "task.submit (shape, as the runtime)",
-                      "task.submit (attribute dict)", "task.dispatch (shape, batch of 10)",
+                      "task.submit (attribute dict)", "task.dispatch (shape, batch of 2)",
+                      "task.dispatch (shape, batch of 10)",
                       "record_span"):
             count = per_op(MICRO, [which], 1_000, 1_000 + args.ops, env)
             print(f"{which:40s} {count:16,.0f}", flush=True)

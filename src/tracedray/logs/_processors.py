@@ -103,6 +103,8 @@ def add_task_context(_: Any, __: str, event_dict: dict[str, Any]) -> dict[str, A
 
 
 def add_trace_ids(_: Any, __: str, event_dict: dict[str, Any]) -> dict[str, Any]:
+    if "span_id" in event_dict and "trace_id" in event_dict:
+        return event_dict  # given by the caller (a task's submission line): they win
     ids = current_trace_ids()
     if ids is not None:
         event_dict.setdefault("trace_id", ids[0])

@@ -31,6 +31,7 @@ from tracedray.telemetry._record import (
     LightSpan,
     PendingSpan,
     attach_span,
+    current_span,
     detach_span,
     end_pending_spans,
     open_light_span,
@@ -317,7 +318,7 @@ def current_trace_ids() -> tuple[str, str] | None:
     Any valid current span counts, including a sampled-out one: its ids still
     join a log line to the trace of the call that produced it.
     """
-    current = trace.get_current_span()
+    current = current_span()  # read as trace.get_current_span() does, four frames fewer
     if type(current) is LightSpan:  # a frame less for the log lines inside our spans
         return current.hex_ids()
     return hex_ids(current)

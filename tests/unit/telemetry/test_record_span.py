@@ -313,7 +313,7 @@ def test_pending_spans_that_end_together_are_one_record_and_every_span(
     assert {s.attributes.get("odd") for s in spans if s.attributes["n"] >= 10} == {"odd-value"}
 
 
-def test_the_current_span_shortcut_reads_what_the_api_reads(tmp_path: Path) -> None:
+def test_the_current_span_shortcuts_read_what_the_api_reads(tmp_path: Path) -> None:
     import threading
 
     from opentelemetry import context as context_api
@@ -321,29 +321,53 @@ def test_the_current_span_shortcut_reads_what_the_api_reads(tmp_path: Path) -> N
 
     from tracedray.telemetry import _record
 
-    reader = _record.current_span_context
-    assert reader is not _record._api_current_span_context  # the shortcut is in use here
+    reader, span_reader = _record.current_span_context, _record.current_span
+    # The shortcuts are in use here.
+    assert reader is not _record._api_current_span_context
+    assert span_reader is not trace.get_current_span
 
     def api() -> object:
         return trace.get_current_span().get_span_context()
 
     telemetry.configure("driver", session_dir=tmp_path)
     assert reader() is api() is trace.INVALID_SPAN_CONTEXT
+    assert span_reader() is trace.get_current_span() is trace.INVALID_SPAN
     with telemetry.span("outer") as outer:
         assert reader() is api() is outer.get_span_context()
+        assert span_reader() is trace.get_current_span() is outer
         with telemetry.span("inner") as inner:
             assert reader() is inner.get_span_context()
+            assert span_reader() is inner
         seen_in_thread: list[object] = []
-        thread = threading.Thread(target=lambda: seen_in_thread.append(reader()))
+        thread = threading.Thread(target=lambda: seen_in_thread.extend((reader(),
+                                                                        span_reader())))
         thread.start()
         thread.join()
-        assert seen_in_thread == [trace.INVALID_SPAN_CONTEXT]  # contexts are per thread
+        # Contexts are per thread.
+        assert seen_in_thread == [trace.INVALID_SPAN_CONTEXT, trace.INVALID_SPAN]
     # Something that is not a span under the span key: invalid, as the API says.
     token = context_api.attach(context_api.set_value(trace.propagation._SPAN_KEY, "junk"))
     try:
         assert reader() is api() is trace.INVALID_SPAN_CONTEXT
+        assert span_reader() is trace.get_current_span() is trace.INVALID_SPAN
     finally:
         context_api.detach(token)
+
+
+def test_a_log_line_that_names_its_trace_ids_keeps_them(tmp_path: Path) -> None:
+    from tracedray.logs._processors import add_trace_ids
+
+    telemetry.configure("driver", session_dir=tmp_path)
+    with telemetry.span("task.execute") as span:
+        own = ("%032x" % span.get_span_context().trace_id,  # noqa: UP031
+               "%016x" % span.get_span_context().span_id)  # noqa: UP031
+        given = add_trace_ids(None, "info", {"trace_id": "1" * 32, "span_id": "2" * 16})
+        assert (given["trace_id"], given["span_id"]) == ("1" * 32, "2" * 16)
+        # Half given: the current span's id fills in the other half.
+        half = add_trace_ids(None, "info", {"trace_id": "1" * 32})
+        assert (half["trace_id"], half["span_id"]) == ("1" * 32, own[1])
+        assert add_trace_ids(None, "info", {})["span_id"] == own[1]
+    assert "trace_id" not in add_trace_ids(None, "info", {})
 
 
 def test_ids_are_drawn_as_the_sdk_draws_them_or_from_a_custom_generator(
