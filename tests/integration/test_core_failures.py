@@ -77,6 +77,22 @@ def loop_until_cancelled(log: str) -> str:
     return "finished"
 
 
+@tracedray.remote(max_retries=0)
+def swallow_exceptions_until_cancelled(log: str, seen: str) -> str:
+    _attempt(log)
+    deadline = time.monotonic() + 120
+    try:
+        while time.monotonic() < deadline:
+            try:  # noqa: SIM105 -- spelled out: it is what user code does
+                time.sleep(0.01)
+            except Exception:  # what many libraries do; a cancel must get through it
+                pass
+    except KeyboardInterrupt:  # as in Ray: the cancel arrives as one
+        Path(seen).write_text("interrupted")
+        raise
+    return "finished"
+
+
 @tracedray.remote
 def quick(value: Any) -> Any:
     return value
@@ -174,6 +190,28 @@ def test_cancel_running_task(shared_ray: Any, tmp_path: Path) -> None:
     # a cooperative cancel leaves the worker alive and usable
     os.kill(pid, 0)
     assert ray.get(quick.remote("after"), timeout=30) == "after"
+
+
+def test_cancel_gets_through_a_task_that_catches_exception(shared_ray: Any,
+                                                          tmp_path: Path) -> None:
+    # The cancel is raised in the task as a KeyboardInterrupt (Ray's behaviour), not as
+    # an Exception that the task's own ``except Exception`` (or a library's, or a
+    # telemetry guard's) would swallow while the task runs on.
+    ray = shared_ray
+    log, seen = tmp_path / "swallowing", tmp_path / "seen"
+    ref = swallow_exceptions_until_cancelled.remote(str(log), str(seen))
+    (pid,) = _wait_for_lines(log, 1)
+    ray.cancel(ref)
+    try:
+        with pytest.raises(exceptions.TaskCancelledError):
+            ray.get(ref, timeout=30)
+    except BaseException:
+        ray.cancel(ref, force=True)  # free the CPU for the other tests
+        raise
+    assert seen.read_text() == "interrupted"
+    # the worker lives on, and its next tasks run normally (no interrupt left pending)
+    os.kill(pid, 0)
+    assert ray.get([quick.remote(i) for i in range(20)], timeout=60) == list(range(20))
 
 
 def test_force_cancel_kills_the_worker(shared_ray: Any, tmp_path: Path) -> None:

@@ -3,6 +3,8 @@ only, and builds its SpanContext, its parent's, and its event and link lists whe
 
 from __future__ import annotations
 
+import threading
+import time
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -163,3 +165,49 @@ def test_activation_never_raises() -> None:
     telemetry.detach_span(token)
     telemetry.detach_span(token)  # used twice: ignored
     assert trace.get_current_span() is trace.INVALID_SPAN
+
+
+
+class _SlowFirstRead(_record.LightSpan):
+    """A LightSpan whose event and link lists take 2 ms to read while they are not made
+    yet: every racing thread reads "none yet" before any makes one, each time."""
+
+    __slots__ = ()
+
+    def _slow(slot: Any) -> property:  # type: ignore[misc]
+        def read(self: Any) -> Any:
+            value = slot.__get__(self)
+            if value is None:
+                time.sleep(0.002)
+            return value
+
+        return property(read, slot.__set__)
+
+    _events = _slow(_record.LightSpan._events)  # type: ignore[assignment]
+    _links = _slow(_record.LightSpan._links)  # type: ignore[assignment]
+
+
+def test_first_events_and_links_from_racing_threads_are_all_kept(tmp_path: Path) -> None:
+    # A span's event and link lists are made by the first one: threads adding their
+    # first items at once must not each make a list and leave only the last one's item.
+    telemetry.configure("worker", session_dir=tmp_path)
+    link = SpanContext(TRACE_ID, PARENT_ID, True, TraceFlags(1), TraceState())
+    racers = 4
+    for _ in range(5):
+        span = _span(_spec())
+        span.__class__ = _SlowFirstRead
+        start = threading.Barrier(racers)
+
+        def add(index: int, span: Any = span, start: threading.Barrier = start) -> None:
+            start.wait()
+            span.add_event(f"event {index}")
+            span.add_link(link, {"index": index})
+
+        threads = [threading.Thread(target=add, args=(i,)) for i in range(racers)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert sorted(name for name, _, _ in span._events) == [f"event {i}"
+                                                               for i in range(racers)]
+        assert sorted(added.attributes["index"] for added in span._links) == list(range(racers))

@@ -9,6 +9,7 @@ behind it back to their caller (they might be what it is waiting for).
 from __future__ import annotations
 
 import collections
+import contextvars
 import ctypes
 import os
 import threading
@@ -33,6 +34,18 @@ if TYPE_CHECKING:
 log = logs.get_logger(__name__)
 Respond = Callable[[common_pb2.TaskResult], None]
 MAX_EARLY_CANCELS = 10_000
+
+
+class TaskInterrupt(KeyboardInterrupt):
+    """What a cooperative ``cancel`` raises inside a running task.
+
+    A KeyboardInterrupt, as Ray raises, rather than an Exception: the ``except
+    Exception`` of user code, of libraries and of telemetry's own guards ("never break
+    the caller") would otherwise swallow the cancel and let the task run on. The
+    caller's ``get`` raises TaskCancelledError, as in Ray.
+    """
+
+
 # task.execute: what a worker's runs of one function share, recorded once (span_shape.py).
 _EXECUTE_SHAPES = telemetry.ShapeCache(
     "task.execute", (A.TASK_ID, A.TASK_ATTEMPT),
@@ -63,6 +76,7 @@ class TaskExecutor:
         self.actor_instance: Any = None
         self.actor_id: bytes = b""
         self._running: dict[bytes, int] = {}  # task id -> thread ident
+        self._interrupted: set[bytes] = set()  # running tasks a TaskInterrupt was sent to
         self._cancelled_early: set[bytes] = set()
         self._actor_lock = threading.Lock()  # a single-threaded actor runs one call at a time
         self._executed = self._failed = self._requeued = 0
@@ -96,7 +110,10 @@ class TaskExecutor:
                 while not self._queue:
                     self._cond.wait()
                 spec, respond = self._queue.popleft()
-            self._run_and_respond(spec, respond)
+            # Each normal task in a copy of this thread's context: what it leaves set
+            # there (a cancel's interrupt between a ContextVar's set and its reset: the
+            # current span, the log lines' task fields) goes with it, not into the next.
+            contextvars.copy_context().run(self._run_and_respond, spec, respond)
 
     def on_blocked(self) -> None:
         """The running task waits in get(): give unstarted normal tasks back to their callers."""
@@ -124,6 +141,8 @@ class TaskExecutor:
     def _run_and_respond(self, spec: common_pb2.TaskSpec, respond: Respond) -> None:
         try:
             result = self.run(spec)
+        except TaskInterrupt:  # a cancel delivered while run() handled another error
+            result = _cancelled_result(spec)
         except BaseException as exc:  # noqa: BLE001 - a bug here must still answer the caller
             log.error("task.executor_bug", task_id=spec.task_id.hex(), error=repr(exc))
             result = common_pb2.TaskResult(task_id=spec.task_id, attempt=spec.attempt,
@@ -152,10 +171,12 @@ class TaskExecutor:
         worker.flight_recorder.record({"task_id": task_hex, "attempt": spec.attempt,
                                        "function": name, "trace": parent_fields,
                                        "started_at": time.time()})
-        self._running[spec.task_id] = threading.get_ident()
-        worker.task_events.record(spec, "RUNNING", node_id=worker.node_id,
-                                  worker_id=worker.worker_id, worker_pid=os.getpid())
         try:
+            # First in the ``try``: from here a cancel may interrupt the task, and the
+            # ``finally`` ends that (_stop_interrupts).
+            self._running[spec.task_id] = threading.get_ident()
+            worker.task_events.record(spec, "RUNNING", node_id=worker.node_id,
+                                      worker_id=worker.worker_id, worker_pid=os.getpid())
             # The span is current while the task runs: attach/detach rather than
             # ``with telemetry.activate(span)``, whose object and two methods cost ~4k
             # instructions a task.
@@ -179,6 +200,8 @@ class TaskExecutor:
                                       worker_id=worker.worker_id, worker_pid=os.getpid())
         except BaseException as exc:  # noqa: BLE001 - user code may raise anything
             self._failed += 1
+            if isinstance(exc, TaskInterrupt):
+                exc = TaskCancelledError(task_hex)
             cancelled = isinstance(exc, TaskCancelledError)
             error = exc if cancelled else self._task_error(spec, exc)
             telemetry.record_error(span, exc, getattr(error, "traceback_str", None))
@@ -197,11 +220,25 @@ class TaskExecutor:
                                       error_type=type(exc).__qualname__,
                                       error_message=str(exc)[:2000])
         finally:
+            try:
+                self._stop_interrupts(spec.task_id)
+            except TaskInterrupt:  # sent as the task ended, delivered here: it is over
+                self._stop_interrupts(spec.task_id)
             worker.current_task = None
-            self._running.pop(spec.task_id, None)
             worker.flight_recorder.clear()
             span.end()
         return result
+
+    def _stop_interrupts(self, task_id: bytes) -> None:
+        """The task is over: no cancel may interrupt this thread for it from now on,
+        and one sent but not yet delivered is withdrawn (it would land in the next
+        task, or end the executor's loop)."""
+        with self._cond:
+            self._running.pop(task_id, None)
+            if task_id in self._interrupted:
+                self._interrupted.discard(task_id)
+                ctypes.pythonapi.PyThreadState_SetAsyncExc(
+                    ctypes.c_ulong(threading.get_ident()), None)
 
     def _execute(self, spec: common_pb2.TaskSpec) -> list[Any]:
         worker = self._worker
@@ -265,11 +302,18 @@ class TaskExecutor:
                 if len(self._cancelled_early) < MAX_EARLY_CANCELS:
                     self._cancelled_early.add(task_id)
                 return False
-        if force:
-            self._worker.exit_soon("force-cancelled", code=1)
-            return True
-        ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread_ident),
-                                                   ctypes.py_object(TaskCancelledError))
+            if not force:
+                # Only the executor's thread, which runs normal tasks, is interrupted (as
+                # in Ray, a running actor call is not), once per task, and under the lock
+                # the task's end takes: never after its end (see _stop_interrupts).
+                if thread_ident != self._thread.ident:
+                    return False
+                if task_id not in self._interrupted:
+                    self._interrupted.add(task_id)
+                    ctypes.pythonapi.PyThreadState_SetAsyncExc(
+                        ctypes.c_ulong(thread_ident), ctypes.py_object(TaskInterrupt))
+                return True
+        self._worker.exit_soon("force-cancelled", code=1)
         return True
 
     def statistics(self) -> ExecutorStatistics:
