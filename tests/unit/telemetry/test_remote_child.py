@@ -185,6 +185,7 @@ class _SlowFirstRead(_record.LightSpan):
 
     _events = _slow(_record.LightSpan._events)  # type: ignore[assignment]
     _links = _slow(_record.LightSpan._links)  # type: ignore[assignment]
+    del _slow
 
 
 def test_first_events_and_links_from_racing_threads_are_all_kept(tmp_path: Path) -> None:
