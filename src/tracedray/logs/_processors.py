@@ -89,7 +89,7 @@ def _process_defaults() -> Mapping[str, Any]:
 
 
 # This process's pid, renewed in a forked child (which may log before it reconfigures):
-# os.getpid() is a system call, which cost every line ~1 µs on a busy VM.
+# os.getpid() is a system call (~0.25 µs on this VM, ~15 times a dict lookup) per line.
 _pid = os.getpid()
 
 
