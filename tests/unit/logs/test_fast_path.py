@@ -94,7 +94,7 @@ def test_a_forked_child_logs_its_own_pid(tmp_path: Path) -> None:
     log = logs.get_logger("test")
     log.info("parent")
     child = os.fork()
-    if child == 0:  # the child logs to the parent's file, before any reconfigure
+    if child == 0:  # the child logs before anything reconfigures it
         try:
             log.info("child")
         finally:

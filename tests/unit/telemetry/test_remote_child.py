@@ -167,7 +167,6 @@ def test_activation_never_raises() -> None:
     assert trace.get_current_span() is trace.INVALID_SPAN
 
 
-
 class _SlowFirstRead(_record.LightSpan):
     """A LightSpan whose event and link lists take 2 ms to read while they are not made
     yet: every racing thread reads "none yet" before any makes one, each time."""
