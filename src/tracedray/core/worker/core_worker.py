@@ -430,7 +430,8 @@ class CoreWorker:
         with self._output_lock:
             if len(self._output) < 10_000:
                 self._output.append((job_id, core_worker_pb2.OutputLine(
-                    task_name=name, pid=os.getpid(), stream=stream, line=line, ip=self.ip)))
+                    task_name=name, pid=self.address.pid, stream=stream, line=line,
+                    ip=self.ip)))
 
     def flush_output(self) -> None:
         """Echo printed lines to their jobs' drivers now (cheap when nothing was printed)."""

@@ -80,7 +80,6 @@ class TaskExecutor:
         self._cancelled_early: set[bytes] = set()
         self._actor_lock = threading.Lock()  # a single-threaded actor runs one call at a time
         self._executed = self._failed = self._requeued = 0
-        self._pid = os.getpid()  # for every task's result and events: a system call each
         self._thread = threading.Thread(target=self._loop, daemon=True, name="tracedray-executor")
         self._thread.start()
 
@@ -159,7 +158,7 @@ class TaskExecutor:
         task_hex = spec.task_id.hex()
         name = spec.function_name
         result = common_pb2.TaskResult(task_id=spec.task_id, attempt=spec.attempt,
-                                       worker_id=worker.worker_id, worker_pid=self._pid,
+                                       worker_id=worker.worker_id, worker_pid=worker.address.pid,
                                        node_id=worker.node_id)
         actor_hex = (spec.actor_id or self.actor_id).hex()
         kind = _KIND_NAMES.get(spec.kind, "normal")
@@ -177,7 +176,7 @@ class TaskExecutor:
             # ``finally`` ends that (_stop_interrupts).
             self._running[spec.task_id] = threading.get_ident()
             worker.task_events.record(spec, "RUNNING", node_id=worker.node_id,
-                                      worker_id=worker.worker_id, worker_pid=self._pid)
+                                      worker_id=worker.worker_id, worker_pid=worker.address.pid)
             # The span is current while the task runs: attach/detach rather than
             # ``with telemetry.activate(span)``, whose object and two methods cost ~4k
             # instructions a task.
@@ -198,7 +197,7 @@ class TaskExecutor:
             self._register_captured(result)
             self._executed += 1
             worker.task_events.record(spec, "FINISHED", node_id=worker.node_id,
-                                      worker_id=worker.worker_id, worker_pid=self._pid)
+                                      worker_id=worker.worker_id, worker_pid=worker.address.pid)
         except BaseException as exc:  # noqa: BLE001 - user code may raise anything
             self._failed += 1
             if isinstance(exc, TaskInterrupt):
@@ -217,7 +216,7 @@ class TaskExecutor:
             result.ClearField("returns")
             result.returns.extend(error_value(oid, error) for oid in _return_ids(spec))
             worker.task_events.record(spec, "FAILED", node_id=worker.node_id,
-                                      worker_id=worker.worker_id, worker_pid=self._pid,
+                                      worker_id=worker.worker_id, worker_pid=worker.address.pid,
                                       error_type=type(exc).__qualname__,
                                       error_message=str(exc)[:2000])
         finally:
