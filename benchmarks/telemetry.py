@@ -21,7 +21,11 @@ Printed per workload: the median on/off ratio of the pairs (1.0 = free; the goal
 issue 3 is >= 0.85, and the verdict uses it), the spread of the pairs, the median
 ops/s of each side, and the cluster's CPU per op.
 
-Usage: python benchmarks/telemetry.py [--rounds N] [--tasks N]
+``--control`` runs the same benchmark with telemetry on in both clusters (an A/A
+run): its ratios would all be 1.00 on a quiet machine, so how far they stray is how
+far this machine's noise alone moves the figure.
+
+Usage: python benchmarks/telemetry.py [--rounds N] [--tasks N] [--control]
 """
 
 from __future__ import annotations
@@ -150,8 +154,9 @@ def serve(tasks: int) -> None:
 class Side:
     """A serving driver process (telemetry on or off) and its cluster."""
 
-    def __init__(self, telemetry_on: bool, tasks: int, temp_root: str) -> None:
-        self.label = "on" if telemetry_on else "off"
+    def __init__(self, telemetry_on: bool, tasks: int, temp_root: str,
+                 label: str | None = None) -> None:
+        self.label = label or ("on" if telemetry_on else "off")
         env = {**os.environ, "TRACEDRAY_TEMP_DIR": os.path.join(temp_root, self.label)}
         for key in ("OTEL_SDK_DISABLED", "OTEL_EXPORTER_OTLP_ENDPOINT",
                     "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"):
@@ -208,17 +213,26 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=8,
                         help="runs of each workload per side (default 8)")
     parser.add_argument("--tasks", type=int, default=5000)
+    parser.add_argument("--control", action="store_true",
+                        help="A/A: telemetry on in both clusters, to see the noise alone")
+    parser.add_argument("--only", metavar="TEXT",
+                        help="run only the workloads whose name contains TEXT")
     parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve:
         serve(args.tasks)
         return
-    names = list(WORKLOADS)
+    names = [name for name in WORKLOADS if args.only is None or args.only in name]
+    if not names:
+        parser.error(f"no workload's name contains {args.only!r}; they are: "
+                     + ", ".join(WORKLOADS))
     runs: dict[str, dict[str, list[dict[str, float]]]] = {
         name: {"on": [], "off": []} for name in names}
     ratios: dict[str, list[float]] = {name: [] for name in names}
     with tempfile.TemporaryDirectory(prefix="tracedray-bench-") as temp_root:
-        on, off = Side(True, args.tasks, temp_root), Side(False, args.tasks, temp_root)
+        # In a control run the "off" side is a second telemetry-on cluster.
+        on = Side(True, args.tasks, temp_root)
+        off = Side(args.control, args.tasks, temp_root, label="off")
         try:
             on.wait_ready()
             off.wait_ready()
@@ -244,19 +258,26 @@ def main() -> None:
         print(f"{name:<{width}}  {statistics.median(ratios[name]):>13.2f}  "
               f"{low:>5.2f}-{high:<5.2f}  {rate_on:>10,.0f}  {rate_off:>10,.0f}")
     worst = min(statistics.median(ratios[name]) for name in names)
-    verdict = "meets" if worst >= GOAL else "MISSES"
-    print(f"\nworst median on/off ratio {worst:.2f} ({verdict} the goal of >= {GOAL}); "
-          f"{args.rounds} runs of each workload per side, the two clusters taking turns "
-          f"(ABBA), one ratio per adjacent pair.")
+    if args.control:
+        furthest = max(names, key=lambda name: abs(statistics.median(ratios[name]) - 1))
+        print(f"\nCONTROL run: telemetry on in both clusters (\"off\" is the second one). "
+              f"The median furthest from 1.00 is {statistics.median(ratios[furthest]):.2f} "
+              f"({furthest}): the machine alone moves an on/off figure that much.")
+    else:
+        verdict = "meets" if worst >= GOAL else "MISSES"
+        print(f"\nworst median on/off ratio {worst:.2f} ({verdict} the goal of >= {GOAL}); "
+              f"{args.rounds} runs of each workload per side, the two clusters taking "
+              f"turns (ABBA), one ratio per adjacent pair.")
     print(f"\n{'cluster CPU per op (µs, median)':<{width}}  {'on':>13}  {'off':>11}  "
           f"{'off/on':>10}")
     for name in names:
         cpu_on = statistics.median(r["cpu_us"] for r in runs[name]["on"])
         cpu_off = statistics.median(r["cpu_us"] for r in runs[name]["off"])
         print(f"{name:<{width}}  {cpu_on:>13,.1f}  {cpu_off:>11,.1f}  {cpu_off / cpu_on:>10.2f}")
-    print("on = spans to the session's trace files + JSON logs (the default); "
-          "off = OTEL_SDK_DISABLED=true (spans are no-ops; JSON logs stay on).\n"
-          "CPU includes converting the workload's spans to JSON lines (by the node's agent "
+    if not args.control:
+        print("on = spans to the session's trace files + JSON logs (the default); "
+              "off = OTEL_SDK_DISABLED=true (spans are no-ops; JSON logs stay on).")
+    print("CPU includes converting the workload's spans to JSON lines (by the node's agent "
           "during the run, or after it, outside the timing, when the agent put it off).")
 
 
