@@ -68,6 +68,34 @@ def nested_crash() -> str:
     return "not raised"
 
 
+@tracedray.remote
+def needs_a_cpu() -> str:
+    return "ran"
+
+
+@tracedray.remote(num_cpus=2, max_retries=0)
+def unbalanced_until_cancelled(log: str) -> None:
+    """Leave this worker as a cancel's interrupt landing inside a get()'s
+    blocked/unblocked bookkeeping would (told blocked, never unblocked), then wait to be
+    cancelled."""
+    from tracedray.core import runtime
+
+    runtime.current().blocked().__enter__()  # the matching __exit__ never runs
+    _attempt(log)
+    while True:
+        time.sleep(0.01)
+
+
+@tracedray.remote(num_cpus=2, max_retries=0)
+def lend_both_cpus() -> tuple[int, str]:
+    """get() a task that needs a CPU: it can start only if this task lends out its CPUs
+    while it waits. Returns this worker's pid and the outcome."""
+    try:
+        return os.getpid(), tracedray.get(needs_a_cpu.remote(), timeout=15)
+    except exceptions.GetTimeoutError:
+        return os.getpid(), "the nested task never started"
+
+
 @tracedray.remote(max_retries=0)
 def loop_until_cancelled(log: str) -> str:
     _attempt(log)
@@ -107,6 +135,17 @@ def _wait_for_lines(path: Path, count: int, timeout: float = 60.0) -> list[int]:
                 return pids
         time.sleep(0.02)
     raise AssertionError(f"{path} did not reach {count} lines")
+
+
+def _wait_for_pool(settled: Any, timeout: float = 30.0) -> None:
+    """Wait until ``settled(rows)`` holds for the state API's worker rows."""
+    from tracedray.util import state
+
+    deadline = time.monotonic() + timeout
+    while not settled(state.list_workers()):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"the workers did not settle: {state.list_workers()}")
+        time.sleep(0.05)
 
 
 def test_sigkilled_task_retried_then_worker_crashed_error(shared_ray: Any,
@@ -212,6 +251,29 @@ def test_cancel_gets_through_a_task_that_catches_exception(shared_ray: Any,
     # the worker lives on, and its next tasks run normally (no interrupt left pending)
     os.kill(pid, 0)
     assert ray.get([quick.remote(i) for i in range(20)], timeout=60) == list(range(20))
+
+
+def test_a_cancel_inside_gets_bookkeeping_leaves_the_worker_able_to_lend_its_cpu(
+        shared_ray: Any, tmp_path: Path) -> None:
+    # The interrupt is asynchronous: it can land between a get()'s "blocked" and
+    # "unblocked" notices. The task's end settles that; without it the worker's next
+    # get() keeps its CPUs, and a nested task that needs one never starts.
+    ray = shared_ray
+    log = tmp_path / "unbalanced"
+    _wait_for_pool(lambda rows: not any(row["state"] == "STARTING" for row in rows))
+    ref = unbalanced_until_cancelled.remote(str(log))
+    (pid,) = _wait_for_lines(log, 1)
+    ray.cancel(ref)
+    with pytest.raises(exceptions.TaskCancelledError):
+        ray.get(ref, timeout=30)
+    # Once its lease is back (a lease is kept a moment for reuse, and a reused one would
+    # hide the fault), a new lease goes to the most recently idle worker: this one, as
+    # no other was starting.
+    _wait_for_pool(lambda rows: any(row["pid"] == pid and row["state"] == "IDLE"
+                                    for row in rows))
+    probe_pid, outcome = ray.get(lend_both_cpus.remote(), timeout=60)
+    assert probe_pid == pid, "no later task ran on the cancelled task's worker"
+    assert outcome == "ran"
 
 
 def test_force_cancel_kills_the_worker(shared_ray: Any, tmp_path: Path) -> None:

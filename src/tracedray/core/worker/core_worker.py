@@ -386,8 +386,10 @@ class CoreWorker:
         if self.mode != "worker":
             return
         with self._blocked_lock:
-            self._blocked_depth += 1 if entering else -1
-            changed = self._blocked_depth == (1 if entering else 0)
+            # Never below 0: settle_blocked may have reset it under a get() of a thread
+            # the cancelled task left running.
+            depth = self._blocked_depth = max(0, self._blocked_depth + (1 if entering else -1))
+            changed = depth == (1 if entering else 0)
         if changed:
             if entering and self.executor is not None:
                 self.executor.on_blocked()
@@ -395,6 +397,26 @@ class CoreWorker:
                 self.raylet.notify_blocked(self.worker_id, entering)
             except RaySystemError as exc:
                 log.warning("raylet.notify_blocked_failed", error=str(exc))
+
+    def settle_blocked(self) -> None:
+        """After a cancelled task: not blocked, here and at the raylet.
+
+        The cancel's interrupt may have landed inside a get()'s blocked/unblocked
+        bookkeeping (:meth:`_set_blocked`, ``_Blocked``) and left it unbalanced: the
+        raylet told "blocked" and never "unblocked" (its CPU lent out while the worker
+        goes on running tasks), or the depth left above 0 (the next task's get() would
+        then not lend its CPU, and a nested task needing it would never start). The
+        task is over, so nothing of it waits any more. An "unblocked" the raylet did
+        not need is ignored there.
+        """
+        if self.mode != "worker":
+            return
+        with self._blocked_lock:
+            self._blocked_depth = 0
+        try:
+            self.raylet.notify_blocked(self.worker_id, False)
+        except RaySystemError as exc:
+            log.warning("raylet.notify_blocked_failed", error=str(exc))
 
     # --- cancel / exit
     def cancel_on_worker(self, worker: Address, task_id: bytes, force: bool,

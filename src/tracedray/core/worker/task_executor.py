@@ -221,24 +221,29 @@ class TaskExecutor:
                                       error_message=str(exc)[:2000])
         finally:
             try:
-                self._stop_interrupts(spec.task_id)
+                interrupted = self._stop_interrupts(spec.task_id)
             except TaskInterrupt:  # sent as the task ended, delivered here: it is over
                 self._stop_interrupts(spec.task_id)
+                interrupted = True
+            if interrupted:  # it may have landed in get()'s bookkeeping
+                worker.settle_blocked()
             worker.current_task = None
             worker.flight_recorder.clear()
             span.end()
         return result
 
-    def _stop_interrupts(self, task_id: bytes) -> None:
+    def _stop_interrupts(self, task_id: bytes) -> bool:
         """The task is over: no cancel may interrupt this thread for it from now on,
         and one sent but not yet delivered is withdrawn (it would land in the next
-        task, or end the executor's loop)."""
+        task, or end the executor's loop). Returns whether one was sent."""
         with self._cond:
             self._running.pop(task_id, None)
-            if task_id in self._interrupted:
-                self._interrupted.discard(task_id)
-                ctypes.pythonapi.PyThreadState_SetAsyncExc(
-                    ctypes.c_ulong(threading.get_ident()), None)
+            if task_id not in self._interrupted:
+                return False
+            self._interrupted.discard(task_id)
+            ctypes.pythonapi.PyThreadState_SetAsyncExc(
+                ctypes.c_ulong(threading.get_ident()), None)
+            return True
 
     def _execute(self, spec: common_pb2.TaskSpec) -> list[Any]:
         worker = self._worker
