@@ -204,6 +204,31 @@ class Side:
             self.process.wait()
 
 
+def cpu_ticks(stat_text: str) -> tuple[int, int] | None:
+    """(all ticks, ticks stolen by the hypervisor) from the text of ``/proc/stat``; None
+    when its first line has no steal column."""
+    fields = stat_text.split("\n", 1)[0].split()
+    if len(fields) < 9 or fields[0] != "cpu":
+        return None
+    ticks = [int(value) for value in fields[1:9]]  # user nice system idle iowait irq softirq steal
+    return sum(ticks), ticks[7]
+
+
+def stolen_share(before: tuple[int, int] | None, after: tuple[int, int] | None) -> float | None:
+    """The share of the machine's time the hypervisor gave to other guests in between."""
+    if before is None or after is None or after[0] <= before[0]:
+        return None
+    return (after[1] - before[1]) / (after[0] - before[0])
+
+
+def _read_ticks() -> tuple[int, int] | None:
+    try:
+        with open("/proc/stat") as stat:
+            return cpu_ticks(stat.read())
+    except OSError:
+        return None
+
+
 def _quartiles(values: list[float]) -> tuple[float, float]:
     if len(values) < 4:
         return min(values), max(values)
@@ -259,6 +284,7 @@ def main() -> None:
     runs: dict[str, dict[str, list[dict[str, float]]]] = {
         name: {"on": [], "off": []} for name in names}
     ratios: dict[str, list[float]] = {name: [] for name in names}
+    ticks_before = _read_ticks()
     with tempfile.TemporaryDirectory(prefix="tracedray-bench-") as temp_root:
         # In a control run the "off" side is a second telemetry-on cluster.
         on = Side(True, args.tasks, temp_root)
@@ -278,6 +304,7 @@ def main() -> None:
         finally:
             on.close()
             off.close()
+    stolen = stolen_share(ticks_before, _read_ticks())
     width = max(len(name) for name in names)
     intervals = {name: median_interval(ratios[name]) for name in names}
     print(f"{'workload':<{width}}  {'median on/off':>13}  {'95% interval':>12}  "
@@ -309,6 +336,11 @@ def main() -> None:
     if not args.control:
         print("on = spans to the session's trace files + JSON logs (the default); "
               "off = OTEL_SDK_DISABLED=true (spans are no-ops; JSON logs stay on).")
+    if stolen is not None:
+        # Time the hypervisor gave other guests: on a host busy enough to take a tenth,
+        # even the --control run's medians stray by ~0.1 (docs/telemetry.md, session 12).
+        print(f"CPU stolen by the hypervisor during the benchmark: {stolen:.0%} of the "
+              f"machine's time.")
     print("CPU includes converting the workload's spans to JSON lines (by the node's agent "
           "during the run, or after it, outside the timing, when the agent put it off).")
 

@@ -52,3 +52,13 @@ def test_the_verdict_says_meets_only_when_every_interval_clears_the_goal() -> No
                               0.85) == "too close to call"
     # one wholly below wins over one that straddles
     assert bench.goal_verdict({"a": (0.82, 0.90), "b": (0.70, 0.80)}, 0.85) == "MISSES"
+
+
+def test_the_stolen_share_comes_from_proc_stats_steal_column() -> None:
+    before = bench.cpu_ticks("cpu  100 0 50 800 10 0 0 40 0 0\ncpu0 1 2 3\n")
+    after = bench.cpu_ticks("cpu  150 0 70 900 10 0 0 100 0 0\n")
+    assert before == (1000, 40) and after == (1230, 100)
+    assert bench.stolen_share(before, after) == 60 / 230
+    assert bench.cpu_ticks("cpu  1 2 3 4\n") is None  # a kernel without the column
+    assert bench.stolen_share(None, after) is None
+    assert bench.stolen_share(after, after) is None
