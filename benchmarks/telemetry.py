@@ -27,7 +27,7 @@ one lies wholly below it, and "too close to call" otherwise.
 run): its ratios would all be 1.00 on a quiet machine, so how far they stray is how
 far this machine's noise alone moves the figure.
 
-Usage: python benchmarks/telemetry.py [--rounds N] [--tasks N] [--control]
+Usage: python benchmarks/telemetry.py [--rounds N] [--tasks N] [--control] [--only TEXT]
 """
 
 from __future__ import annotations
@@ -207,10 +207,11 @@ class Side:
 def cpu_ticks(stat_text: str) -> tuple[int, int] | None:
     """(all ticks, ticks stolen by the hypervisor) from the text of ``/proc/stat``; None
     when its first line has no steal column."""
-    fields = stat_text.split("\n", 1)[0].split()
-    if len(fields) < 9 or fields[0] != "cpu":
+    from tracedray.core.raylet.conversion_policy import machine_ticks
+
+    ticks = machine_ticks(stat_text)
+    if ticks is None or len(ticks) < 8:
         return None
-    ticks = [int(value) for value in fields[1:9]]  # user nice system idle iowait irq softirq steal
     return sum(ticks), ticks[7]
 
 

@@ -10,6 +10,7 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -137,7 +138,8 @@ def _wait_for_lines(path: Path, count: int, timeout: float = 60.0) -> list[int]:
     raise AssertionError(f"{path} did not reach {count} lines")
 
 
-def _wait_for_pool(settled: Any, timeout: float = 30.0) -> None:
+def _wait_for_pool(settled: Callable[[list[dict[str, Any]]], bool],
+                   timeout: float = 30.0) -> None:
     """Wait until ``settled(rows)`` holds for the state API's worker rows."""
     from tracedray.util import state
 

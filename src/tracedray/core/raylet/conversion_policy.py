@@ -38,6 +38,19 @@ def conversion_due(busy_fraction: float | None, waited_s: float, *, max_defer_s:
     return busy_fraction < busy_threshold or waited_s >= max_defer_s
 
 
+def machine_ticks(stat_text: str) -> list[int] | None:
+    """The whole machine's CPU ticks from the text of ``/proc/stat``: user, nice,
+    system, idle, iowait, irq, softirq, steal (as many as the kernel gives, at least
+    four; guest time is in user). None when the text is not that."""
+    first = stat_text.split("\n", 1)[0].split()
+    if len(first) < 5 or first[0] != "cpu":
+        return None
+    try:
+        return [int(value) for value in first[1:9]]
+    except ValueError:
+        return None
+
+
 def _own_cpu_s() -> float:
     times = os.times()
     return times.user + times.system
@@ -61,12 +74,10 @@ class CpuMeter:
     def _read(self) -> tuple[float, float, float] | None:
         """(all CPU seconds, busy CPU seconds, own CPU seconds) so far; None if unknown."""
         try:
-            first = self._path.read_text().split("\n", 1)[0].split()
-            if len(first) < 5 or first[0] != "cpu":
-                return None
-            # user nice system idle iowait irq softirq steal (guest time is in user).
-            ticks = [int(value) for value in first[1:9]]
-        except (OSError, ValueError):
+            ticks = machine_ticks(self._path.read_text())
+        except OSError:
+            return None
+        if ticks is None:
             return None
         idle = ticks[3] + ticks[4]  # waiting for I/O leaves the CPU free too
         total = sum(ticks)

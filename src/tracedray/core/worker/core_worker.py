@@ -393,10 +393,13 @@ class CoreWorker:
         if changed:
             if entering and self.executor is not None:
                 self.executor.on_blocked()
-            try:
-                self.raylet.notify_blocked(self.worker_id, entering)
-            except RaySystemError as exc:
-                log.warning("raylet.notify_blocked_failed", error=str(exc))
+            self._tell_raylet_blocked(entering)
+
+    def _tell_raylet_blocked(self, blocked: bool) -> None:
+        try:
+            self.raylet.notify_blocked(self.worker_id, blocked)
+        except RaySystemError as exc:
+            log.warning("raylet.notify_blocked_failed", error=str(exc))
 
     def settle_blocked(self) -> None:
         """After a cancelled task: not blocked, here and at the raylet.
@@ -413,10 +416,7 @@ class CoreWorker:
             return
         with self._blocked_lock:
             self._blocked_depth = 0
-        try:
-            self.raylet.notify_blocked(self.worker_id, False)
-        except RaySystemError as exc:
-            log.warning("raylet.notify_blocked_failed", error=str(exc))
+        self._tell_raylet_blocked(False)
 
     # --- cancel / exit
     def cancel_on_worker(self, worker: Address, task_id: bytes, force: bool,
