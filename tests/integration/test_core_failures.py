@@ -10,12 +10,12 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import cloudpickle
 import pytest
+from multinode_support import wait_for
 
 import tracedray
 from tracedray import exceptions
@@ -138,18 +138,6 @@ def _wait_for_lines(path: Path, count: int, timeout: float = 60.0) -> list[int]:
     raise AssertionError(f"{path} did not reach {count} lines")
 
 
-def _wait_for_pool(settled: Callable[[list[dict[str, Any]]], bool],
-                   timeout: float = 30.0) -> None:
-    """Wait until ``settled(rows)`` holds for the state API's worker rows."""
-    from tracedray.util import state
-
-    deadline = time.monotonic() + timeout
-    while not settled(state.list_workers()):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"the workers did not settle: {state.list_workers()}")
-        time.sleep(0.05)
-
-
 def test_sigkilled_task_retried_then_worker_crashed_error(shared_ray: Any,
                                                           tmp_path: Path) -> None:
     ray = shared_ray
@@ -260,9 +248,12 @@ def test_a_cancel_inside_gets_bookkeeping_leaves_the_worker_able_to_lend_its_cpu
     # The interrupt is asynchronous: it can land between a get()'s "blocked" and
     # "unblocked" notices. The task's end settles that; without it the worker's next
     # get() keeps its CPUs, and a nested task that needs one never starts.
+    from tracedray.util import state
+
     ray = shared_ray
     log = tmp_path / "unbalanced"
-    _wait_for_pool(lambda rows: not any(row["state"] == "STARTING" for row in rows))
+    wait_for(lambda: not any(row["state"] == "STARTING" for row in state.list_workers()),
+             30, "no worker starting")
     ref = unbalanced_until_cancelled.remote(str(log))
     (pid,) = _wait_for_lines(log, 1)
     ray.cancel(ref)
@@ -271,8 +262,8 @@ def test_a_cancel_inside_gets_bookkeeping_leaves_the_worker_able_to_lend_its_cpu
     # Once its lease is back (a lease is kept a moment for reuse, and a reused one would
     # hide the fault), a new lease goes to the most recently idle worker: this one, as
     # no other was starting.
-    _wait_for_pool(lambda rows: any(row["pid"] == pid and row["state"] == "IDLE"
-                                    for row in rows))
+    wait_for(lambda: any(row["pid"] == pid and row["state"] == "IDLE"
+                         for row in state.list_workers()), 30, f"worker {pid} idle")
     probe_pid, outcome = ray.get(lend_both_cpus.remote(), timeout=60)
     assert probe_pid == pid, "no later task ran on the cancelled task's worker"
     assert outcome == "ran"
