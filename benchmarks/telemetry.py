@@ -27,12 +27,21 @@ one lies wholly below it, and "too close to call" otherwise.
 run): its ratios would all be 1.00 on a quiet machine, so how far they stray is how
 far this machine's noise alone moves the figure.
 
+One run cannot place a figure that is within this machine's noise of the goal.
+``--save FILE`` keeps a run's pairs (with the steal share and the commit), and
+``--pool FILE...`` reads several saved runs (say, a day's) and gives the median of all
+their pairs, with an interval that resamples whole runs as well as the pairs within
+them, so it also holds how far one run differs from another.
+
 Usage: python benchmarks/telemetry.py [--rounds N] [--tasks N] [--control] [--only TEXT]
+                                      [--save FILE]
+       python benchmarks/telemetry.py --pool FILE [FILE ...]
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import os
 import random
@@ -42,6 +51,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import IO, Any
 
 GOAL = 0.85
@@ -252,6 +262,31 @@ def median_interval(values: Sequence[float], confidence: float = 0.95,
                                                       int((1 - tail) * resamples))]
 
 
+def pooled_interval(runs: Sequence[Sequence[float]], confidence: float = 0.95,
+                    resamples: int = 4000, seed: int = 12) -> tuple[float, float]:
+    """A bootstrap interval for the median of the pairs of several runs taken together.
+
+    Each resample draws as many runs as there are, with replacement, then within each
+    drawn run as many pairs as it has, with replacement. Runs on different hours see
+    different machines (steal, other guests), so pairs of one run are more alike than
+    pairs of two; resampling only pairs would give an interval too narrow for that.
+    Seeded, so the same runs always give the same interval."""
+    runs = [list(run) for run in runs if run]
+    if not runs:
+        raise ValueError("no pairs")
+    rng = random.Random(seed)
+    medians = []
+    for _ in range(resamples):
+        pairs: list[float] = []
+        for run in rng.choices(runs, k=len(runs)):
+            pairs.extend(rng.choices(run, k=len(run)))
+        medians.append(statistics.median(pairs))
+    medians.sort()
+    tail = (1 - confidence) / 2
+    return medians[int(tail * resamples)], medians[min(resamples - 1,
+                                                      int((1 - tail) * resamples))]
+
+
 def goal_verdict(intervals: Mapping[str, tuple[float, float]], goal: float) -> str:
     """Whether every workload's median ratio reaches ``goal``, given each one's interval:
     "meets" when every interval lies at or above it, "MISSES" when some interval lies
@@ -264,6 +299,107 @@ def goal_verdict(intervals: Mapping[str, tuple[float, float]], goal: float) -> s
     return "too close to call"
 
 
+SAVED_FORMAT = 1
+
+
+class SavedRunError(ValueError):
+    """A file given to --pool that is not a run saved by --save."""
+
+
+def saved_run(*, control: bool, rounds: int, tasks: int, stolen: float | None,
+              ratios: Mapping[str, Sequence[float]],
+              runs: Mapping[str, Mapping[str, Sequence[Mapping[str, float]]]],
+              commit: str) -> dict[str, Any]:
+    """What --save writes: a run's pairs and the conditions it ran in."""
+    return {"benchmark": "telemetry", "format": SAVED_FORMAT, "control": control,
+            "rounds": rounds, "tasks": tasks, "commit": commit,
+            "finished_at": datetime.datetime.now(datetime.UTC).isoformat(
+                timespec="seconds").replace("+00:00", "Z"),
+            "stolen_share": stolen, "ratios": {name: list(r) for name, r in ratios.items()},
+            "runs": {name: {label: [dict(result) for result in results]
+                            for label, results in sides.items()}
+                     for name, sides in runs.items()}}
+
+
+def load_saved_run(path: Path) -> dict[str, Any]:
+    """A run that --save wrote, checked; SavedRunError says what is wrong with it."""
+    try:
+        saved = json.loads(path.read_text())
+    except OSError as exc:
+        raise SavedRunError(f"{path}: cannot be read ({exc.strerror or exc})") from exc
+    except json.JSONDecodeError as exc:
+        raise SavedRunError(f"{path}: not JSON ({exc.msg} at line {exc.lineno}); "
+                            "give files that --save wrote") from exc
+    if not isinstance(saved, dict) or saved.get("benchmark") != "telemetry":
+        raise SavedRunError(f"{path}: not a run of benchmarks/telemetry.py saved with --save")
+    if saved.get("format") != SAVED_FORMAT:
+        raise SavedRunError(f"{path}: saved in format {saved.get('format')!r}; this script "
+                            f"reads format {SAVED_FORMAT}")
+    ratios = saved.get("ratios")
+    if (not isinstance(ratios, dict) or not ratios or not all(
+            isinstance(pairs, list) and pairs
+            and all(isinstance(r, int | float) and r > 0 for r in pairs)
+            for pairs in ratios.values())):
+        raise SavedRunError(f"{path}: its \"ratios\" are not lists of positive numbers "
+                            "per workload")
+    return saved
+
+
+def pool(paths: Sequence[Path]) -> None:
+    """Print the median of every saved run's pairs together, per workload, with
+    :func:`pooled_interval`, and the verdict on the goal from those intervals."""
+    seen: set[Path] = set()
+    for path in paths:  # a run given twice would count twice
+        if path.resolve() in seen:
+            raise SavedRunError(f"{path} is given twice: give each saved run once")
+        seen.add(path.resolve())
+    saved = [load_saved_run(path) for path in paths]
+    kinds = {bool(run.get("control")) for run in saved}
+    if len(kinds) > 1:
+        raise SavedRunError("cannot pool --control runs with on/off runs: give one kind")
+    control = kinds.pop()
+    names = [name for name in WORKLOADS if any(name in run["ratios"] for run in saved)]
+    names += sorted({name for run in saved for name in run["ratios"]} - set(names))
+    width = max(len(name) for name in names)
+    print(f"{len(saved)} saved {'control ' if control else ''}runs: "
+          + ", ".join(f"{run.get('finished_at', '?')} ({run.get('commit', '?')[:8]}, "
+                      f"{_share(run.get('stolen_share'))} stolen)" for run in saved))
+    print(f"\n{'workload':<{width}}  {'runs':>4}  {'pairs':>5}  {'median':>6}  "
+          f"{'95% interval':>12}  medians of the runs")
+    intervals: dict[str, tuple[float, float]] = {}
+    medians: dict[str, float] = {}
+    for name in names:
+        runs = [run["ratios"][name] for run in saved if name in run["ratios"]]
+        pairs = [ratio for run in runs for ratio in run]
+        medians[name] = statistics.median(pairs)
+        intervals[name] = pooled_interval(runs)
+        print(f"{name:<{width}}  {len(runs):>4}  {len(pairs):>5}  {medians[name]:>6.2f}  "
+              f"{intervals[name][0]:>6.2f}-{intervals[name][1]:<5.2f}  "
+              + " ".join(f"{statistics.median(run):.2f}" for run in runs))
+    if control:
+        furthest = max(names, key=lambda name: abs(medians[name] - 1))
+        print(f"\nCONTROL runs pooled: the median furthest from 1.00 is "
+              f"{medians[furthest]:.2f} ({furthest}).")
+    else:
+        print(f"\nworst pooled median on/off ratio {min(medians.values()):.2f}; the goal of "
+              f">= {GOAL}: {goal_verdict(intervals, GOAL)} (by each pooled median's 95% "
+              "interval, resampling runs and the pairs within them).")
+
+
+def _share(share: Any) -> str:
+    return f"{share:.0%}" if isinstance(share, int | float) else "?"
+
+
+def _commit() -> str:
+    try:
+        done = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"],
+                              cwd=Path(__file__).resolve().parent, capture_output=True,
+                              text=True, timeout=10, check=False)
+    except OSError:
+        return "unknown"
+    return done.stdout.strip() or "unknown"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=8,
@@ -273,15 +409,27 @@ def main() -> None:
                         help="A/A: telemetry on in both clusters, to see the noise alone")
     parser.add_argument("--only", metavar="TEXT",
                         help="run only the workloads whose name contains TEXT")
+    parser.add_argument("--save", metavar="FILE", type=Path,
+                        help="also write this run's pairs to FILE (JSON), for --pool")
+    parser.add_argument("--pool", metavar="FILE", type=Path, nargs="+",
+                        help="run nothing: pool the pairs of runs saved with --save")
     parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve:
         serve(args.tasks)
         return
+    if args.pool:
+        try:
+            pool(args.pool)
+        except SavedRunError as exc:
+            parser.error(str(exc))
+        return
     names = [name for name in WORKLOADS if args.only is None or args.only in name]
     if not names:
         parser.error(f"no workload's name contains {args.only!r}; they are: "
                      + ", ".join(WORKLOADS))
+    if args.save is not None and not args.save.parent.is_dir():
+        parser.error(f"--save {args.save}: there is no folder {args.save.parent}")
     runs: dict[str, dict[str, list[dict[str, float]]]] = {
         name: {"on": [], "off": []} for name in names}
     ratios: dict[str, list[float]] = {name: [] for name in names}
@@ -306,6 +454,17 @@ def main() -> None:
             on.close()
             off.close()
     stolen = stolen_share(ticks_before, _read_ticks())
+    _report(names, runs, ratios, stolen, control=args.control, rounds=args.rounds)
+    if args.save is not None:
+        args.save.write_text(json.dumps(saved_run(
+            control=args.control, rounds=args.rounds, tasks=args.tasks, stolen=stolen,
+            ratios=ratios, runs=runs, commit=_commit()), indent=1) + "\n")
+        print(f"\nsaved this run's pairs to {args.save} (pool runs with --pool FILE...)")
+
+
+def _report(names: Sequence[str], runs: Mapping[str, Mapping[str, list[dict[str, float]]]],
+            ratios: Mapping[str, list[float]], stolen: float | None, *, control: bool,
+            rounds: int) -> None:
     width = max(len(name) for name in names)
     intervals = {name: median_interval(ratios[name]) for name in names}
     print(f"{'workload':<{width}}  {'median on/off':>13}  {'95% interval':>12}  "
@@ -318,7 +477,7 @@ def main() -> None:
               f"{intervals[name][0]:>6.2f}-{intervals[name][1]:<5.2f}  "
               f"{low:>5.2f}-{high:<5.2f}  {rate_on:>10,.0f}  {rate_off:>10,.0f}")
     worst = min(statistics.median(ratios[name]) for name in names)
-    if args.control:
+    if control:
         furthest = max(names, key=lambda name: abs(statistics.median(ratios[name]) - 1))
         print(f"\nCONTROL run: telemetry on in both clusters (\"off\" is the second one). "
               f"The median furthest from 1.00 is {statistics.median(ratios[furthest]):.2f} "
@@ -326,7 +485,7 @@ def main() -> None:
     else:
         print(f"\nworst median on/off ratio {worst:.2f}; the goal of >= {GOAL}: "
               f"{goal_verdict(intervals, GOAL)} (by each median's 95% bootstrap interval). "
-              f"{args.rounds} runs of each workload per side, the two clusters taking "
+              f"{rounds} runs of each workload per side, the two clusters taking "
               f"turns (ABBA), one ratio per adjacent pair.")
     print(f"\n{'cluster CPU per op (µs, median)':<{width}}  {'on':>13}  {'off':>11}  "
           f"{'off/on':>10}")
@@ -334,7 +493,7 @@ def main() -> None:
         cpu_on = statistics.median(r["cpu_us"] for r in runs[name]["on"])
         cpu_off = statistics.median(r["cpu_us"] for r in runs[name]["off"])
         print(f"{name:<{width}}  {cpu_on:>13,.1f}  {cpu_off:>11,.1f}  {cpu_off / cpu_on:>10.2f}")
-    if not args.control:
+    if not control:
         print("on = spans to the session's trace files + JSON logs (the default); "
               "off = OTEL_SDK_DISABLED=true (spans are no-ops; JSON logs stay on).")
     if stolen is not None:
