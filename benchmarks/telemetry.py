@@ -255,11 +255,8 @@ def median_interval(values: Sequence[float], confidence: float = 0.95,
     if not values:
         raise ValueError("no values")
     rng = random.Random(seed)
-    medians = sorted(statistics.median(rng.choices(values, k=len(values)))
-                     for _ in range(resamples))
-    tail = (1 - confidence) / 2
-    return medians[int(tail * resamples)], medians[min(resamples - 1,
-                                                      int((1 - tail) * resamples))]
+    return _middle(confidence, [statistics.median(rng.choices(values, k=len(values)))
+                                for _ in range(resamples)])
 
 
 def pooled_interval(runs: Sequence[Sequence[float]], confidence: float = 0.95,
@@ -281,10 +278,15 @@ def pooled_interval(runs: Sequence[Sequence[float]], confidence: float = 0.95,
         for run in rng.choices(runs, k=len(runs)):
             pairs.extend(rng.choices(run, k=len(run)))
         medians.append(statistics.median(pairs))
+    return _middle(confidence, medians)
+
+
+def _middle(confidence: float, medians: list[float]) -> tuple[float, float]:
+    """The bounds of the middle ``confidence`` of the resampled ``medians``."""
     medians.sort()
     tail = (1 - confidence) / 2
-    return medians[int(tail * resamples)], medians[min(resamples - 1,
-                                                      int((1 - tail) * resamples))]
+    return medians[int(tail * len(medians))], medians[min(len(medians) - 1,
+                                                          int((1 - tail) * len(medians)))]
 
 
 def goal_verdict(intervals: Mapping[str, tuple[float, float]], goal: float) -> str:
@@ -377,13 +379,21 @@ def pool(paths: Sequence[Path]) -> None:
               f"{intervals[name][0]:>6.2f}-{intervals[name][1]:<5.2f}  "
               + " ".join(f"{statistics.median(run):.2f}" for run in runs))
     if control:
-        furthest = max(names, key=lambda name: abs(medians[name] - 1))
-        print(f"\nCONTROL runs pooled: the median furthest from 1.00 is "
-              f"{medians[furthest]:.2f} ({furthest}).")
+        print(f"\nCONTROL runs pooled: {conclusion(medians, intervals, control=True)}.")
     else:
-        print(f"\nworst pooled median on/off ratio {min(medians.values()):.2f}; the goal of "
-              f">= {GOAL}: {goal_verdict(intervals, GOAL)} (by each pooled median's 95% "
-              "interval, resampling runs and the pairs within them).")
+        print(f"\npooled: {conclusion(medians, intervals, control=False)} (by each pooled "
+              "median's 95% interval, resampling runs and the pairs within them).")
+
+
+def conclusion(medians: Mapping[str, float], intervals: Mapping[str, tuple[float, float]],
+               *, control: bool) -> str:
+    """What the medians say: for an A/A run, how far the machine alone moved one from
+    1.00; for an on/off run, the worst one and the verdict on the goal."""
+    if control:
+        furthest = max(medians, key=lambda name: abs(medians[name] - 1))
+        return f"the median furthest from 1.00 is {medians[furthest]:.2f} ({furthest})"
+    return (f"worst median on/off ratio {min(medians.values()):.2f}; the goal of >= {GOAL}: "
+            f"{goal_verdict(intervals, GOAL)}")
 
 
 def _share(share: Any) -> str:
@@ -476,15 +486,14 @@ def _report(names: Sequence[str], runs: Mapping[str, Mapping[str, list[dict[str,
         print(f"{name:<{width}}  {statistics.median(ratios[name]):>13.2f}  "
               f"{intervals[name][0]:>6.2f}-{intervals[name][1]:<5.2f}  "
               f"{low:>5.2f}-{high:<5.2f}  {rate_on:>10,.0f}  {rate_off:>10,.0f}")
-    worst = min(statistics.median(ratios[name]) for name in names)
+    medians = {name: statistics.median(ratios[name]) for name in names}
     if control:
-        furthest = max(names, key=lambda name: abs(statistics.median(ratios[name]) - 1))
-        print(f"\nCONTROL run: telemetry on in both clusters (\"off\" is the second one). "
-              f"The median furthest from 1.00 is {statistics.median(ratios[furthest]):.2f} "
-              f"({furthest}): the machine alone moves an on/off figure that much.")
+        print(f"\nCONTROL run: telemetry on in both clusters (\"off\" is the second one); "
+              f"{conclusion(medians, intervals, control=True)}: the machine alone moves an "
+              "on/off figure that much.")
     else:
-        print(f"\nworst median on/off ratio {worst:.2f}; the goal of >= {GOAL}: "
-              f"{goal_verdict(intervals, GOAL)} (by each median's 95% bootstrap interval). "
+        print(f"\n{conclusion(medians, intervals, control=False)} (by each median's 95% "
+              "bootstrap interval). "
               f"{rounds} runs of each workload per side, the two clusters taking "
               f"turns (ABBA), one ratio per adjacent pair.")
     print(f"\n{'cluster CPU per op (µs, median)':<{width}}  {'on':>13}  {'off':>11}  "

@@ -117,6 +117,14 @@ def test_pool_reads_saved_runs_and_gives_the_verdict_over_all_their_pairs(
     bench.pool(paths)
     out = capsys.readouterr().out
     assert "the goal of >= 0.85: too close to call" in out  # three runs each way
+    controls = [_save(tmp_path / f"control{i}.json", {bench.EMPTY: [1.0, 1.02],
+                                                      bench.PUT_GET_SMALL: [0.9, 0.92]},
+                      control=True) for i in range(2)]
+    bench.pool(controls)
+    out = capsys.readouterr().out
+    assert "2 saved control runs" in out
+    assert f"the median furthest from 1.00 is 0.91 ({bench.PUT_GET_SMALL})" in out
+    assert "goal" not in out  # an A/A run says nothing about the goal
 
 
 def test_pool_refuses_what_it_cannot_pool_with_a_message_that_names_the_file(
