@@ -317,7 +317,12 @@ def saved_run(*, control: bool, rounds: int, tasks: int, stolen: float | None,
             "rounds": rounds, "tasks": tasks, "commit": commit,
             "finished_at": datetime.datetime.now(datetime.UTC).isoformat(
                 timespec="seconds").replace("+00:00", "Z"),
-            "stolen_share": stolen, "ratios": {name: list(r) for name, r in ratios.items()},
+            "stolen_share": stolen,
+            # What the clusters inherited that changes them (Side drops the OTLP
+            # endpoints and sets OTEL_SDK_DISABLED itself).
+            "environment": {key: value for key, value in sorted(os.environ.items())
+                            if key.startswith(("TRACEDRAY_", "OTEL_"))},
+            "ratios": {name: list(r) for name, r in ratios.items()},
             "runs": {name: {label: [dict(result) for result in results]
                             for label, results in sides.items()}
                      for name, sides in runs.items()}}

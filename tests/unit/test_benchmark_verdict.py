@@ -92,6 +92,17 @@ def test_runs_that_disagree_widen_the_pooled_interval_beyond_their_pairs_alone()
         bench.pooled_interval([[], []])
 
 
+def test_a_saved_run_names_the_settings_the_clusters_ran_with(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TRACEDRAY_TELEMETRY_AGENT_MAX_DEFER_S", "600")
+    monkeypatch.setenv("HOME_OF_SOMETHING_ELSE", "x")
+    saved = bench.saved_run(control=False, rounds=1, tasks=1, stolen=None,
+                            ratios={bench.EMPTY: [0.9]}, runs={}, commit="abc")
+    assert saved["environment"]["TRACEDRAY_TELEMETRY_AGENT_MAX_DEFER_S"] == "600"
+    assert "HOME_OF_SOMETHING_ELSE" not in saved["environment"]
+    assert saved["finished_at"].endswith("Z")
+
+
 def _save(path: Path, ratios: dict[str, list[float]], *, control: bool = False) -> Path:
     runs = {name: {"on": [{"rate": 1.0, "cpu_us": 1.0}] * len(r),
                    "off": [{"rate": 1.0, "cpu_us": 1.0}] * len(r)} for name, r in ratios.items()}
