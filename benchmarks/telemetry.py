@@ -434,6 +434,8 @@ def main() -> None:
         serve(args.tasks)
         return
     if args.pool:
+        if args.save or args.control or args.only:
+            parser.error("--pool runs nothing: --save, --control and --only go with a run")
         try:
             pool(args.pool)
         except SavedRunError as exc:
