@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -59,18 +60,29 @@ class _BusyMachine:
         return 1.0
 
 
-def test_a_busy_machine_delays_the_agent_by_at_most_max_defer(tmp_path: Path) -> None:
+_PREFIX = '{"resourceSpans":[{"resource":{},"scopeSpans":[{"spans":['
+
+
+def _busy_agent_with_a_span(tmp_path: Path) -> tuple[Path, Any, Any]:
+    """(a driver's spool holding one span, its writer, an agent on a machine that stays
+    busy: every 0.05 s a round, put off for at most 0.5 s)."""
     from tracedray.core.raylet.telemetry_agent import SpoolConverter
     from tracedray.telemetry import spool_format as fmt
-    from tracedray.telemetry.spool_convert import jsonl_path
     from tracedray.telemetry.spool_writer import SpoolWriter
 
     traces = tmp_path / "traces"
     spool = traces / "driver-9.spool"
-    writer = SpoolWriter(spool, '{"resourceSpans":[{"resource":{},"scopeSpans":[{"spans":[')
+    writer = SpoolWriter(spool, _PREFIX)
     writer.append(fmt.span_payload(1, 2, 0, "task.submit", 0, 1, 2, {}))
     converter = SpoolConverter(traces, interval_s=0.05, max_defer_s=0.5,
                                meter=_BusyMachine())  # type: ignore[arg-type]
+    return spool, writer, converter
+
+
+def test_a_busy_machine_delays_the_agent_by_at_most_max_defer(tmp_path: Path) -> None:
+    from tracedray.telemetry.spool_convert import jsonl_path
+
+    spool, writer, converter = _busy_agent_with_a_span(tmp_path)
     times: list[float] = []
     import time
 
@@ -89,3 +101,59 @@ def test_a_busy_machine_delays_the_agent_by_at_most_max_defer(tmp_path: Path) ->
     assert stats.rounds_deferred >= 3  # it waited while the machine was busy...
     assert 0.4 <= times[0] < 10  # ...for max_defer_s, then converted anyway
     assert stats.spans_converted >= 1
+
+
+def test_has_unconverted_sees_records_past_the_converted_mark_only(tmp_path: Path) -> None:
+    from tracedray.telemetry import spool_format as fmt
+    from tracedray.telemetry.spool_convert import convert_spool, has_unconverted
+    from tracedray.telemetry.spool_writer import SpoolWriter
+
+    traces = tmp_path / "traces"
+    assert not has_unconverted(traces)  # no folder yet
+    traces.mkdir()
+    (traces / "notes.spool").write_bytes(b"not a spool at all, but long enough " * 4)
+    spool = traces / "driver-9.spool"
+    writer = SpoolWriter(spool, _PREFIX)
+    try:
+        assert not has_unconverted(traces)  # its resource record only
+        writer.append(fmt.span_payload(1, 2, 0, "task.submit", 0, 1, 2, {}))
+        assert has_unconverted(traces)
+        convert_spool(spool)
+        assert not has_unconverted(traces)
+        writer.append(fmt.span_payload(1, 3, 0, "task.submit", 0, 1, 2, {}))
+        assert has_unconverted(traces)
+    finally:
+        writer.close()
+
+
+def test_spans_a_reader_converted_do_not_start_the_agents_deferral_clock(
+        tmp_path: Path) -> None:
+    """A busy machine: a reader converts the backlog while the agent defers; spans
+    written later wait max_defer from when they appeared, not from the agent's start."""
+    import time
+
+    from tracedray.telemetry import spool_format as fmt
+    from tracedray.telemetry.spool_convert import convert_spool, jsonl_path
+
+    spool, writer, converter = _busy_agent_with_a_span(tmp_path)
+    started = time.monotonic()
+    marks: dict[str, float] = {}
+
+    def should_stop() -> bool:  # polled by the agent's loop: the test's clock
+        elapsed = time.monotonic() - started
+        if "read" not in marks and elapsed >= 0.2:
+            convert_spool(spool)  # a reader (the CLI, say) converts everything
+            marks["read"] = elapsed
+        if "written" not in marks and elapsed >= 0.9:
+            writer.append(fmt.span_payload(1, 3, 0, "task.submit", 0, 1, 2, {}))
+            marks["written"] = elapsed
+        if "written" in marks and jsonl_path(spool).read_text().count('"spanId"') >= 2:
+            marks["converted"] = elapsed
+            return True
+        assert elapsed < 20, "the agent never converted the later span"
+        return False
+
+    converter.run(should_stop)
+    writer.close()
+    # Before the change the agent counted from its start and converted within a round.
+    assert marks["converted"] - marks["written"] >= 0.45

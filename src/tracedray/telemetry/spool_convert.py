@@ -255,6 +255,34 @@ def _scans(fd: int, start: int, max_bytes: int, result: Conversion) -> Iterator[
     result.pending = True
 
 
+def has_unconverted(traces_dir: Path) -> bool:
+    """Whether some spool in ``traces_dir`` holds a record past its ``converted`` mark.
+
+    A look, not a conversion: per spool a header, the resource record (nearly always in
+    the same read) and one length word. The telemetry agent asks it on a busy machine,
+    to count how long spans have waited from when there were some, not from its own
+    last round: a reader may have converted everything in between. Never raises.
+    """
+    for path in spool_files(traces_dir):
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except OSError:
+            continue
+        try:
+            head = os.pread(fd, HEAD_READ, 0)
+            header = fmt.parse_header(head)
+            if header is None:
+                continue
+            prefix, first_record = _prefix(fd, head, path, Conversion(str(path)))
+            if prefix is not None and _record_at(fd, max(header.converted, first_record)):
+                return True
+        except OSError:
+            continue
+        finally:
+            os.close(fd)
+    return False
+
+
 def _record_at(fd: int, offset: int) -> bool:
     word = os.pread(fd, fmt.LENGTH.size, offset)
     return len(word) == fmt.LENGTH.size and fmt.LENGTH.unpack(word)[0] != 0

@@ -38,7 +38,11 @@ from pathlib import Path
 from tracedray import config, logs
 from tracedray.core.process import process_alive, terminate
 from tracedray.core.raylet.conversion_policy import CpuMeter, conversion_due
-from tracedray.telemetry.spool_convert import MAX_BYTES_PER_ROUND, sync_traces_dir
+from tracedray.telemetry.spool_convert import (
+    MAX_BYTES_PER_ROUND,
+    has_unconverted,
+    sync_traces_dir,
+)
 
 DEFAULT_INTERVAL_S = 0.5
 NICENESS = 19
@@ -92,19 +96,32 @@ class SpoolConverter:
         ``should_stop`` is polled, not waited on: a SIGTERM handler may only set a
         flag (an Event's lock taken in a handler can deadlock the thread it interrupted).
         """
-        next_round = last_converted = time.monotonic()
-        next_round += self.interval_s
+        next_round = time.monotonic() + self.interval_s
+        # When the agent first saw spans it has put off since (None: nothing waits).
+        # Counted from there, not from its own last round: a reader (the CLI, the
+        # pytest plugin, a benchmark) may have converted everything in between, and
+        # spans written after that have waited no time at all.
+        waiting_since: float | None = None
         while not should_stop():
             now = time.monotonic()
             if now >= next_round:
-                if conversion_due(self._meter.busy_fraction(), now - last_converted,
-                                  max_defer_s=self.max_defer_s):
+                busy = self._meter.busy_fraction()
+                due = conversion_due(busy, 0.0, max_defer_s=self.max_defer_s)
+                if not due:  # a busy machine: how long have spans waited?
+                    if not has_unconverted(self.traces_dir):
+                        waiting_since = None
+                    elif waiting_since is None:
+                        waiting_since = now
+                    else:
+                        due = conversion_due(busy, now - waiting_since,
+                                             max_defer_s=self.max_defer_s)
+                if due:
                     try:
                         self.convert_once()
                     except Exception as exc:  # a bad round must not end the agent
                         log.warning("telemetry.agent_round_failed",
                                     error=f"{type(exc).__name__}: {exc}")
-                    last_converted = time.monotonic()
+                    waiting_since = None
                 else:
                     with self._lock:
                         self._stats.rounds_deferred += 1
