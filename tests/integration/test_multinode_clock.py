@@ -62,8 +62,9 @@ def test_offsets_are_logged_and_every_merged_view_applies_them(
         for node_id, name in names.items():
             for record in lines[node_id]:
                 assert record["rtt_s"] >= 0
-                if name != "d":  # one machine: within milliseconds of the head's clock
-                    assert abs(record["offset_s"]) < 0.05 and record["level"] == "info"
+                if name != "d":  # one machine: the same clock, within the estimate's bound
+                    assert abs(record["offset_s"]) <= record["rtt_s"] / 2 + 0.05, record
+                    assert record["level"] == "info", record
         time.sleep(1.5)  # ~5 more heartbeats: an unchanged estimate is not logged again
         heartbeats = (time.monotonic() - started) / 0.3
         lines = offset_lines() or {}

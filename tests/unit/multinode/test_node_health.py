@@ -47,3 +47,14 @@ def test_keep_better_prefers_short_round_trips_but_ages_old_ones() -> None:
     for _ in range(40):  # slow samples keep coming: eventually they are taken
         estimate = nh.keep_better(estimate, (0.7, 0.05))
     assert estimate == (0.7, 0.05)
+
+
+def test_an_offset_is_worth_a_warning_only_beyond_its_error_bound() -> None:
+    from tracedray.core.gcs.node_health import offset_needs_warning
+
+    assert offset_needs_warning((2.0, 0.002))  # a skewed clock, measured closely
+    assert offset_needs_warning((-0.2, 0.1))  # 0.15 s off at least
+    assert not offset_needs_warning((0.05, 0.001))  # small
+    # 0.13 s apart, but the heartbeat took 0.26 s: the clocks may well agree (seen on
+    # one starved machine, where they are the same clock)
+    assert not offset_needs_warning((-0.13, 0.26))

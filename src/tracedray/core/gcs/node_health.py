@@ -95,6 +95,14 @@ REPORT_MIN_CHANGE_S = 0.001
 # An offset this large is logged as a warning: the node's clock should be synchronized (NTP).
 WARN_OFFSET_S = 0.1
 
+
+def offset_needs_warning(estimate: tuple[float, float]) -> bool:
+    """Whether an (offset, rtt) estimate shows a clock off by WARN_OFFSET_S or more even
+    at the near end of its error bound (half the round trip), pure. A heartbeat that took
+    0.3 s on a starved machine can put two clocks of one host 0.15 s apart: no warning."""
+    offset, rtt = estimate
+    return abs(offset) - rtt / 2.0 >= WARN_OFFSET_S
+
 TESTING_CLOCK_SKEW_S: config.Variable[float] = config.Variable(
     "TRACEDRAY_TESTING_CLOCK_SKEW_S",
     lambda text: _finite(float(text)),

@@ -199,7 +199,7 @@ class Raylet:
                 estimate = node_health.keep_better(estimate, node_health.with_skew(sample, skew))
                 if node_health.report_due(reported, estimate):
                     reported = estimate
-                    (log.warning if abs(estimate[0]) >= node_health.WARN_OFFSET_S else log.info)(
+                    (log.warning if node_health.offset_needs_warning(estimate) else log.info)(
                         "node.clock_offset", node_id=self.node_id, offset_s=estimate[0],
                         rtt_s=estimate[1])
                 if reply.unknown_node:
