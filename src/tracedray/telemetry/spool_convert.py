@@ -114,18 +114,29 @@ def convert_spool(path: Path, *, blocking: bool = True, close_abandoned: bool = 
     return result
 
 
-def _convert_locked(fd: int, path: Path, result: Conversion, *, writable: bool,
-                    close_abandoned: bool, max_bytes: int) -> None:
+def _unconverted(fd: int, path: Path,
+                 result: Conversion) -> tuple[fmt.Header, str, int] | None:
+    """(the spool's header, its line prefix, where its unconverted records start); None
+    for a file that is not a spool, or one whose writer has not written its header and
+    resource record yet (a warning in ``result`` says which, where it is not that)."""
     head = os.pread(fd, HEAD_READ, 0)
     header = fmt.parse_header(head)
     if header is None:
         if os.fstat(fd).st_size >= fmt.HEADER_BYTES:
             result.warnings.append(f"{path}: not a span spool; left alone")
-        return  # or a writer that has not written its header yet
+        return None  # or a writer that has not written its header yet
     prefix, first_record = _prefix(fd, head, path, result)
     if prefix is None:
+        return None
+    return header, prefix, max(header.converted, first_record)
+
+
+def _convert_locked(fd: int, path: Path, result: Conversion, *, writable: bool,
+                    close_abandoned: bool, max_bytes: int) -> None:
+    found = _unconverted(fd, path, result)
+    if found is None:
         return
-    start = max(header.converted, first_record)
+    header, prefix, start = found
     spans: list[str] = []
     end = start
     # Read-only: nothing records how far we got, so all of it is decoded at once.
@@ -269,12 +280,8 @@ def has_unconverted(traces_dir: Path) -> bool:
         except OSError:
             continue
         try:
-            head = os.pread(fd, HEAD_READ, 0)
-            header = fmt.parse_header(head)
-            if header is None:
-                continue
-            prefix, first_record = _prefix(fd, head, path, Conversion(str(path)))
-            if prefix is not None and _record_at(fd, max(header.converted, first_record)):
+            found = _unconverted(fd, path, Conversion(str(path)))
+            if found is not None and _record_at(fd, found[2]):
                 return True
         except OSError:
             continue
