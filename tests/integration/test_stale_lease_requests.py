@@ -25,11 +25,14 @@ from multinode_support import log_events, wait_for
 from tracedray.core.address import Address
 from tracedray.core.gcs.client import GcsClient
 from tracedray.core.raylet.client import LeaseCall, RayletClient
+from tracedray.exceptions import RaySystemError
 from tracedray.v1 import raylet_pb2
 
 pytestmark = pytest.mark.integration
 
 GRANTED, TIMEOUT = raylet_pb2.LeaseReply.GRANTED, raylet_pb2.LeaseReply.TIMEOUT
+# A reply the raylet owes comes within this (a reply it does not owe would hang the test).
+REPLY_S = 30.0
 
 # A burst of empty tasks; on a line from stdin, prints its submitter's statistics.
 BURST = textwrap.dedent("""
@@ -137,34 +140,44 @@ def test_the_raylet_answers_exactly_the_requests_withdrawn(tmp_path: Path) -> No
                 scheduling_key="CPU=1@", resources={"CPU": 1.0}, requester=me.to_proto(),
                 request_id=request_id))
 
+        def queue(request_id: bytes) -> LeaseCall:
+            """Ask, and wait until the request waits: requests sent together reach the
+            raylet's queue in any order (each on its own server thread), and which one
+            a returned worker goes to depends on that order."""
+            waiting = raylet.node_stats().pending_leases
+            call = ask(request_id)
+            wait_for(lambda: raylet.node_stats().pending_leases == waiting + 1, 30,
+                     f"request {request_id!r} to wait for the node's only CPU")
+            return call
+
         def withdraw(*request_ids: bytes, requester: str = me.worker_id) -> int:
             return raylet.withdraw_lease_requests(requester, timeout=10,
                                                   request_ids=list(request_ids))
 
-        holder = ask(b"hold").result()
+        holder = ask(b"hold").result(REPLY_S)
         assert holder.status == GRANTED, holder
-        first, second, third = ask(b"1"), ask(b"2"), ask(b"3")
-        wait_for(lambda: raylet.node_stats().pending_leases == 3, 30,
-                 "three requests to wait for the node's only CPU")
+        first, second, third = queue(b"1"), queue(b"2"), queue(b"3")
 
         assert withdraw(b"2") == 1
-        reply = second.result()
+        reply = second.result(REPLY_S)
         assert reply.status == TIMEOUT and "no task of it needs" in reply.reason, reply
         assert withdraw(b"1", requester="another-process") == 0  # ids are per requester
         assert raylet.node_stats().pending_leases == 2
         # Withdrawn before it was sent: answered as it arrives, never queued.
         assert withdraw(b"4") == 0
         started = time.monotonic()
-        assert ask(b"4").result().status == TIMEOUT
+        assert ask(b"4").result(REPLY_S).status == TIMEOUT
         assert time.monotonic() - started < 5
         assert raylet.node_stats().pending_leases == 2
 
         raylet.return_worker(holder.lease_id)
-        granted = first.result()  # the oldest of those left
+        granted = first.result(REPLY_S)  # the oldest of those left
         assert granted.status == GRANTED, granted
+        with pytest.raises(RaySystemError, match="did not answer the lease request"):
+            third.result(0.2)  # no CPU for it: the wait gives up, the request stays
         assert raylet.node_stats().pending_leases == 1
         assert raylet.withdraw_lease_requests(me.worker_id, timeout=10) == 1  # all left
-        assert third.result().status == TIMEOUT
+        assert third.result(REPLY_S).status == TIMEOUT
         raylet.return_worker(granted.lease_id)
         (node_status,) = run_json("status")["nodes"]
         assert node_status["pending"] == 0 and node_status["resources_available"]["CPU"] == 1

@@ -21,13 +21,19 @@ class LeaseCall:
         self._future = future
         self._address = address
 
-    def result(self) -> raylet_pb2.LeaseReply:
+    def result(self, timeout: float | None = None) -> raylet_pb2.LeaseReply:
+        """The raylet's reply; waits as long as the request waits in its queue, or at
+        most ``timeout`` seconds (the request then still waits: ``cancel`` withdraws it)."""
         with rpc.translate("raylet", self._address):
             try:
-                return self._future.result()
+                return self._future.result(timeout=timeout)
             except grpc.FutureCancelledError as exc:
                 raise RaySystemError(f"the lease request to the raylet at {self._address} "
                                      "was cancelled") from exc
+            except grpc.FutureTimeoutError as exc:
+                raise RaySystemError(f"the raylet at {self._address} did not answer the "
+                                     f"lease request within {timeout}s; it still waits "
+                                     "there unless cancelled") from exc
 
     def cancel(self) -> None:
         self._future.cancel()
