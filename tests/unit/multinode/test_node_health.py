@@ -58,3 +58,29 @@ def test_an_offset_is_worth_a_warning_only_beyond_its_error_bound() -> None:
     # 0.13 s apart, but the heartbeat took 0.26 s: the clocks may well agree (seen on
     # one starved machine, where they are the same clock)
     assert not offset_needs_warning((-0.13, 0.26))
+
+
+def test_the_time_the_gcs_was_stalled_is_left_out_of_a_nodes_silence() -> None:
+    # 6 s silent against a 5 s timeout, but the GCS did not run for 1.5 s of it.
+    assert nh.death_reason(nh.Liveness(6.0, 1.0, 5.0, nh.UNREACHABLE, stalled_s=1.5)) == ""
+    reason = nh.death_reason(nh.Liveness(7.0, 1.0, 5.0, nh.UNREACHABLE, stalled_s=1.5))
+    assert reason == ("no heartbeat for 7.0s (timeout 5.0s); 1.5s of it, while the GCS "
+                      "itself was stalled, not counted")
+    # A refused port is proof whatever the GCS's stalls.
+    assert "raylet exited" in nh.death_reason(
+        nh.Liveness(2.5, 1.0, 30.0, nh.REFUSED, stalled_s=2.0))
+
+
+def test_a_stall_is_a_wake_late_by_a_quarter_second_or_more() -> None:
+    assert nh.stall_after(10.0, 10.01) == 0.0  # jitter
+    assert nh.stall_after(10.0, 10.2) == 0.0
+    assert nh.stall_after(10.0, 14.0) == 4.0
+    assert nh.stall_after(10.0, 9.9) == 0.0  # early (never, but harmless)
+
+
+def test_only_the_stalls_within_a_silence_count() -> None:
+    stalls = [(100.0, 101.0), (103.0, 105.0), (110.0, 110.5)]
+    assert nh.stalled_within(stalls, 100.5, 104.0) == 1.5  # the end of one, part of another
+    assert nh.stalled_within(stalls, 105.0, 110.0) == 0.0
+    assert nh.stalled_within(stalls, 90.0, 120.0) == 3.5
+    assert nh.stalled_within([], 0.0, 1e9) == 0.0

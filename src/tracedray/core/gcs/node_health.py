@@ -7,6 +7,11 @@ which is noticed within a couple of heartbeat intervals instead of the full time
 A probe that times out proves nothing (a busy or partitioned node), so only the
 timeout can kill such a node.
 
+The silence the timeout is held against leaves out the time the GCS itself was stalled
+(its node watch woke late: the process was not scheduled, or its GIL was held). A
+heartbeat sent meanwhile may still wait unread in the GCS's server queue: on a starved
+machine, counting that time killed live nodes.
+
 Each raylet also estimates its clock's offset to the head's (node clock minus head
 clock) from its heartbeat round trips; the GCS node table keeps the latest, and the
 raylet logs it (``node.clock_offset``) when it changes, for the CLI's merged views.
@@ -16,6 +21,7 @@ from __future__ import annotations
 
 import math
 import socket
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from tracedray import config
@@ -33,6 +39,7 @@ class Liveness:
     heartbeat_interval_s: float
     timeout_s: float
     probe: str = ""  # REFUSED | UNREACHABLE | LISTENING | "" (not probed)
+    stalled_s: float = 0.0  # of the silence, how long the GCS itself was stalled
 
 
 def should_probe(silent_s: float, heartbeat_interval_s: float) -> bool:
@@ -40,13 +47,38 @@ def should_probe(silent_s: float, heartbeat_interval_s: float) -> bool:
 
 
 def death_reason(state: Liveness) -> str:
-    """Why the node is dead, or "" while it is not (pure)."""
-    if state.silent_s > state.timeout_s:
-        return f"no heartbeat for {state.silent_s:.1f}s (timeout {state.timeout_s:.1f}s)"
+    """Why the node is dead, or "" while it is not (pure). The timeout is held against
+    the silence the GCS could see: less the time it was stalled itself."""
+    if state.silent_s - state.stalled_s > state.timeout_s:
+        reason = f"no heartbeat for {state.silent_s:.1f}s (timeout {state.timeout_s:.1f}s)"
+        if state.stalled_s > 0:
+            reason += (f"; {state.stalled_s:.1f}s of it, while the GCS itself was stalled, "
+                       "not counted")
+        return reason
     if state.probe == REFUSED and should_probe(state.silent_s, state.heartbeat_interval_s):
         return (f"its raylet exited: no heartbeat for {state.silent_s:.1f}s and its port "
                 "refuses connections")
     return ""
+
+
+# --- the GCS's own stalls
+# The node watch asks to wake every half second or so. Waking this much later (its lock
+# taken) means the GCS process did not run: worth leaving out of nodes' silence, and
+# far above the jitter of a loaded but healthy machine (~10 ms).
+STALL_MIN_S = 0.25
+
+
+def stall_after(expected_s: float, woke_s: float) -> float:
+    """How long the watch was stalled, if it woke at ``woke_s`` where it asked for
+    ``expected_s`` (monotonic seconds): the lateness, or 0 under STALL_MIN_S (pure)."""
+    late = woke_s - expected_s
+    return late if late >= STALL_MIN_S else 0.0
+
+
+def stalled_within(stalls: Iterable[tuple[float, float]], since: float, until: float) -> float:
+    """Seconds of [since, until] that the (start, end) stretches ``stalls`` cover; the
+    stretches do not overlap each other (pure)."""
+    return sum(max(0.0, min(end, until) - max(start, since)) for start, end in stalls)
 
 
 def probe_port(ip: str, port: int, timeout_s: float = 1.0) -> str:

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +40,17 @@ MAX_EVENTS_PER_TASK = 32
 TERMINAL = ("FINISHED", "FAILED", "CANCELLED")
 
 
+@dataclass(frozen=True)
+class GcsStatistics:
+    nodes_alive: int
+    nodes_dead: int
+    # Times the node watch woke late (the GCS process was starved), and for how long in
+    # all: that time is left out of nodes' silence, so nodes outlive the GCS's stalls.
+    watch_stalls_total: int
+    watch_stalled_s_total: float
+    longest_watch_stall_s: float
+
+
 class Gcs:
     def __init__(self, *, session_dir: Path, storage_url: str, port: int = 0,
                  listen_host: str = "127.0.0.1", flush_policy: FlushPolicy | None = None,
@@ -51,6 +64,11 @@ class Gcs:
         self._lock = threading.RLock()
         self._nodes: dict[str, gcs_pb2.NodeWithLoad] = {}
         self._head_env: dict[str, str] = {}
+        # Stretches (wall clock start, end) the node watch was stalled: node_health.
+        self._stalls: deque[tuple[float, float]] = deque()
+        self._stalls_total = 0
+        self._stalled_s_total = 0.0
+        self._longest_stall_s = 0.0
         self.actors = ActorManager(nodes=self.node_list, persist=self._persist_actor)
         # A job's state changes (read, decide, write) one at a time: it ends once.
         self._jobs_lock = threading.Lock()
@@ -130,20 +148,29 @@ class Gcs:
     def _watch_nodes(self) -> None:
         timeout = config.NODE_DEATH_TIMEOUT_S.get()
         interval = config.HEARTBEAT_INTERVAL_S.get()
-        while not self._stopped.wait(min(0.5, interval)):
-            now = time.time()
+        period = min(0.5, interval)
+        while True:
+            expected = time.monotonic() + period
+            if self._stopped.wait(period):
+                return
             with self._lock:
+                # Measured with the lock held: heartbeats wait for it too.
+                now = time.time()
+                self._note_stall(now, node_health.stall_after(expected, time.monotonic()),
+                                 horizon_s=10 * timeout, interval_s=interval)
                 late = [(e.info.node_id, e.info.raylet.ip, e.info.raylet.port,
                          e.last_heartbeat) for e in self._nodes.values()
                         if e.info.state == "ALIVE"
                         and node_health.should_probe(now - e.last_heartbeat, interval)]
+                stalls = list(self._stalls)
             # Probes run outside the lock: a connect may take up to its timeout.
             verdicts: dict[str, tuple[float, str]] = {}
             for node_id, ip, port, last in late:
                 silent = now - last
-                probe = "" if silent > timeout else node_health.probe_port(ip, port)
+                stalled = node_health.stalled_within(stalls, last, now)
+                probe = "" if silent - stalled > timeout else node_health.probe_port(ip, port)
                 reason = node_health.death_reason(
-                    node_health.Liveness(silent, interval, timeout, probe))
+                    node_health.Liveness(silent, interval, timeout, probe, stalled))
                 if reason:
                     verdicts[node_id] = (last, reason)
             for info in self._mark_dead(verdicts):
@@ -155,6 +182,33 @@ class Gcs:
                 self.actors.on_node_death(info.node_id)
                 self._job_ends.submit(self.end_jobs_driven_from, info.node_id,
                                       info.death_reason)
+
+    def _note_stall(self, now: float, stalled_s: float, *, horizon_s: float,
+                    interval_s: float) -> None:
+        """Keep a stall of the node watch (the caller holds the lock), and forget those
+        older than ``horizon_s``: no node is silent that long and still alive."""
+        while self._stalls and self._stalls[0][1] < now - horizon_s:
+            self._stalls.popleft()
+        if not stalled_s:
+            return
+        self._stalls.append((now - stalled_s, now))
+        self._stalls_total += 1
+        self._stalled_s_total += stalled_s
+        self._longest_stall_s = max(self._longest_stall_s, stalled_s)
+        # A stall as long as a heartbeat interval may have cost nodes a heartbeat.
+        (log.warning if stalled_s >= interval_s else log.debug)(
+            "gcs.stalled", stalled_s=round(stalled_s, 3), stalls_total=self._stalls_total,
+            why="the GCS's node watch woke late: this process was not scheduled or its "
+                "lock was held; the time is left out of nodes' heartbeat silence")
+
+    def statistics(self) -> GcsStatistics:
+        with self._lock:
+            states = [e.info.state for e in self._nodes.values()]
+            return GcsStatistics(
+                nodes_alive=states.count("ALIVE"), nodes_dead=states.count("DEAD"),
+                watch_stalls_total=self._stalls_total,
+                watch_stalled_s_total=self._stalled_s_total,
+                longest_watch_stall_s=self._longest_stall_s)
 
     def _mark_dead(self, verdicts: dict[str, tuple[float, str]]) -> list[gcs_pb2.NodeInfo]:
         """``verdicts``: node id -> (the last heartbeat the verdict saw, why it is dead)."""
