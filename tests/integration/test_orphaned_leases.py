@@ -167,7 +167,10 @@ def test_leases_of_a_killed_driver_go_to_the_next_driver(tmp_path: Path) -> None
         reclaimed = log_events(session, "lease.reclaimed")
         assert len(reclaimed) == 2, reclaimed
         assert all(r["lessee_pid"] == holder.pid and r["level"] == "warning" for r in reclaimed)
-        assert all(r["why"] == f"process {holder.pid} is gone" for r in reclaimed)
+        # A probe between the SIGKILL and this process's wait() sees a zombie.
+        died = (f"process {holder.pid} is gone",
+                f"process {holder.pid} exited (a zombie, not yet reaped)")
+        assert all(r["why"] in died for r in reclaimed), reclaimed
         workers = workers_by_pid()
         meaning = f"killed by the raylet: the process holding its lease died (pid {holder.pid} "
         for record in reclaimed:
