@@ -65,8 +65,9 @@ def test_nodes_outlive_a_gcs_stopped_for_twice_the_death_timeout(
     nodes = gcs.get_nodes()
     assert [n.info.state for n in nodes] == ["ALIVE", "ALIVE"], [
         (n.info.node_id[:8], n.info.state, n.info.death_reason) for n in nodes]
-    (stall,) = [r for r in log_events(head.session.root, "gcs.stalled")
-                if r["level"] == "warning"]
+    # The stop, and maybe shorter stalls of a busy machine.
+    stall = max((r for r in log_events(head.session.root, "gcs.stalled")
+                 if r["level"] == "warning"), key=lambda r: float(r["stalled_s"]))
     assert stopped_s - 0.5 <= stall["stalled_s"] <= stopped_s + 3, stall
     assert "left out of nodes' heartbeat silence" in stall["why"]
     assert not log_events(head.session.root, "node.dead")

@@ -22,6 +22,7 @@ import psutil
 from tracedray import config, logs, telemetry
 from tracedray.core import rpc, trace_context
 from tracedray.core.address import Address
+from tracedray.core.gcs import node_health
 from tracedray.core.gcs.client import GcsClient
 from tracedray.core.object_store.store import ObjectStore
 from tracedray.core.raylet import driver_watch as dw
@@ -30,10 +31,11 @@ from tracedray.core.raylet import scheduler
 from tracedray.core.raylet import worker_pool as wp
 from tracedray.core.raylet.client import RayletClient
 from tracedray.core.raylet.early_withdrawals import EarlyWithdrawals
+from tracedray.core.raylet.heartbeats import Heartbeats, HeartbeatStatistics
 from tracedray.core.raylet.telemetry_agent import start_agent, stop_agent
 from tracedray.core.raylet.transfers import TransferTable
 from tracedray.core.worker.flight_recorder import read_slot
-from tracedray.exceptions import ObjectStoreFullError, RaySystemError
+from tracedray.exceptions import ConfigError, ObjectStoreFullError, RaySystemError
 from tracedray.telemetry import attributes as A
 from tracedray.telemetry.append_file import read_data
 from tracedray.telemetry.spool_convert import sync_traces_dir
@@ -69,6 +71,7 @@ class RayletStatistics:
     leases_reclaimed: int  # task leases taken back because their lessee died
     workers: wp.WorkerPoolStatistics
     resources_available: dict[str, float]
+    heartbeats: HeartbeatStatistics
 
 
 class Raylet:
@@ -109,6 +112,11 @@ class Raylet:
         self._refusals: dict[str, int] = {}
         self._peers: dict[str, gcs_pb2.NodeWithLoad] = {}
         self._bg = ThreadPoolExecutor(max_workers=8, thread_name_prefix="tracedray-raylet-bg")
+        self.heartbeats = Heartbeats(
+            gcs=self.gcs, node_id=node_id, interval_s=config.HEARTBEAT_INTERVAL_S.get(),
+            request=self._heartbeat_request, stopped=self._stopped,
+            reregister=lambda: self.gcs.register_node(self._node_info()),
+            clock_skew_s=_clock_skew())
         self.transfers = TransferTable()
         self._agent: subprocess.Popen[bytes] | None = None
         # Read here so that a malformed value fails the node's start, naming the variable.
@@ -142,8 +150,10 @@ class Raylet:
         with self._lock:
             for _ in range(prestart_workers):
                 self.pool.start_worker()
-        threading.Thread(target=self._heartbeat_loop, daemon=True,
+        threading.Thread(target=self.heartbeats.run, daemon=True,
                          name="tracedray-heartbeat").start()
+        threading.Thread(target=self._peer_view_loop, daemon=True,
+                         name="tracedray-peer-view").start()
         threading.Thread(target=self._idle_reaper_loop, daemon=True,
                          name="tracedray-idle-reaper").start()
 
@@ -171,43 +181,22 @@ class Raylet:
             return []
         return drift(dict(heads[0].environment), dict(info.environment)) if heads else []
 
-    def _heartbeat_loop(self) -> None:
-        from tracedray import config
-        from tracedray.core.gcs import node_health
-        from tracedray.exceptions import ConfigError
+    def _heartbeat_request(self) -> gcs_pb2.HeartbeatRequest:
+        with self._lock:
+            return gcs_pb2.HeartbeatRequest(
+                node_id=self.node_id, resources_available=self.available,
+                store_used=self.store.statistics().used,
+                pending_leases=self._queued(), infeasible_leases=self._infeasible())
 
+    def _peer_view_loop(self) -> None:
+        """Refresh the view of the other nodes every heartbeat interval, off the
+        heartbeats' thread (heartbeats.py): a slow GetNodes never delays a heartbeat."""
         interval = config.HEARTBEAT_INTERVAL_S.get()
-        estimate: tuple[float, float] | None = None
-        reported: tuple[float, float] | None = None  # the estimate last logged
-        try:
-            skew = node_health.TESTING_CLOCK_SKEW_S.get()
-        except ConfigError as exc:  # a test hook's typo must not stop the heartbeats
-            log.error("node.clock_skew_invalid", error=str(exc))
-            skew = 0.0
         while not self._stopped.wait(interval):
-            with self._lock:
-                request = gcs_pb2.HeartbeatRequest(
-                    node_id=self.node_id, resources_available=self.available, sent_at=time.time(),
-                    store_used=self.store.statistics().used,
-                    pending_leases=self._queued(), infeasible_leases=self._infeasible())
-            if estimate is not None:
-                request.clock_offset_s, request.clock_rtt_s = estimate
-                request.has_clock_estimate = True
             try:
-                reply = self.gcs.heartbeat(request)
-                sample = node_health.clock_offset(request.sent_at, time.time(), reply.gcs_time)
-                estimate = node_health.keep_better(estimate, node_health.with_skew(sample, skew))
-                if node_health.report_due(reported, estimate):
-                    reported = estimate
-                    (log.warning if node_health.offset_needs_warning(estimate) else log.info)(
-                        "node.clock_offset", node_id=self.node_id, offset_s=estimate[0],
-                        rtt_s=estimate[1])
-                if reply.unknown_node:
-                    log.warning("node.reregister", reason="the GCS does not know this node")
-                    self.gcs.register_node(self._node_info())
                 self._peers = {n.info.node_id: n for n in self.gcs.get_nodes()}
             except RaySystemError as exc:
-                log.warning("heartbeat.failed", error=str(exc))
+                log.warning("peer_view.failed", error=str(exc))
             with self._lock:
                 self._respill()
                 self._dispatch()  # nodes may have joined: re-check infeasible requests
@@ -262,7 +251,8 @@ class Raylet:
             return RayletStatistics(
                 pending_leases=self._queued(), infeasible_leases=self._infeasible(),
                 leases_granted=self._granted, leases_reclaimed=self._reclaimed,
-                workers=self.pool.statistics(), resources_available=dict(self.available))
+                workers=self.pool.statistics(), resources_available=dict(self.available),
+                heartbeats=self.heartbeats.statistics())
 
     # --- leasing
     def _queued(self) -> int:
@@ -922,6 +912,16 @@ def _exit_blockers(address: Address) -> list[str] | None:
 
 def _without_cpu(resources: dict[str, float]) -> dict[str, float]:
     return {k: v for k, v in resources.items() if k != "CPU"}
+
+
+def _clock_skew() -> float:
+    """The testing clock skew (node_health.TESTING_CLOCK_SKEW_S); a typo in this test
+    hook is logged and ignored, never a reason for the heartbeats to stop."""
+    try:
+        return node_health.TESTING_CLOCK_SKEW_S.get()
+    except ConfigError as exc:
+        log.error("node.clock_skew_invalid", error=str(exc))
+        return 0.0
 
 
 def _lessee_name(lessee: Address) -> str:
