@@ -57,8 +57,16 @@ def test_offsets_are_logged_and_every_merged_view_applies_them(
             return by_node if set(names) <= set(by_node) else None
 
         lines = wait_for(offset_lines, 30, "a node.clock_offset line from every raylet")
+
+        def near_skew(offset_s: float) -> bool:
+            """Within the error bound of d's estimates so far (half the longest round trip
+            they were measured over: a heartbeat of a starved machine takes long), and
+            0.05 s: what d's records are moved by is the fake skew, give or take that."""
+            records = (offset_lines() or lines)[skewed.node_id]
+            return abs(offset_s - SKEW_S) <= max(r["rtt_s"] for r in records) / 2 + 0.05
+
         (first_d, *_) = lines[skewed.node_id]
-        assert abs(first_d["offset_s"] - SKEW_S) < 0.05 and first_d["level"] == "warning"
+        assert near_skew(first_d["offset_s"]) and first_d["level"] == "warning", first_d
         for node_id, name in names.items():
             for record in lines[node_id]:
                 assert record["rtt_s"] >= 0
@@ -74,7 +82,9 @@ def test_offsets_are_logged_and_every_merged_view_applies_them(
         # `tracedray status` (the GCS node table) agrees.
         rows = {r["node_id"]: r for r in run_json("status", "--address", cluster.address)
                 ["nodes"]}
-        assert abs(float(rows[skewed.node_id]["clock_offset_s"]) - SKEW_S) < 0.05
+        row = rows[skewed.node_id]
+        assert abs(float(row["clock_offset_s"]) - SKEW_S) <= float(row["clock_error_s"]) + 0.05
+        assert float(row["clock_error_s"]) > 0, row
 
         # Live: logs merges d's lines 2 s earlier than d stamped them, and says so.
         result = run("logs", "--address", cluster.address, "--task", task_id,
@@ -82,11 +92,11 @@ def test_offsets_are_logged_and_every_merged_view_applies_them(
         (printed,) = [json.loads(t) for t in result.stdout.splitlines()
                       if json.loads(t).get("event") == "task.output"]
         assert printed["node_id"] == skewed.node_id
-        assert abs(printed["clock_offset_s"] - SKEW_S) < 0.05
+        assert near_skew(printed["clock_offset_s"]), printed
         shift = _seconds(printed["node_timestamp"]) - _seconds(printed["timestamp"])
         assert shift == pytest.approx(printed["clock_offset_s"], abs=2e-6)
         for offset in _applied(result.stderr, skewed.node_id):
-            assert abs(offset - SKEW_S * 1000) < 50
+            assert near_skew(offset / 1000), offset
         for node_id, name in names.items():
             if name != "d":  # noise within the estimate's error bound moves nothing
                 assert node_id[:12] not in result.stderr
@@ -99,23 +109,23 @@ def test_offsets_are_logged_and_every_merged_view_applies_them(
 
         data = wait_for(story, 30, "the task's execute span and output in its story")
         assert set(data["clock_offsets_s"]) == {skewed.node_id}
-        assert all(abs(o - SKEW_S) < 0.05 for o in data["clock_offsets_s"][skewed.node_id])
+        assert all(near_skew(o) for o in data["clock_offsets_s"][skewed.node_id]), data
         text = run("trace", task_id, "--address", cluster.address).stdout
         _applied(text, skewed.node_id)
         raw = run_json("trace", task_id, "--address", cluster.address, "--no-clock-correction")
         assert raw["clock_offsets_s"] == {}
         moved = next(e for e in data["events"] if e["kind"] == "started")["time_unix_nano"]
         stamped = next(e for e in raw["events"] if e["kind"] == "started")["time_unix_nano"]
-        assert abs((stamped - moved) / 1e9 - SKEW_S) < 0.05
+        assert near_skew((stamped - moved) / 1e9)
 
     # After the cluster stopped: the session folder alone gives the same correction.
     timeline = run("timeline", "--address", cluster.address, "--task", task_id, "--output", "-")
     document = json.loads(timeline.stdout)
     offsets = document["otherData"]["clock_offsets_s"]
     assert set(offsets) == {skewed.node_id}
-    assert all(abs(o - SKEW_S) < 0.05 for o in offsets[skewed.node_id])
+    assert all(near_skew(o) for o in offsets[skewed.node_id]), offsets
     execute = next(e for e in document["traceEvents"] if e.get("name") == "task.execute")
-    assert abs(execute["args"]["clock_offset_s"] - SKEW_S) < 0.05
+    assert near_skew(execute["args"]["clock_offset_s"]), execute
     _applied(timeline.stderr, skewed.node_id)
     offline = run("logs", "--address", cluster.address, "--node", skewed.node_id[:12])
     _applied(offline.stderr, skewed.node_id)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from cli_support import run, run_json
 from multinode_support import log_events, spans_named, three_nodes, wait_for
@@ -38,7 +40,11 @@ def test_clock_offsets_are_estimated_from_heartbeat_round_trips(
             return rows if all(row["clock_offset_s"] != 0.0 for row in rows) else None
 
         rows = wait_for(estimated, 20, "every node to report a clock estimate")
-        # One machine, one clock: the round-trip estimate is within milliseconds of 0
-        # (the one-way difference it replaced was off by the whole network delay).
-        assert all(abs(float(str(row["clock_offset_s"]))) < 0.05 for row in rows)
-        assert " ms" in run("status", "--address", cluster.address).stdout
+        # One machine, one clock: the round-trip estimate is 0 within its error bound (half
+        # the heartbeat's round trip: milliseconds, unless the machine is starved), where
+        # the one-way difference it replaced was off by the whole network delay.
+        for row in rows:
+            error = float(str(row["clock_error_s"]))
+            assert error > 0 and abs(float(str(row["clock_offset_s"]))) <= error + 0.05, row
+        assert re.search(r"[+-]\d+\.\d±\d+\.\d ms", run("status", "--address",
+                                                          cluster.address).stdout)

@@ -30,7 +30,8 @@ ACTOR_FIELDS = ("actor_id", "class_name", "state", "name", "namespace", "job_id"
                 "num_restarts", "death_cause", "is_detached", "start_time", "end_time")
 NODE_FIELDS = ("node_id", "ip", "state", "is_head", "resources", "resources_available", "pid",
                "hostname", "object_store_used", "object_store_capacity", "start_time",
-               "end_time", "death_reason", "clock_offset_s", "version_drift")
+               "end_time", "death_reason", "clock_offset_s", "clock_error_s",
+               "version_drift")
 WORKER_FIELDS = ("worker_id", "node_id", "ip", "pid", "state", "actor_id", "exit_code",
                  "exit_signal", "exit_meaning", "start_time", "end_time")
 JOB_FIELDS = ("job_id", "state", "entrypoint", "namespace", "driver_ip", "driver_pid",
@@ -158,6 +159,8 @@ def node_row(node: gcs_pb2.NodeWithLoad, stats: raylet_pb2.NodeStats | None) -> 
             or info.object_store_capacity,
             "start_time": info.start_time or None, "end_time": info.end_time or None,
             "death_reason": info.death_reason, "clock_offset_s": info.clock_offset_s,
+            # The offset's error bound: half the round trip it was measured over.
+            "clock_error_s": info.clock_rtt_s / 2,
             "version_drift": list(info.version_drift)}
 
 

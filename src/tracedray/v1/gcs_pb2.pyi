@@ -8,7 +8,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class NodeInfo(_message.Message):
-    __slots__ = ("node_id", "raylet", "resources_total", "state", "start_time", "end_time", "death_reason", "environment", "is_head", "object_store_capacity", "hostname", "clock_offset_s", "version_drift")
+    __slots__ = ("node_id", "raylet", "resources_total", "state", "start_time", "end_time", "death_reason", "environment", "is_head", "object_store_capacity", "hostname", "clock_offset_s", "version_drift", "clock_rtt_s")
     class ResourcesTotalEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -36,6 +36,7 @@ class NodeInfo(_message.Message):
     HOSTNAME_FIELD_NUMBER: _ClassVar[int]
     CLOCK_OFFSET_S_FIELD_NUMBER: _ClassVar[int]
     VERSION_DRIFT_FIELD_NUMBER: _ClassVar[int]
+    CLOCK_RTT_S_FIELD_NUMBER: _ClassVar[int]
     node_id: str
     raylet: _common_pb2.Address
     resources_total: _containers.ScalarMap[str, float]
@@ -49,7 +50,8 @@ class NodeInfo(_message.Message):
     hostname: str
     clock_offset_s: float
     version_drift: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, node_id: _Optional[str] = ..., raylet: _Optional[_Union[_common_pb2.Address, _Mapping]] = ..., resources_total: _Optional[_Mapping[str, float]] = ..., state: _Optional[str] = ..., start_time: _Optional[float] = ..., end_time: _Optional[float] = ..., death_reason: _Optional[str] = ..., environment: _Optional[_Mapping[str, str]] = ..., is_head: _Optional[bool] = ..., object_store_capacity: _Optional[int] = ..., hostname: _Optional[str] = ..., clock_offset_s: _Optional[float] = ..., version_drift: _Optional[_Iterable[str]] = ...) -> None: ...
+    clock_rtt_s: float
+    def __init__(self, node_id: _Optional[str] = ..., raylet: _Optional[_Union[_common_pb2.Address, _Mapping]] = ..., resources_total: _Optional[_Mapping[str, float]] = ..., state: _Optional[str] = ..., start_time: _Optional[float] = ..., end_time: _Optional[float] = ..., death_reason: _Optional[str] = ..., environment: _Optional[_Mapping[str, str]] = ..., is_head: _Optional[bool] = ..., object_store_capacity: _Optional[int] = ..., hostname: _Optional[str] = ..., clock_offset_s: _Optional[float] = ..., version_drift: _Optional[_Iterable[str]] = ..., clock_rtt_s: _Optional[float] = ...) -> None: ...
 
 class HeartbeatRequest(_message.Message):
     __slots__ = ("node_id", "resources_available", "sent_at", "store_used", "pending_leases", "infeasible_leases", "clock_offset_s", "clock_rtt_s", "has_clock_estimate")

@@ -249,8 +249,9 @@ def _print_status(summary: dict[str, Any]) -> None:
                   f"{escape(summary['gcs_storage'])}", highlight=False)
     table = Table(title="nodes", title_justify="left")
     for column in ("node", "state", "CPU", "other resources", "object store", "workers",
-                   "pending / infeasible", "clock"):
+                   "pending / infeasible"):
         table.add_column(column, overflow="fold")
+    table.add_column("clock", no_wrap=True)  # "+1.2±0.3 ms": one reading, kept whole
     for row in rows:
         others = ", ".join(f"{name} {_used_of(row, name)}" for name in sorted(row["resources"])
                            if name not in ("CPU", "memory"))
@@ -264,7 +265,7 @@ def _print_status(summary: dict[str, Any]) -> None:
             state += f" ({row['error']})"
         table.add_row(f"{row['node_id'][:12]} {row['ip']}", state, _used_of(row, "CPU"), others,
                       store, workers, f"{row['pending']} / {row['infeasible']}",
-                      f"{row['clock_offset_s'] * 1000:+.1f} ms")
+                      f"{row['clock_offset_s'] * 1000:+.1f}±{row['clock_error_s'] * 1000:.1f} ms")
     console.print(table)
     console.print(f"pending work: {summary['pending']} lease request(s) waiting; infeasible: "
                   f"{summary['infeasible']} (fits no node; see `tracedray list tasks`)",

@@ -143,6 +143,7 @@ class Gcs:
             # The raylet measured it over the previous heartbeat's round trip (node_health).
             if request.has_clock_estimate:
                 entry.info.clock_offset_s = request.clock_offset_s
+                entry.info.clock_rtt_s = request.clock_rtt_s
         return gcs_pb2.HeartbeatReply(gcs_time=now)
 
     def _watch_nodes(self) -> None:
