@@ -107,6 +107,15 @@ IDLE_WORKER_TIMEOUT_S: Variable[float] = Variable(
     "block in get().",
 )
 
+WORKER_REGISTER_TIMEOUT_S: Variable[float] = Variable(
+    "TRACEDRAY_WORKER_REGISTER_TIMEOUT_S",
+    _parse_positive_float,
+    lambda: 60.0,
+    "A worker process that has not registered with its raylet this long after it was "
+    "started is killed (stuck at start: a hung import, a sitecustomize that blocks) and "
+    "another is started for the work that waits; as Ray's worker_register_timeout_seconds.",
+)
+
 
 def _parse_positive_int(text: str) -> int | None:
     value = int(text)
@@ -272,6 +281,7 @@ ALL_VARIABLES: tuple[Variable[Any], ...] = (
     LEASE_LINGER_S,
     HEARTBEAT_INTERVAL_S,
     IDLE_WORKER_TIMEOUT_S,
+    WORKER_REGISTER_TIMEOUT_S,
     IDLE_WORKER_SOFT_LIMIT,
     NODE_DEATH_TIMEOUT_S,
     JAEGER_URL,

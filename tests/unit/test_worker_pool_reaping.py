@@ -218,3 +218,18 @@ def test_the_gcs_hears_of_an_actor_workers_exit_unless_it_asked_for_it() -> None
     for stop in wp.STOPS_FOR_THE_GCS:
         assert not wp.exit_concerns_the_gcs(actor_worker("w", stop_reason=f"{stop}: why"))
     assert not wp.exit_concerns_the_gcs(actor_worker("w", actor_id=b"", state=wp.LEASED))
+
+
+# --- workers stuck at start
+def test_only_workers_still_starting_after_the_timeout_are_stuck() -> None:
+    def started(worker_id: str, at: float, state: str = wp.STARTING,
+                kill_intended: bool = False) -> wp.WorkerProcess:
+        return wp.WorkerProcess(worker_id=worker_id, process=None,  # type: ignore[arg-type]
+                                state=state, kill_intended=kill_intended,
+                                started_monotonic=at)
+
+    workers = [started("stuck", 0.0), started("young", 50.0), started("idle", 0.0, wp.IDLE),
+               started("dying", 0.0, kill_intended=True), started("edge", 40.0)]
+    assert [w.worker_id for w in wp.not_registered_in_time(workers, 100.0, 60.0)] == [
+        "stuck", "edge"]
+    assert wp.not_registered_in_time(workers, 30.0, 60.0) == []

@@ -121,6 +121,7 @@ class Raylet:
         self._agent: subprocess.Popen[bytes] | None = None
         # Read here so that a malformed value fails the node's start, naming the variable.
         self.idle_worker_timeout_s = config.IDLE_WORKER_TIMEOUT_S.get()
+        self.register_timeout_s = config.WORKER_REGISTER_TIMEOUT_S.get()
         self.worker_soft_limit = wp.soft_limit(self.total.get("CPU", 0.0),
                                                config.IDLE_WORKER_SOFT_LIMIT.get())
         # Idle spells (worker id, idle since) whose worker said it holds something, and
@@ -592,6 +593,7 @@ class Raylet:
         while not self._stopped.wait(interval):
             try:
                 self.reap_idle_workers()
+                self.kill_unregistered_workers()
             except Exception as exc:  # noqa: BLE001 - the loop must survive anything
                 log.error("worker.reap_failed", error=repr(exc))
             if time.monotonic() < reclaim_at:
@@ -605,6 +607,27 @@ class Raylet:
                 self.check_drivers()
             except Exception as exc:  # noqa: BLE001 - the loop must survive anything
                 log.error("driver.check_failed", error=repr(exc))
+
+    def kill_unregistered_workers(self) -> list[int]:
+        """Kill the workers stuck at start: not registered ``register_timeout_s`` after
+        they were started. Requests counted on them get other workers: each exit
+        re-dispatches (``_mark_dead``), which starts new ones. Returns their pids."""
+        timeout = self.register_timeout_s
+        with self._lock:
+            if self._stopped.is_set():
+                return []
+            stuck = wp.not_registered_in_time(self.pool.workers.values(), time.monotonic(),
+                                              timeout)
+            for worker in stuck:
+                log.warning("worker.register_timeout", worker_id=worker.worker_id,
+                            worker_pid=worker.pid, timeout_s=timeout,
+                            hint="its output (a traceback, a hung import) is in this "
+                                 "raylet's stderr file under logs/")
+                self.kill_worker(worker.worker_id, force=True, reason=wp.STOP_NOT_REGISTERED,
+                                 meaning=f"killed by the raylet: it did not register within "
+                                         f"{timeout:g}s of its start "
+                                         "(TRACEDRAY_WORKER_REGISTER_TIMEOUT_S)")
+        return [w.pid for w in stuck]
 
     def reclaim_orphaned_leases(self) -> list[str]:
         """Kill the workers of task leases whose lessee died; returns those lease ids.

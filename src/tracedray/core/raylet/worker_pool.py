@@ -41,6 +41,7 @@ STOP_LESSEE_DIED = "lessee died"
 STOP_LESSEE_LEFT = "lessee left its tasks running"
 STOP_ACTOR_DEAD = "actor dead"
 STOP_ACTOR_UNUSED = "actor worker unused"
+STOP_NOT_REGISTERED = "did not register"
 # Actor workers stopped because the GCS does not want them: it is not told of their exit
 # (it knows; and a restarted GCS creating the actor again would count it as a failure).
 STOPS_FOR_THE_GCS = (STOP_ACTOR_DEAD, STOP_ACTOR_UNUSED)
@@ -62,6 +63,7 @@ class WorkerProcess:
     resources: dict[str, float] = field(default_factory=dict)
     actor_id: bytes = b""
     started_at: float = field(default_factory=time.time)
+    started_monotonic: float = field(default_factory=time.monotonic)
     ended_at: float = 0.0
     exit_code: int = 0
     exit_signal: str = ""
@@ -98,6 +100,14 @@ class IdleWorker:
     # It still holds something other processes need (objects it owns or borrows,
     # tasks it submitted): stopping it would lose them. Unknown counts as busy.
     busy: bool = False
+
+
+def not_registered_in_time(workers: Iterable[WorkerProcess], now: float,
+                           timeout_s: float) -> list[WorkerProcess]:
+    """The workers still STARTING ``timeout_s`` after they were started (``now`` on the
+    monotonic clock), not already being killed (pure)."""
+    return [w for w in workers if w.state == STARTING and not w.kill_intended
+            and now - w.started_monotonic >= timeout_s]
 
 
 def workers_to_reap(idle: Sequence[IdleWorker], live_workers: int, soft_limit: int,
