@@ -591,22 +591,13 @@ class Raylet:
         interval = min(1.0, max(0.05, self.idle_worker_timeout_s / 4))
         reclaim_at = 0.0
         while not self._stopped.wait(interval):
-            try:
-                self.reap_idle_workers()
-                self.kill_unregistered_workers()
-            except Exception as exc:  # noqa: BLE001 - the loop must survive anything
-                log.error("worker.reap_failed", error=repr(exc))
+            _survive(self.reap_idle_workers, "worker.reap_failed")
+            _survive(self.kill_unregistered_workers, "worker.register_check_failed")
             if time.monotonic() < reclaim_at:
                 continue
             reclaim_at = time.monotonic() + lr.RECLAIM_INTERVAL_S
-            try:
-                self.reclaim_orphaned_leases()
-            except Exception as exc:  # noqa: BLE001 - the loop must survive anything
-                log.error("lease.reclaim_failed", error=repr(exc))
-            try:
-                self.check_drivers()
-            except Exception as exc:  # noqa: BLE001 - the loop must survive anything
-                log.error("driver.check_failed", error=repr(exc))
+            _survive(self.reclaim_orphaned_leases, "lease.reclaim_failed")
+            _survive(self.check_drivers, "driver.check_failed")
 
     def kill_unregistered_workers(self) -> list[int]:
         """Kill the workers stuck at start: not registered ``register_timeout_s`` after
@@ -935,6 +926,15 @@ def _exit_blockers(address: Address) -> list[str] | None:
 
 def _without_cpu(resources: dict[str, float]) -> dict[str, float]:
     return {k: v for k, v in resources.items() if k != "CPU"}
+
+
+def _survive(check: Callable[[], object], failure_event: str) -> None:
+    """Run one of the reaper thread's checks; an error is logged, and the thread goes on
+    (it must survive anything: it is the one that frees stuck workers and leases)."""
+    try:
+        check()
+    except Exception as exc:  # noqa: BLE001 - see above
+        log.error(failure_event, error=repr(exc))
 
 
 def _clock_skew() -> float:
