@@ -46,10 +46,15 @@ def should_probe(silent_s: float, heartbeat_interval_s: float) -> bool:
     return silent_s > LATE_INTERVALS * heartbeat_interval_s
 
 
+def timed_out(silent_s: float, stalled_s: float, timeout_s: float) -> bool:
+    """Whether a node's silence is past the death timeout (pure). The timeout is held
+    against the silence the GCS could see: less the time it was stalled itself."""
+    return silent_s - stalled_s > timeout_s
+
+
 def death_reason(state: Liveness) -> str:
-    """Why the node is dead, or "" while it is not (pure). The timeout is held against
-    the silence the GCS could see: less the time it was stalled itself."""
-    if state.silent_s - state.stalled_s > state.timeout_s:
+    """Why the node is dead, or "" while it is not (pure)."""
+    if timed_out(state.silent_s, state.stalled_s, state.timeout_s):
         reason = f"no heartbeat for {state.silent_s:.1f}s (timeout {state.timeout_s:.1f}s)"
         if state.stalled_s > 0:
             reason += (f"; {state.stalled_s:.1f}s of it, while the GCS itself was stalled, "

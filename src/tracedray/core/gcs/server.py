@@ -169,7 +169,9 @@ class Gcs:
             for node_id, ip, port, last in late:
                 silent = now - last
                 stalled = node_health.stalled_within(stalls, last, now)
-                probe = "" if silent - stalled > timeout else node_health.probe_port(ip, port)
+                # Past the timeout the probe could not change the verdict: not made.
+                probe = ("" if node_health.timed_out(silent, stalled, timeout)
+                         else node_health.probe_port(ip, port))
                 reason = node_health.death_reason(
                     node_health.Liveness(silent, interval, timeout, probe, stalled))
                 if reason:
