@@ -60,27 +60,28 @@ def wait_for(predicate: Callable[[], T], timeout_s: float, what: str) -> T:
 
 
 @contextmanager
-def three_nodes(monkeypatch: pytest.MonkeyPatch, *, c_cpus: int = 2) -> Iterator[Cluster]:
-    """head (1 CPU, {"head": 1}), b (1 CPU, {"b": 1}), c (c_cpus, {"c": 1})."""
+def started_nodes(monkeypatch: pytest.MonkeyPatch, head: dict[str, Any],
+                  joined: dict[str, dict[str, Any]], *,
+                  death_timeout_s: float = 4.0) -> Iterator[Cluster]:
+    """A head started with ``head`` (start_head's keywords) and the nodes ``joined``
+    (name -> join_node's keywords), with heartbeats every 0.3 s and death after
+    ``death_timeout_s``; no driver. All are stopped, and their shared memory removed,
+    at the end."""
     import tracedray
     from tracedray.core.node import start_head
     from tracedray.core.session import create_session
 
     # Before any process starts: they inherit these (fast death detection for the tests).
     monkeypatch.setenv("TRACEDRAY_HEARTBEAT_INTERVAL_S", "0.3")
-    monkeypatch.setenv("TRACEDRAY_NODE_DEATH_TIMEOUT_S", "4")
+    monkeypatch.setenv("TRACEDRAY_NODE_DEATH_TIMEOUT_S", f"{death_timeout_s:g}")
     session = create_session()
-    head = start_head(session, num_cpus=1, resources={"head": 1}, object_store_memory=STORE)
-    cluster = Cluster(tracedray, head.gcs_address, session.root, {"head": head},
-                      {head.node_id: "head"})
+    processes = start_head(session, object_store_memory=STORE, **head)
+    cluster = Cluster(tracedray, processes.gcs_address, session.root, {"head": processes},
+                      {processes.node_id: "head"})
     try:
-        cluster.join("b", num_cpus=1, resources={"b": 1})
-        cluster.join("c", num_cpus=c_cpus, resources={"c": 1})
-        tracedray.init(address=head.gcs_address)
-        try:
-            yield cluster
-        finally:
-            tracedray.shutdown()
+        for name, options in joined.items():
+            cluster.join(name, **options)
+        yield cluster
     finally:
         for name in reversed(list(cluster.nodes)):
             cluster.nodes[name].stop()
@@ -88,6 +89,20 @@ def three_nodes(monkeypatch: pytest.MonkeyPatch, *, c_cpus: int = 2) -> Iterator
         from tracedray.core.object_store.files import remove_orphans
 
         remove_orphans(Path("/dev/shm"), f"tracedray-{session.root.name[-24:]}")
+
+
+@contextmanager
+def three_nodes(monkeypatch: pytest.MonkeyPatch, *, c_cpus: int = 2) -> Iterator[Cluster]:
+    """head (1 CPU, {"head": 1}), b (1 CPU, {"b": 1}), c (c_cpus, {"c": 1}), and a driver
+    connected with init(address=...)."""
+    with started_nodes(monkeypatch, {"num_cpus": 1, "resources": {"head": 1}},
+                       {"b": {"num_cpus": 1, "resources": {"b": 1}},
+                        "c": {"num_cpus": c_cpus, "resources": {"c": 1}}}) as cluster:
+        cluster.ray.init(address=cluster.address)
+        try:
+            yield cluster
+        finally:
+            cluster.ray.shutdown()
 
 
 def spans_named(session_dir: Path, name: str) -> list[dict[str, Any]]:
