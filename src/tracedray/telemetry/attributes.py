@@ -70,6 +70,7 @@ GCS_FLUSH_ENTRIES = "tracedray.gcs.flush.entries"
 GCS_FLUSH_BYTES = "tracedray.gcs.flush.bytes"
 GCS_MEMORY_BEFORE = "tracedray.gcs.memory_before"
 GCS_MEMORY_AFTER = "tracedray.gcs.memory_after"
+GCS_HOT_ENTRIES = "tracedray.gcs.hot_entries"  # left in memory after a flush, all tables
 GCS_STORAGE = "tracedray.gcs.storage"
 GCS_NODES = "tracedray.gcs.nodes"  # how many raylets the GCS asked
 GCS_NODES_UNANSWERED = "tracedray.gcs.nodes_unanswered"  # ids of those that did not answer

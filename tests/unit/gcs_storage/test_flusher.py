@@ -42,6 +42,8 @@ def test_flush_now_reports_per_table_and_totals(tmp_path: Path) -> None:
     report = flusher.flush_now()
     assert (report.entries, report.bytes) == (11, 307)
     assert report.per_table["tasks"].entries == 10 and report.per_table["objects"].bytes == 7
+    # What is left in memory: the live entry only.
+    assert {name: r.hot_after for name, r in report.per_table.items()} == {"tasks": 0, "objects": 1}
     assert report.rss_before > 0 and report.rss_after > 0 and report.duration_s >= 0
     stats = flusher.statistics()
     assert (stats.flushes, stats.idle_flushes, stats.entries_flushed) == (1, 1, 11)
@@ -116,6 +118,7 @@ def test_flush_emits_a_span_and_a_log_line_with_the_same_numbers(tmp_path: Path)
         table = TieredTable("tasks", storage, write_through=False)
         for i in range(100):
             table.put(f"t{{i}}", b"v" * 50, finished=True)
+        table.put("running", b"r", finished=False)  # stays in memory
         flusher = Flusher({{"tasks": table}}, FlushPolicy(min_age_s=0.0))
         flusher.flush_now()
         flusher.flush_now()  # moves nothing: no second span or line
@@ -139,9 +142,11 @@ def test_flush_emits_a_span_and_a_log_line_with_the_same_numbers(tmp_path: Path)
     assert attributes["tracedray.gcs.flush.bytes"] == {"intValue": "5000"}
     assert "memory" in attributes["tracedray.gcs.storage"]["stringValue"]
     assert int(attributes["tracedray.gcs.memory_after"]["intValue"]) > 0
+    assert attributes["tracedray.gcs.hot_entries"] == {"intValue": "1"}
     lines = [json.loads(line) for path in (tmp_path / "logs").glob("*.jsonl")
              for line in read_data(path).decode().splitlines()]
     flushes = [line for line in lines if line["event"] == "gcs.flush"]
     assert len(flushes) == 1
     assert (flushes[0]["entries"], flushes[0]["bytes"]) == (100, 5000)
     assert flushes[0]["memory_after"] == int(attributes["tracedray.gcs.memory_after"]["intValue"])
+    assert flushes[0]["hot_entries"] == {"tasks": 1}

@@ -2,7 +2,9 @@
 
 Each flush that moved anything becomes a ``gcs.flush`` span (started when the
 flush started, so its duration is the flush's) and a ``gcs.flush`` log line with
-the same numbers, including the process RSS before and after.
+the same numbers, including the process RSS before and after and the entries left
+in memory: the hot set, which is what the flush keeps bounded (RSS also moves with
+the requests being handled and what the allocator keeps).
 """
 
 from __future__ import annotations
@@ -127,6 +129,7 @@ class Flusher:
                 attrs.GCS_FLUSH_BYTES: report.bytes,
                 attrs.GCS_MEMORY_BEFORE: report.rss_before,
                 attrs.GCS_MEMORY_AFTER: report.rss_after,
+                attrs.GCS_HOT_ENTRIES: sum(r.hot_after for r in report.per_table.values()),
                 attrs.GCS_STORAGE: self._storage_label,
                 attrs.GCS_TABLE: sorted(tables),
             },
@@ -142,6 +145,7 @@ class Flusher:
             memory_after=report.rss_after,
             storage=self._storage_label,
             tables=tables,
+            hot_entries={name: r.hot_after for name, r in report.per_table.items()},
         )
 
     # --- background thread -------------------------------------------------------------

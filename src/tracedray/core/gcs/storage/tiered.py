@@ -37,6 +37,7 @@ _COUNT_BATCH = 1000
 class TableFlushResult:
     entries: int
     bytes: int
+    hot_after: int = 0  # entries still in memory once the flush was done
 
 
 @dataclass(frozen=True)
@@ -204,7 +205,7 @@ class TieredTable:
                 [HotEntry(key, len(slot[0]), slot[1]) for key, slot in slots], now, policy
             )
             if not chosen:
-                return TableFlushResult(0, 0)
+                return TableFlushResult(0, 0, self.hot_count())
             with self._lock:
                 # Re-read: a put since the snapshot may have made an entry live again.
                 moving = {
@@ -226,7 +227,8 @@ class TieredTable:
                 self._flushed_entries += moved
                 self._flushed_bytes += nbytes
                 self._maybe_rebuild()
-        return TableFlushResult(moved, nbytes)
+                hot_after = len(self._hot)
+        return TableFlushResult(moved, nbytes, hot_after)
 
     def _maybe_rebuild(self) -> None:
         # Called with self._lock held.  Copying into a fresh dict sized for the live
