@@ -37,7 +37,7 @@ _COUNT_BATCH = 1000
 class TableFlushResult:
     entries: int
     bytes: int
-    hot_after: int = 0  # entries still in memory once the flush was done
+    hot_after: int  # entries still in memory once the flush was done
 
 
 @dataclass(frozen=True)
