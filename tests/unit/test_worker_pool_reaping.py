@@ -195,12 +195,16 @@ def test_only_idle_workers_can_be_stopped(pool: _Pool) -> None:
     assert worker.process.poll() is None and pool.pool.statistics().reaped_total == 0
 
 
+def process_less(worker_id: str, **fields: Any) -> wp.WorkerProcess:
+    """A worker's record without a process: what the pool's pure functions read."""
+    return wp.WorkerProcess(worker_id=worker_id, process=None, **fields)
+
+
 # --- actor workers the GCS does not use (a restarted GCS releases them)
 def actor_worker(worker_id: str, state: str = wp.ACTOR, actor_id: bytes = b"a",
                  kill_intended: bool = False, stop_reason: str = "") -> wp.WorkerProcess:
-    return wp.WorkerProcess(worker_id=worker_id, process=None,  # type: ignore[arg-type]
-                            state=state, actor_id=actor_id, kill_intended=kill_intended,
-                            stop_reason=stop_reason)
+    return process_less(worker_id, state=state, actor_id=actor_id, kill_intended=kill_intended,
+                        stop_reason=stop_reason)
 
 
 def test_unused_actor_workers_are_the_live_ones_the_gcs_does_not_name() -> None:
@@ -224,9 +228,8 @@ def test_the_gcs_hears_of_an_actor_workers_exit_unless_it_asked_for_it() -> None
 def test_only_workers_still_starting_after_the_timeout_are_stuck() -> None:
     def started(worker_id: str, at: float, state: str = wp.STARTING,
                 kill_intended: bool = False) -> wp.WorkerProcess:
-        return wp.WorkerProcess(worker_id=worker_id, process=None,  # type: ignore[arg-type]
-                                state=state, kill_intended=kill_intended,
-                                started_monotonic=at)
+        return process_less(worker_id, state=state, kill_intended=kill_intended,
+                            started_monotonic=at)
 
     workers = [started("stuck", 0.0), started("young", 50.0), started("idle", 0.0, wp.IDLE),
                started("dying", 0.0, kill_intended=True), started("edge", 40.0)]
