@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import statistics
 from collections.abc import Iterator
 from pathlib import Path
@@ -10,9 +9,9 @@ from typing import Any
 
 import psutil
 import pytest
+from multinode_support import log_events
 
 from tracedray.core.gcs.client import GcsClient
-from tracedray.telemetry.append_file import read_data  # live files end in NULs
 
 TASKS = 24_000
 BATCH = 1_000
@@ -78,8 +77,7 @@ def test_task_stream_keeps_gcs_rss_bounded_and_old_tasks_queryable(
     assert len(old.tasks) == len(first_ids)
     assert all(t.state == "FINISHED" and t.function_name.endswith("noop") for t in old.tasks)
 
-    flushes = [json.loads(line) for path in Path(info["session_dir"], "logs").glob("gcs*.jsonl")
-               for line in read_data(path).decode().splitlines() if '"gcs.flush"' in line]
+    flushes = log_events(Path(info["session_dir"]), "gcs.flush")
     assert sum(f["entries"] for f in flushes) >= TASKS - MAX_HOT - BATCH
     assert all(f["memory_before"] > 0 and f["memory_after"] > 0 for f in flushes)
     # What the flush bounds: finished tasks beyond MAX_HOT leave memory at every flush, so
