@@ -6,6 +6,7 @@ import os
 import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import cloudpickle
 import pytest
@@ -85,6 +86,21 @@ def test_wrong_address_fails_fast_naming_it() -> None:
     assert not tracedray.is_initialized()
     with pytest.raises(exceptions.ConfigError, match="not-an-address"):
         tracedray.init("not-an-address")
+
+
+def test_failed_init_leaves_no_trace(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A wrong address makes no session folder and leaves ``session_latest`` where it was,
+    so the running cluster's `tracedray status` still finds it."""
+    from tracedray.core import session
+
+    monkeypatch.setenv("TRACEDRAY_TEMP_DIR", str(tmp_path))
+    running = session.create_session()
+    before = sorted(p.name for p in tmp_path.iterdir())
+    with pytest.raises(exceptions.ClusterConnectionError):
+        tracedray.init("127.0.0.1:9")
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
+    assert session.latest_session().root == running.root
+    assert not tracedray.is_initialized()
 
 
 @pytest.fixture

@@ -88,27 +88,36 @@ def init(address: str | None = None, *, num_cpus: float | None = None,
         if address is None:
             address = config.ADDRESS.get() or None
         processes = None
+        created: session.SessionPaths | None = None  # a folder this call made, unpublished
         if address in (None, "local"):
-            paths = session.create_session()
+            paths = created = session.create_session(publish=False)
             _configure_driver_telemetry(paths)
             telemetry_ready = True
-            processes = node.start_head(paths, num_cpus=num_cpus, resources=resources,
-                                        object_store_memory=object_store_memory,
-                                        spilling=object_spilling, parent_pid=os.getpid(),
-                                        storage=config.GCS_STORAGE.get())
+            try:
+                processes = node.start_head(paths, num_cpus=num_cpus, resources=resources,
+                                            object_store_memory=object_store_memory,
+                                            spilling=object_spilling, parent_pid=os.getpid(),
+                                            storage=config.GCS_STORAGE.get())
+            except BaseException:
+                _forget_session(created)
+                raise
             gcs_address = processes.gcs_address
         else:
+            found: session.SessionPaths | None
             if address == "auto":
-                paths = session.latest_session()
-                gcs_address = paths.read_address()
+                found = session.latest_session()
+                gcs_address = found.read_address()
             else:
                 gcs_address = _normalize_address(address)
-                paths = session.session_for_address(gcs_address) or session.create_session()
+                found = session.session_for_address(gcs_address)
             for given, name in ((num_cpus, "num_cpus"), (resources, "resources"),
                                 (object_store_memory, "object_store_memory")):
                 if given is not None:
                     raise ConfigError(f"{name} cannot be set when connecting to an existing "
                                       f"cluster at {gcs_address}; set it on `tracedray start`")
+            # A cluster no local folder names (another machine's) gets one of this driver's.
+            paths = found or session.create_session(publish=False)
+            created = None if found is not None else paths
         try:
             if not telemetry_ready:
                 _configure_driver_telemetry(paths)
@@ -116,10 +125,23 @@ def init(address: str | None = None, *, num_cpus: float | None = None,
         except BaseException:
             if processes is not None:
                 processes.stop()
+            _forget_session(created)
             raise
+        if created is not None:
+            session.publish_latest(created)
     for key in sorted(set(kwargs) & RAY_ONLY_KEYWORDS):
         log.debug("init.ignored_keyword", keyword=key)
     return _context_info()
+
+
+def _forget_session(created: session.SessionPaths | None) -> None:
+    """Leave no trace of a failed ``init()``: its folder goes, ``session_latest`` was
+    never moved, and this process's telemetry no longer points into the folder."""
+    if created is None:
+        return
+    telemetry.configure("driver", session_dir=None)
+    logs.configure("driver", session_dir=None)
+    session.discard(created)
 
 
 def _normalize_address(address: str) -> str:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -70,8 +71,14 @@ def temp_root() -> Path:
     return config.TEMP_DIR.get()
 
 
-def create_session(root: Path | None = None) -> SessionPaths:
-    """Create a fresh session folder and point ``session_latest`` at it."""
+def create_session(root: Path | None = None, *, publish: bool = True) -> SessionPaths:
+    """Create a fresh session folder; with ``publish``, point ``session_latest`` at it.
+
+    A caller that may still fail to bring its cluster up (``init()``) creates the
+    folder unpublished and calls :func:`publish_latest` once it is up, or
+    :func:`discard` if not: a failed start must not take ``session_latest`` from the
+    cluster that is running.
+    """
     base = root or temp_root()
     base.mkdir(parents=True, exist_ok=True)
     stamp = time.strftime("%Y-%m-%d_%H-%M-%S", time.gmtime())
@@ -83,16 +90,28 @@ def create_session(root: Path | None = None) -> SessionPaths:
     session = SessionPaths(path).ensure()
     session.info_file.write_text(json.dumps({"session_id": session.session_id,
                                              "created": time.time()}))
+    if publish:
+        publish_latest(session)
+    return session
+
+
+def publish_latest(session: SessionPaths) -> None:
+    """Point ``<root>/session_latest`` at ``session``, atomically."""
+    base = session.root.parent
     link = base / LATEST_LINK
     tmp_link = base / f".{LATEST_LINK}.{os.getpid()}"
     try:
         if tmp_link.is_symlink() or tmp_link.exists():
             tmp_link.unlink()
-        tmp_link.symlink_to(path.name)
+        tmp_link.symlink_to(session.root.name)
         os.replace(tmp_link, link)  # atomic: readers never see a missing link
     except OSError:
         pass
-    return session
+
+
+def discard(session: SessionPaths) -> None:
+    """Remove a session folder that never held a cluster (a failed start)."""
+    shutil.rmtree(session.root, ignore_errors=True)
 
 
 def latest_session(root: Path | None = None) -> SessionPaths:
