@@ -62,6 +62,7 @@ class ActorClass:
         try:
             _resolve_now(worker, task)
             info = worker.gcs.create_actor(task.spec, bool(options.get("get_if_exists")))
+            worker.submitter.watch_actor_creation(resources, self._cls.__qualname__)
         finally:
             span.end()
             worker.references.remove_submitted(task.dep_ids)

@@ -38,6 +38,7 @@ SETTLED = ("ALIVE", "DEAD")
 # How long the GCS waits for a raylet to withdraw a dead actor's creation: a job's end
 # waits for it, and the driver gives FinishJob 10 s.
 WITHDRAW_TIMEOUT_S = 5.0
+INFEASIBLE_WARNING_INTERVAL_S = 60.0  # an actor that fits no node is warned of this often
 
 
 class ActorManager:
@@ -250,10 +251,18 @@ class ActorManager:
         parent = telemetry.context_from_carrier(trace_context.carrier(spec))
         with telemetry.span("actor.create", attributes, context=parent) as span:
             node = None
+            waiting_since = time.monotonic()
+            warned_at: float | None = None
             while node is None:
                 node = self._choose_node(resources)
                 if node is None:
-                    log.warning("actor.infeasible", actor_id=actor_id.hex(), resources=resources)
+                    # Checked every second (a node that fits may join), said once a minute:
+                    # a hundred waiting actors must not flood the GCS's log.
+                    now = time.monotonic()
+                    if warned_at is None or now - warned_at >= INFEASIBLE_WARNING_INTERVAL_S:
+                        warned_at = now
+                        log.warning("actor.infeasible", actor_id=actor_id.hex(),
+                                    resources=resources, waiting_s=round(now - waiting_since, 1))
                     time.sleep(1.0)
                     with self._cond:
                         if self._actors[actor_id].state == "DEAD":

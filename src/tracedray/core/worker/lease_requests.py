@@ -40,6 +40,7 @@ class LeaseAsk:
     # No task needs it any more: it no longer counts as requested, its raylet is asked
     # to answer it without a worker, and a worker granted before that is given back.
     withdrawn: bool = False
+    since: float = 0.0  # monotonic time it was made (work that fits no node is warned of)
 
 
 def lease_requests_wanted(queued: int, behind: int) -> int:

@@ -24,6 +24,12 @@ from tracedray.core import ids, trace_context
 from tracedray.core.address import Address
 from tracedray.core.raylet.client import RayletClient
 from tracedray.core.worker.connection import WorkerConnection
+from tracedray.core.worker.infeasible_watch import (
+    WARN_AFTER_S,
+    InfeasibleWatch,
+    Waiting,
+    shape_of,
+)
 from tracedray.core.worker.lease_requests import (
     LeaseAsk,
     lease_requests_wanted,
@@ -123,6 +129,7 @@ class SubmitterStatistics:
     # to such a request before its withdrawal reached the raylet (given back at once).
     lease_requests_withdrawn_total: int = 0
     unneeded_grants_total: int = 0
+    infeasible_warnings_total: int = 0  # work that fits no alive node, warned about
 
 
 def scheduling_key(resources: dict[str, float], preferred_node: str) -> str:
@@ -188,6 +195,7 @@ class TaskSubmitter:
         self._closed = False
         self._submitted = self._finished = self._retried = 0
         self._withdrawn_total = self._unneeded_grants = 0
+        self._infeasible = InfeasibleWatch(self._alive_node_totals, self._worker.background)
         self._linger_thread = threading.Thread(target=self._return_idle_leases, daemon=True,
                                                name="tracedray-lease-linger")
         self._linger_thread.start()
@@ -232,7 +240,7 @@ class TaskSubmitter:
         requested = self._lease_requests.get(key, 0)
         while example is not None and requested < wanted:
             requested = self._lease_requests[key] = requested + 1
-            ask = LeaseAsk(next(self._ask_ids).to_bytes(8, "big"), key)
+            ask = LeaseAsk(next(self._ask_ids).to_bytes(8, "big"), key, since=time.monotonic())
             self._asks.setdefault(key, []).append(ask)
             self._worker.background(self._request_lease, ask, example)
         if requested and wanted >= requested:
@@ -489,12 +497,36 @@ class TaskSubmitter:
             for raylet, key, request_ids in withdrawals:
                 self._send_withdrawal(raylet, key, request_ids)
             with self._lock:
+                waiting = self._waiting_long(now)
+            if waiting:
+                self._infeasible.poll(waiting)
+            with self._lock:
                 for key, leases in list(self._leases.items()):
                     if self._queues.get(key):
                         continue
                     for lease in list(leases):
                         if not lease.inflight and now - lease.idle_since >= self._linger_s:
                             self._drop_lease(lease, failed=False)
+
+    def _waiting_long(self, now: float) -> list[Waiting]:
+        """Queued work whose oldest lease request has waited long enough to ask whether
+        any node can run it (the caller holds the lock)."""
+        out = []
+        for key, asks in self._asks.items():
+            queue = self._queues.get(key)
+            if queue and asks and now - asks[0].since >= WARN_AFTER_S:
+                spec = queue[0].spec
+                out.append(Waiting(shape_of(spec.resources), asks[0].since,
+                                   f"task {spec.function_name}"))
+        return out
+
+    def watch_actor_creation(self, resources: dict[str, float], class_name: str) -> None:
+        """Warn like a task's if the GCS can place the actor on no alive node."""
+        self._infeasible.watch_creation(resources, f"actor {class_name}")
+
+    def _alive_node_totals(self) -> list[dict[str, float]]:
+        return [dict(n.info.resources_total) for n in self._worker.gcs.get_nodes()
+                if n.info.state == "ALIVE"]
 
     # --- results
     def _on_results(self, conn: WorkerConnection, results: list[common_pb2.TaskResult]) -> None:
@@ -719,7 +751,8 @@ class TaskSubmitter:
                 pending_lease_requests=len(self._all_asks()),
                 submitted_total=self._submitted, finished_total=self._finished,
                 retried_total=self._retried, lease_requests_withdrawn_total=self._withdrawn_total,
-                unneeded_grants_total=self._unneeded_grants)
+                unneeded_grants_total=self._unneeded_grants,
+                infeasible_warnings_total=self._infeasible.statistics().warnings)
 
     def __repr__(self) -> str:
         s = self.statistics()
