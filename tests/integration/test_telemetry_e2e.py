@@ -151,6 +151,8 @@ EXPECTED_SPANS = {
     "actor.create": ("tracedray.actor.id",),
     "object.put": ("tracedray.object.id", "tracedray.object.size"),
     "object.get": ("tracedray.object.id", "tracedray.object.size"),
+    "object.seal": ("tracedray.object.id", "tracedray.object.size", "tracedray.store.used",
+                    "tracedray.object.copy"),
     "object.free": ("tracedray.object.id", "tracedray.object.size"),
     "object.spill": ("tracedray.object.id", "tracedray.object.size"),
     "gcs.flush": ("tracedray.gcs.storage",),

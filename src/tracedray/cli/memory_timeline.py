@@ -1,9 +1,16 @@
-"""Object-store use per node over time, replayed from put/free/spill/restore spans.
+"""Object-store use per node over time, replayed from the store's events.
 
 Answers "when did the store fill up, and with what": the usage series per node,
 its peak, and the call sites whose objects were in the store at that peak.
 ``STORE_USED`` (the raylet's own figure after the event) is preferred when a
 span carries it; otherwise usage is integrated from object sizes.
+
+Every way an object enters or leaves a node's shared memory is an event:
+``object.seal`` (the raylet admitted a copy: a put, a task or actor return, a pulled
+secondary copy), ``object.restore`` in; ``object.free``, ``object.evict`` and
+``object.spill`` out. The owner's ``object.put`` (sessions written before
+``object.seal`` existed) counts as an entry too; the same object entering a node
+twice (its ``object.put`` and its ``object.seal``) is counted once.
 """
 
 from __future__ import annotations
@@ -17,9 +24,10 @@ from tracedray.exceptions import ConfigError
 from tracedray.telemetry import attributes as attr
 
 # Span name → sign of its effect on the store (+ the object enters, − it leaves).
-_EFFECT = {"object.put": +1, "object.restore": +1, "object.free": -1, "object.spill": -1,
-           "object.evict": -1}
+_EFFECT = {"object.put": +1, "object.seal": +1, "object.restore": +1, "object.free": -1,
+           "object.spill": -1, "object.evict": -1}
 _SPARK = " ▁▂▃▄▅▆▇█"
+UNKNOWN_CALL_SITE = "unknown call site"
 
 
 @dataclass(frozen=True)
@@ -39,11 +47,34 @@ class NodePeak:
 
 
 @dataclass
-class _NodeReplay:
+class HeldObject:
+    """An object a node's store holds (in shared memory, or spilled to disk)."""
+
+    object_id: str
+    size: int
+    call_site: str
+    spilled: bool = False
+    secondary: bool = False  # a pulled copy of an object whose primary is elsewhere
+    since_ns: int = 0
+
+
+@dataclass
+class NodeReplay:
     series: list[tuple[int, int]] = field(default_factory=list)
-    live: dict[str, tuple[int, str]] = field(default_factory=dict)  # object id → (size, site)
+    live: dict[str, tuple[int, str]] = field(default_factory=dict)  # in shm: id → (size, site)
+    held: dict[str, HeldObject] = field(default_factory=dict)  # in shm or spilled
     capacity: int | None = None
     peak: NodePeak | None = None
+    spilled_count: int = 0
+    spilled_bytes: int = 0
+    restored_count: int = 0
+    restored_bytes: int = 0
+    last_event_ns: int = 0
+    frees_after_owner_end: int = 0  # frees not counted: see replay_store's held_until
+
+    @property
+    def used(self) -> int:
+        return self.series[-1][1] if self.series else 0
 
 
 def _store_events(spans: Iterable[SpanRecord]) -> list[SpanRecord]:
@@ -58,33 +89,75 @@ def _store_events(spans: Iterable[SpanRecord]) -> list[SpanRecord]:
     return sorted(relevant, key=lambda s: (s.end_ns, s.start_ns))
 
 
-def _replay(spans: Iterable[SpanRecord], top: int) -> dict[str, _NodeReplay]:
-    nodes: dict[str, _NodeReplay] = {}
+def replay_store(spans: Iterable[SpanRecord], top: int = 5,
+                 held_until: Mapping[str, int] | None = None) -> dict[str, NodeReplay]:
+    """Node id → its store replayed from the session's events, in time order.
+
+    ``held_until`` (object id → ns) keeps an object in ``held`` when it was freed after
+    that time: the post-mortem view shows what an owner held when it ended, not the
+    frees its end caused. The usage series always follows every event.
+    """
+    nodes: dict[str, NodeReplay] = {}
     call_sites: dict[str, str] = {}  # object id → where it was created, across nodes
     for span in _store_events(spans):
-        node = nodes.setdefault(span.node_id, _NodeReplay())
+        node = nodes.setdefault(span.node_id, NodeReplay())
         object_id = str(span.get(attr.OBJECT_ID, ""))
         size = span.int_attr(attr.OBJECT_SIZE) or 0
-        if span.name == "object.put" and span.get(attr.OBJECT_CALL_SITE):
-            call_sites[object_id] = str(span.get(attr.OBJECT_CALL_SITE))
-        if _EFFECT[span.name] > 0:
-            node.live[object_id] = (size, call_sites.get(object_id, "unknown call site"))
-            delta = size
-        else:
-            held = node.live.pop(object_id, None)
-            # Freeing an object that is not in this store (already spilled, or its put
-            # was never seen) changes nothing we counted.
-            delta = -(held[0] or size) if held is not None else 0
+        site = span.get(attr.OBJECT_CALL_SITE)
+        if site and span.name in ("object.put", "object.seal"):
+            call_sites[object_id] = str(site)
+        delta = _apply(node, span, object_id, size,
+                       call_sites.get(object_id, UNKNOWN_CALL_SITE), held_until)
         previous = node.series[-1][1] if node.series else 0
         used = span.int_attr(attr.STORE_USED)
         if used is None:
             used = max(0, previous + delta)
         node.capacity = span.int_attr(attr.STORE_CAPACITY) or node.capacity
         node.series.append((span.end_ns, used))
+        node.last_event_ns = max(node.last_event_ns, span.end_ns)
         if node.peak is None or used > node.peak.used_bytes:
             node.peak = NodePeak(span.node_id, span.end_ns, used, node.capacity,
                                  _top_call_sites(node.live.values(), top))
     return nodes
+
+
+def _apply(node: NodeReplay, span: SpanRecord, object_id: str, size: int, site: str,
+           held_until: Mapping[str, int] | None) -> int:
+    """Apply one event to the node's objects; returns its change to the bytes in shm."""
+    if _EFFECT[span.name] > 0:
+        if span.name == "object.restore":
+            node.restored_count += 1
+            node.restored_bytes += size
+        elif object_id in node.live:
+            # The same entry seen twice (the owner's object.put and the raylet's
+            # object.seal): only the call site may be news.
+            node.live[object_id] = (node.live[object_id][0], site)
+            if object_id in node.held:
+                node.held[object_id].call_site = site
+            return 0
+        node.live[object_id] = (size, site)
+        held = node.held.get(object_id)
+        if held is not None:
+            held.spilled = False
+        else:
+            secondary = span.get(attr.OBJECT_COPY) == "secondary"
+            node.held[object_id] = HeldObject(object_id, size, site, secondary=secondary,
+                                              since_ns=span.end_ns)
+        return size
+    in_shm = node.live.pop(object_id, None)
+    if span.name == "object.spill":
+        node.spilled_count += 1
+        node.spilled_bytes += size or (in_shm[0] if in_shm else 0)
+        if object_id in node.held:
+            node.held[object_id].spilled = True
+    elif span.name == "object.free" and held_until is not None \
+            and span.end_ns >= held_until.get(object_id, span.end_ns + 1):
+        node.frees_after_owner_end += 1
+    else:
+        node.held.pop(object_id, None)
+    # Freeing an object that is not in this store's memory (already spilled, or its entry
+    # was never seen) changes nothing we counted.
+    return -(in_shm[0] or size) if in_shm is not None else 0
 
 
 def _top_call_sites(live: Iterable[tuple[int, str]], top: int) -> tuple[CallSiteUsage, ...]:
@@ -99,12 +172,12 @@ def _top_call_sites(live: Iterable[tuple[int, str]], top: int) -> tuple[CallSite
 
 def store_usage_series(spans: Iterable[SpanRecord]) -> dict[str, list[tuple[int, int]]]:
     """Node id → [(time ns, bytes used after the event)], in time order."""
-    return {node: replay.series for node, replay in _replay(spans, top=0).items()}
+    return {node: replay.series for node, replay in replay_store(spans, top=0).items()}
 
 
 def store_peaks(spans: Iterable[SpanRecord], top: int = 5) -> dict[str, NodePeak]:
     """Node id → the first moment of its highest use and the call sites holding the most then."""
-    return {node: replay.peak for node, replay in _replay(spans, top).items()
+    return {node: replay.peak for node, replay in replay_store(spans, top).items()
             if replay.peak is not None}
 
 
@@ -140,7 +213,8 @@ def render_terminal_chart(series: Mapping[str, Sequence[tuple[int, int]]],
     """One sparkline per node on a shared time axis, then its peak and top call sites."""
     points = [t for values in series.values() for t, _ in values]
     if not points:
-        return "no object-store events (object.put to shm, free, spill, restore) were recorded"
+        return ("no object-store events (object.seal, object.put to shm, free, spill, restore, "
+                "evict) were recorded")
     start_ns, end_ns = min(points), max(points)
     lines = [f"object store use, {(end_ns - start_ns) / 1e9:.2f} s from first to last event"]
     for node in sorted(series):

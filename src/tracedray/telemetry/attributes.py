@@ -35,6 +35,7 @@ OBJECT_SIZE = "tracedray.object.size"  # bytes
 OBJECT_LOCATION = "tracedray.object.location"  # inline | shm | spilled
 OBJECT_CALL_SITE = "tracedray.object.call_site"
 OBJECT_COUNT = "tracedray.object.count"  # get/wait over several refs
+OBJECT_COPY = "tracedray.object.copy"  # primary | secondary (object.seal)
 STORE_USED = "tracedray.store.used"  # bytes in the node's store after the event
 STORE_CAPACITY = "tracedray.store.capacity"
 SPILL_PATH = "tracedray.spill.path"

@@ -82,3 +82,61 @@ def test_terminal_chart_and_png(tmp_path):
     assert render_terminal_chart({}, {}).startswith("no object-store events")
     path = save_png(series, peaks, tmp_path / "memory.png")
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def seal(rec: Recorder, proc, at_ms: float, oid: str, size: int, used: int, site: str = "",
+         copy: str = "primary") -> None:
+    rec.span(proc, "object.seal", at_ms, at_ms + 1, {
+        attr.OBJECT_ID: oid, attr.OBJECT_SIZE: size, attr.NODE_ID: proc.node_id,
+        attr.STORE_USED: used, attr.STORE_CAPACITY: 100 * MB, attr.OBJECT_CALL_SITE: site,
+        attr.OBJECT_COPY: copy})
+
+
+def returns_scenario():
+    """A driver's put (its object.put and the raylet's object.seal), two task returns and an
+    actor return sealed by the raylet only, and a pulled copy on the other node."""
+    rec = Recorder()
+    seal(rec, RAYLET_A, 0, "p1", 40 * MB, 40 * MB, "main.py:5 in main")
+    put(rec, RAYLET_A, 1, "p1", 40 * MB, "main.py:5 in main")  # the same entry: counted once
+    seal(rec, RAYLET_A, 10, "r1", 10 * MB, 50 * MB, "main.py:8 in main")  # f.remote()
+    seal(rec, RAYLET_A, 20, "r2", 10 * MB, 60 * MB, "main.py:8 in main")
+    seal(rec, RAYLET_A, 30, "a1", 15 * MB, 75 * MB, "main.py:11 in main")  # actor.m.remote()
+    seal(rec, RAYLET_B, 35, "r1", 10 * MB, 10 * MB, copy="secondary")  # no call site of its own
+    event(rec, RAYLET_A, "object.free", 40, "r2", 10 * MB, used=65 * MB)
+    spans, warnings = parse_resource_spans(rec.resource_spans())
+    assert warnings == []
+    return spans
+
+
+def test_returns_sealed_into_the_store_count_with_their_remote_call_sites():
+    peaks = store_peaks(returns_scenario())
+    peak = peaks[NODE_A]
+    assert peak.used_bytes == 75 * MB and (peak.time_ns - T0) // MS == 31
+    assert [(u.call_site, u.bytes // MB, u.objects) for u in peak.top_call_sites] == [
+        ("main.py:5 in main", 40, 1), ("main.py:8 in main", 20, 2),
+        ("main.py:11 in main", 15, 1)]
+    # The pulled copy counts on its node, named by its primary's call site.
+    assert [(u.call_site, u.bytes // MB) for u in peaks[NODE_B].top_call_sites] == [
+        ("main.py:8 in main", 10)]
+
+
+def test_an_object_put_and_its_seal_are_one_entry_without_store_used():
+    rec = Recorder()
+    put(rec, RAYLET_A, 0, "p1", 40 * MB, "main.py:5 in main")
+    seal(rec, RAYLET_A, 1, "p1", 40 * MB, 40 * MB, "main.py:5 in main")
+    put(rec, RAYLET_A, 2, "p2", 10 * MB, "main.py:6 in main")  # integrated: no seal seen
+    spans, _ = parse_resource_spans(rec.resource_spans())
+    assert [used // MB for _, used in store_usage_series(spans)[NODE_A]] == [40, 40, 50]
+
+
+def test_held_until_keeps_what_an_owner_held_when_it_ended():
+    from tracedray.cli.memory_timeline import replay_store
+
+    spans = returns_scenario()
+    node = replay_store(spans)[NODE_A]
+    assert sorted(node.held) == ["a1", "p1", "r1"] and node.used == 65 * MB
+    # r2's free came at or after its owner's end: the post-mortem view still shows it held.
+    kept = replay_store(spans, held_until={"r2": T0 + 40 * MS})[NODE_A]
+    assert sorted(kept.held) == ["a1", "p1", "r1", "r2"] and kept.frees_after_owner_end == 1
+    assert kept.used == 65 * MB  # the usage series follows every event
+    assert not kept.held["p1"].secondary and replay_store(spans)[NODE_B].held["r1"].secondary

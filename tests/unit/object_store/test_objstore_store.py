@@ -334,7 +334,17 @@ def test_spill_restore_evict_and_free_are_spans(make_store, put, tmp_path: Path)
         telemetry.shutdown()
     resource_spans, warnings = read_trace_dir(session / "traces")
     assert warnings == []
-    spans = [(s.name, dict(s.attributes or {})) for s in to_readable_spans(resource_spans)]
+    every = [(s.name, dict(s.attributes or {})) for s in to_readable_spans(resource_spans)]
+    seals = [(a[attr.OBJECT_ID], a[attr.OBJECT_COPY], a[attr.STORE_USED])
+             for name, a in every if name == "object.seal"]
+    # Every copy that entered shared memory, with the store's use right after it (in
+    # objects: all six are the same size, three fit).
+    unit = sizes["5a"]
+    assert set(sizes.values()) == {unit}
+    assert [(oid, copy, used / unit) for oid, copy, used in seals] == [
+        ("5a", "primary", 1), ("5b", "primary", 2), ("5c", "primary", 3),
+        ("5d", "primary", 3), ("5e", "secondary", 3), ("5f", "primary", 3)]
+    spans = [(name, a) for name, a in every if name != "object.seal"]
     assert [(name, a[attr.OBJECT_ID]) for name, a in spans] == [
         ("object.spill", "5a"), ("object.spill", "5b"), ("object.restore", "5a"),
         ("object.free", "5a"), ("object.evict", "5e"),

@@ -38,7 +38,7 @@ from tracedray.core.object_store.policy import (
 from tracedray.exceptions import ConfigError, ObjectLostError, ObjectStoreFullError, RaySystemError
 from tracedray.logs import get_logger
 from tracedray.telemetry import attributes as attr
-from tracedray.telemetry import span
+from tracedray.telemetry import record_span, span
 
 remove_orphans = files.remove_orphans
 
@@ -138,6 +138,7 @@ class ObjectStore:
         copy.
         """
         path = self.object_path(object_id)
+        start_ns = time.time_ns()
         with self._lock:
             self._check_open()
             existing = self._objects.get(object_id)
@@ -150,6 +151,8 @@ class ObjectStore:
             self._check_file_size(path, size)
             evicted = self._admit(object_id, size, path)
             self._add(object_id, size, owner=owner, call_site=call_site, primary=primary)
+            entered = (self._used, time.time_ns())
+        self._record_seal(object_id, size, call_site, primary, start_ns, entered)
         self._notify_evicted(evicted)
 
     def receive(self, object_id: str, size: int, chunks: Iterable[bytes], *, owner: str,
@@ -162,6 +165,7 @@ class ObjectStore:
         final = self.object_path(object_id)
         if self.contains(object_id):
             return
+        start_ns = time.time_ns()
         temporary = files.temp_path(final, "receiving")
         received = self._write_chunks(temporary, chunks)
         if received != size:
@@ -176,6 +180,8 @@ class ObjectStore:
             evicted = self._admit(object_id, size, temporary)
             os.replace(temporary, final)
             self._add(object_id, size, owner=owner, call_site=call_site, primary=False)
+            entered = (self._used, time.time_ns())
+        self._record_seal(object_id, size, call_site, False, start_ns, entered)
         self._notify_evicted(evicted)
         _log.debug("object received", object_id=object_id, size=size, node_id=self._node_id)
 
@@ -522,6 +528,19 @@ class ObjectStore:
             files.unlink_quietly(path)
             raise
         return written
+
+    def _record_seal(self, object_id: str, size: int, call_site: str, primary: bool,
+                     start_ns: int, entered: tuple[int, int]) -> None:
+        """``object.seal``: a copy entered shared memory (put, task or actor return, pulled
+        copy). Recorded once the lock is released, stamped with the use and time read under
+        it, so the timeline orders it with the frees and spills around it."""
+        used, end_ns = entered
+        record_span("object.seal", {
+            attr.OBJECT_ID: object_id, attr.OBJECT_SIZE: size, attr.NODE_ID: self._node_id,
+            attr.STORE_USED: used, attr.STORE_CAPACITY: self._capacity,
+            attr.OBJECT_CALL_SITE: call_site,
+            attr.OBJECT_COPY: "primary" if primary else "secondary"},
+            start_ns=start_ns, end_ns=end_ns)
 
     def _notify_evicted(self, object_ids: list[str]) -> None:
         if object_ids and self._on_evict is not None:
