@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from multinode_support import log_events
+from multinode_support import log_events, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -49,9 +49,12 @@ def test_infeasible_task_and_actor_are_warned_about_on_the_driver(
 
     root = api.current_session_dir()
     assert root is not None
-    events = log_events(Path(root), "task.infeasible")
+    session = Path(root)
+    events = wait_for(lambda: len(found := log_events(session, "task.infeasible")) >= 2 and found,
+                      10, "two task.infeasible log lines")
     assert sorted(sorted(e["resources"]) for e in events) == [["CPU", "unicorn"], ["GPU"]]
     # The GCS looks for a node every second but says so once a minute.
-    assert len(log_events(Path(root), "actor.infeasible")) == 1
+    assert len(wait_for(lambda: log_events(session, "actor.infeasible"), 10,
+                        "actor.infeasible")) == 1
     ray.kill(actor)
     ray.cancel(ref)
