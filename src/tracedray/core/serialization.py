@@ -7,24 +7,44 @@ into the mapping and is read-only.
 
 ObjectRefs met while pickling are collected (they are "captured in" the value and
 must stay alive as long as the value does).
+
+Code pickled by value keeps its file name and carries its source lines (code_source.py),
+so a worker's traceback shows the user's file, line and source.
 """
 
 from __future__ import annotations
 
+import io
 import pickle
 import threading
+import types
+from collections import ChainMap
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import cloudpickle
 
+from tracedray.core.code_source import reduce_code
 from tracedray.exceptions import SerializationError
 
 if TYPE_CHECKING:
     from tracedray.core.object_ref import ObjectRef
 
 _tls = threading.local()
+
+
+class _Pickler(cloudpickle.Pickler):
+    """cloudpickle's pickler, but code objects keep where they were written."""
+
+    dispatch_table = ChainMap({types.CodeType: reduce_code}, cloudpickle.Pickler.dispatch_table)
+
+
+def dumps(value: Any, buffer_callback: Any = None) -> bytes:
+    """``cloudpickle.dumps(value, protocol=5)``, with code_source's reducer for code."""
+    with io.BytesIO() as file:
+        _Pickler(file, protocol=5, buffer_callback=buffer_callback).dump(value)
+        return file.getvalue()
 
 
 @dataclass
@@ -50,7 +70,7 @@ def serialize(value: Any, *, what: str = "value") -> Serialized:
     outer = getattr(_tls, "refs", None)
     _tls.refs = refs
     try:
-        inband = cloudpickle.dumps(value, protocol=5, buffer_callback=buffers.append)
+        inband = dumps(value, buffer_callback=buffers.append)
     except Exception as exc:
         raise SerializationError(_describe_failure(value, what, exc)) from exc
     finally:

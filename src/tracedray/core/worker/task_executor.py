@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from tracedray import logs, telemetry
-from tracedray.core import ids, trace_context
+from tracedray.core import code_source, ids, trace_context
 from tracedray.core.serialization import serialize
 from tracedray.core.worker.pending_task import error_value
 from tracedray.exceptions import RayError, RayTaskError, TaskCancelledError
@@ -209,7 +209,8 @@ class TaskExecutor:
                     job_id=spec.job_id.hex(), task_id=task_hex, actor_id=actor_hex,
                     worker_id=worker.worker_id, task_name=name, attempt=spec.attempt):
                 log.warning("task.failed", function=name, error_type=type(exc).__qualname__,
-                            error=str(exc)[:2000])
+                            error=str(exc)[:2000],
+                            traceback=_tail(getattr(error, "traceback_str", ""), 8000))
             result.is_application_error = True
             result.cancelled = cancelled
             result.retryable_error = spec.retry_exceptions and not cancelled
@@ -281,6 +282,7 @@ class TaskExecutor:
         worker = self._worker
         if isinstance(exc, RayTaskError):
             return exc  # a nested task's error passes through unchanged
+        code_source.ensure_known()  # the source lines of code pickled by value
         frames = traceback.format_exception(type(exc), exc, exc.__traceback__)
         # Drop the executor's own frames: the user's code is what matters.
         user_frames = [f for f in frames if "tracedray/core/" not in f]
@@ -324,6 +326,12 @@ class TaskExecutor:
     def statistics(self) -> ExecutorStatistics:
         return ExecutorStatistics(len(self._queue), len(self._running), self._executed,
                                   self._failed, self._requeued)
+
+
+def _tail(text: str, limit: int) -> str:
+    """The end of ``text`` (where a traceback names the failing line), at most ``limit``
+    characters."""
+    return text if len(text) <= limit else "..." + text[-limit:]
 
 
 def _cancelled_result(spec: common_pb2.TaskSpec) -> common_pb2.TaskResult:
