@@ -48,6 +48,10 @@ class ConfigError(RayError, ValueError):
     """A malformed option, environment variable or configuration value."""
 
 
+class OptionTypeError(ConfigError, TypeError):
+    """An option of the wrong type: a ``TypeError`` as in Ray (and a ``ConfigError``)."""
+
+
 class SerializationError(RayError, TypeError):
     """A value (argument, return value or put object) cannot be serialized."""
 
@@ -215,6 +219,7 @@ __all__ = [
     "ClusterConnectionError",
     "ConfigError",
     "GetTimeoutError",
+    "OptionTypeError",
     "NodeDiedError",
     "ObjectLostError",
     "ObjectStoreFullError",

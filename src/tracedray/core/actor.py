@@ -28,6 +28,14 @@ class ActorClass:
                                                            f"{self._cls.__name__}.options()")}
         return clone
 
+    def __getattr__(self, name: str) -> Any:
+        # The user class's face, as in Ray: class attributes, static and class methods
+        # (which run here, in the caller) and inherited attributes.
+        cls = self.__dict__.get("_cls")
+        if cls is None or name.startswith("__"):
+            raise AttributeError(name)
+        return getattr(cls, name)
+
     def remote(self, *args: Any, **kwargs: Any) -> ActorHandle:
         from tracedray.core.api import global_worker
         from tracedray.core.submission import build_task

@@ -16,6 +16,7 @@ from tracedray.core.address import parse_host_port
 from tracedray.core.call_site import user_call_site
 from tracedray.core.object_ref import ObjectRef
 from tracedray.core.serialization import serialize
+from tracedray.core.worker.memory_store import is_error
 from tracedray.exceptions import (
     ClusterConnectionError,
     ConfigError,
@@ -71,6 +72,11 @@ def init(address: str | None = None, *, num_cpus: float | None = None,
     unknown = set(kwargs) - RAY_ONLY_KEYWORDS
     if unknown:
         raise ConfigError(f"init() got unknown keyword(s) {sorted(unknown)}")
+    if namespace is not None and not isinstance(namespace, str):
+        raise TypeError(f"init(namespace=...) must be None or a string, got "
+                        f"{type(namespace).__name__}")
+    if namespace == "":
+        raise ConfigError('"" is not a valid namespace. Pass None to not specify a namespace.')
     with _init_lock:
         if _cluster is not None:
             if ignore_reinit_error:
@@ -305,8 +311,14 @@ def get(object_refs: ObjectRef | Sequence[ObjectRef], *, timeout: float | None =
     size: int | None = None  # known once every value is in
     start_ns = time.time_ns()  # object.get recorded whole at the end: see put()
     try:
-        ready = worker.wait_values(ids_, len(set(ids_)), timeout)
+        # As Ray's: an error among the values raises at once, not after the slowest.
+        ready = worker.wait_values(ids_, len(set(ids_)), timeout, stop_on_error=True)
         if len(ready) < len(set(ids_)):
+            for object_id in ids_:
+                if object_id in ready:
+                    error = worker.memory_store.get_if_ready(object_id)
+                    if is_error(error):
+                        worker.objects.load(error)  # raises it
             missing = [i.hex() for i in ids_ if i not in ready]
             raise GetTimeoutError(f"get() timed out after {timeout}s waiting for "
                                   f"{len(missing)} of {len(refs)} object(s), e.g. {missing[0]}")
@@ -334,6 +346,8 @@ def wait(object_refs: Sequence[ObjectRef], *, num_returns: int = 1,
          ) -> tuple[list[ObjectRef], list[ObjectRef]]:
     if isinstance(object_refs, ObjectRef) or not isinstance(object_refs, list | tuple):
         raise TypeError("wait() expects a list of ObjectRefs")
+    if not object_refs:
+        return [], []  # as Ray: nothing to wait for, whatever num_returns says
     if not all(isinstance(r, ObjectRef) for r in object_refs):
         raise TypeError("wait() expects a list of ObjectRefs")
     if len(set(object_refs)) != len(object_refs):
@@ -377,13 +391,16 @@ def get_actor(name: str, namespace: str | None = None) -> Any:
         raise ValueError("get_actor() needs a non-empty actor name")
     worker = global_worker()
     ns = namespace if namespace is not None else worker.namespace
+    # Ray's wording first: programs and their tests match on it.
     try:
         info = worker.gcs.get_actor(name=name, namespace=ns)
     except RaySystemError as exc:
-        raise ValueError(f"failed to look up actor {name!r} in namespace {ns!r}: no such "
-                         "actor (it may not exist, or live in another namespace)") from exc
+        raise ValueError(f"Failed to look up actor with name {name!r} in namespace {ns!r}: "
+                         "no such actor (it may not exist, or live in another "
+                         "namespace)") from exc
     if info.state == "DEAD":
-        raise ValueError(f"actor {name!r} in namespace {ns!r} is dead: {info.death_cause}")
+        raise ValueError(f"Failed to look up actor with name {name!r} in namespace {ns!r}: "
+                         f"the actor is dead: {info.death_cause}")
     return ActorHandle._from_info(info)
 
 

@@ -23,6 +23,12 @@ def remote(*args: Any, **options: Any) -> Any:
         return make(args[0])
     if args:
         raise TypeError("@remote takes keyword options only, e.g. @remote(num_cpus=2)")
+    if not options:
+        # Ray asserts this (an AssertionError, raised here so that -O keeps it).
+        raise AssertionError(
+            "The @remote decorator must be applied either with no arguments and no "
+            "parentheses, for example '@tracedray.remote', or with some options, for "
+            "example '@tracedray.remote(num_returns=2, resources={\"CustomResource\": 1})'.")
     return make
 
 

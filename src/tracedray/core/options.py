@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from tracedray.exceptions import ConfigError
+from tracedray.exceptions import ConfigError, OptionTypeError
 
 TASK_OPTIONS: dict[str, tuple[type, ...]] = {
     "num_cpus": (int, float), "num_gpus": (int, float), "num_returns": (int,),
@@ -35,13 +35,17 @@ def validate(options: Mapping[str, Any], allowed: Mapping[str, tuple[type, ...]]
                               f"valid options: {', '.join(sorted(allowed))}")
         types = allowed[key]
         if isinstance(value, bool) and bool not in types and types != (int, float):
-            raise ConfigError(f"option {key}={value!r} for {what} must be "
-                              f"{' or '.join(t.__name__ for t in types)}")
+            raise OptionTypeError(f"option {key}={value!r} for {what} must be "
+                                  f"{' or '.join(t.__name__ for t in types)}")
         if not isinstance(value, types):
-            raise ConfigError(f"option {key}={value!r} for {what} must be "
-                              f"{' or '.join(t.__name__ for t in types)}, "
-                              f"not {type(value).__name__}")
+            raise OptionTypeError(f"option {key}={value!r} for {what} must be "
+                                  f"{' or '.join(t.__name__ for t in types)}, "
+                                  f"not {type(value).__name__}")
         out[key] = value
+    for key in ("max_retries", "max_restarts", "max_task_retries"):
+        if key in out and out[key] < -1:
+            raise ConfigError(f"The keyword '{key}' only accepts 0, -1 or a positive "
+                              f"integer, got {out[key]} (for {what})")
     if "num_returns" in out and out["num_returns"] < 0:
         raise ConfigError(f"num_returns must be >= 0, got {out['num_returns']}")
     if out.get("lifetime") not in (None, "detached", "non_detached"):

@@ -33,7 +33,7 @@ from tracedray.core.worker.actor_submitter import ActorSubmitter
 from tracedray.core.worker.exit_blockers import WorkState, exit_blockers
 from tracedray.core.worker.flight_recorder import FlightRecorder
 from tracedray.core.worker.lineage import Lineage
-from tracedray.core.worker.memory_store import MemoryStore
+from tracedray.core.worker.memory_store import MemoryStore, is_error
 from tracedray.core.worker.object_io import ObjectIO
 from tracedray.core.worker.pending_task import DependencyResolver, PendingTask
 from tracedray.core.worker.recovery import Recovery
@@ -361,18 +361,21 @@ class CoreWorker:
         return reply.value
 
     def wait_values(self, object_ids: list[bytes], num_ready: int,
-                    timeout_s: float | None) -> set[bytes]:
-        """Wait for values of owned or borrowed refs to be available here."""
+                    timeout_s: float | None, *, stop_on_error: bool = False) -> set[bytes]:
+        """Wait for values of owned or borrowed refs to be available here (with
+        ``stop_on_error``, only until one of them is an error)."""
         missing = [oid for oid in object_ids if not self.memory_store.contains(oid)]
         for object_id in missing:
             entry = self.references.get(object_id)
             if entry is not None and not entry.owned and entry.owner is not None:
                 self.background(self._fetch_into_store, object_id, entry.owner)
         ready = {oid for oid in object_ids if self.memory_store.contains(oid)}
-        if len(ready) >= num_ready:
-            return ready
+        if len(ready) >= num_ready or (stop_on_error and any(
+                is_error(self.memory_store.get_if_ready(oid)) for oid in ready)):
+            return ready  # no need to tell the raylet this worker blocks
         with self.blocked():
-            return self.memory_store.wait(object_ids, num_ready, timeout_s)
+            return self.memory_store.wait(object_ids, num_ready, timeout_s,
+                                          stop_on_error=stop_on_error)
 
     def _fetch_into_store(self, object_id: bytes, owner: Address) -> None:
         value = self.fetch_from_owner(object_id, owner, timeout_s=None)

@@ -22,7 +22,13 @@ class _Waiter:
 
     missing: set[bytes]
     still_needed: int
+    stop_on_error: bool = False  # a get(): an error among the values ends the wait
     done: threading.Event = field(default_factory=threading.Event)
+
+
+def is_error(value: common_pb2.ObjectValue | None) -> bool:
+    """Whether the value is an exception to raise on get (errors are always inline)."""
+    return value is not None and value.HasField("inline_value") and value.inline_value.is_error
 
 
 @dataclass(frozen=True)
@@ -49,7 +55,7 @@ class MemoryStore:
                 if object_id in waiter.missing:
                     waiter.missing.discard(object_id)
                     waiter.still_needed -= 1
-                    if waiter.still_needed <= 0:
+                    if waiter.still_needed <= 0 or (waiter.stop_on_error and is_error(value)):
                         waiter.done.set()
         for callback in callbacks:
             callback(object_id, value)
@@ -70,13 +76,15 @@ class MemoryStore:
         callback(object_id, value)
 
     def wait(self, object_ids: Iterable[bytes], num_ready: int,
-             timeout_s: float | None) -> set[bytes]:
-        """Wait until at least ``num_ready`` of ``object_ids`` are present; return those present."""
+             timeout_s: float | None, *, stop_on_error: bool = False) -> set[bytes]:
+        """Wait until at least ``num_ready`` of ``object_ids`` are present (or, with
+        ``stop_on_error``, one present value is an error); return those present."""
         ids = set(object_ids)
         with self._cond:
             missing = {oid for oid in ids if oid not in self._values}
-            waiter = _Waiter(missing, num_ready - (len(ids) - len(missing)))
-            if waiter.still_needed <= 0:
+            waiter = _Waiter(missing, num_ready - (len(ids) - len(missing)), stop_on_error)
+            if waiter.still_needed <= 0 or (stop_on_error and any(
+                    is_error(self._values[oid]) for oid in ids - missing)):
                 return ids - missing
             for oid in missing:
                 self._waiters.setdefault(oid, []).append(waiter)
