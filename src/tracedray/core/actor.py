@@ -104,6 +104,10 @@ def _methods(cls: type) -> dict[str, int]:
     return out
 
 
+# Every actor has them, as in Ray (the executor runs them: task_executor.py).
+BUILTIN_METHODS = frozenset({"__ray_ready__", "__ray_call__"})
+
+
 class ActorMethod:
     def __init__(self, handle: ActorHandle, name: str, num_returns: int,
                  max_task_retries: int | None = None) -> None:
@@ -141,6 +145,8 @@ class ActorHandle:
                    info.creation_task.actor_options.max_task_retries)
 
     def __getattr__(self, name: str) -> ActorMethod:
+        if name in BUILTIN_METHODS:
+            return ActorMethod(self, name, 1)
         if name.startswith("__"):
             raise AttributeError(name)
         if self._methods and name not in self._methods:

@@ -414,7 +414,12 @@ def _construct(actor: _LocalActor, cls: type, args: Sequence[Any],
 
 def _call_method(actor: _LocalActor, method: str, args: Sequence[Any],
                  kwargs: Mapping[str, Any]) -> Any:
+    from tracedray.core.worker.task_executor import BUILTIN_ACTOR_METHODS
+
+    builtin = BUILTIN_ACTOR_METHODS.get(method)
     with actor.lock:
+        if builtin is not None:
+            return builtin(actor.instance, *args, **kwargs)
         return getattr(actor.instance, method)(*args, **kwargs)
 
 

@@ -25,7 +25,7 @@ import grpc
 from tracedray import config, logs
 from tracedray.core import rpc
 from tracedray.core.address import Address
-from tracedray.core.functions import FunctionManager
+from tracedray.core.functions import FunctionManager, driver_import_paths
 from tracedray.core.gcs.client import GcsClient
 from tracedray.core.raylet.client import RayletClient
 from tracedray.core.worker import reference_table as rt
@@ -91,7 +91,8 @@ class CoreWorker:
         self.references = rt.ReferenceTable(worker_id)
         self.memory_store = MemoryStore()
         self.objects = ObjectIO(self)
-        self.functions = FunctionManager(self.gcs)
+        self.functions = FunctionManager(
+            self.gcs, driver_import_paths() if mode == "driver" else None)
         self.task_events = TaskEventBuffer(self.gcs)
         self.resolver = DependencyResolver(self)
         self._pool = ThreadPoolExecutor(max_workers=64, thread_name_prefix="tracedray-bg")

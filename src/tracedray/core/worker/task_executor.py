@@ -18,7 +18,7 @@ import traceback
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from tracedray import logs, telemetry
 from tracedray.core import code_source, ids, trace_context
@@ -200,7 +200,9 @@ class TaskExecutor:
                                       worker_id=worker.worker_id, worker_pid=worker.address.pid)
         except BaseException as exc:  # noqa: BLE001 - user code may raise anything
             self._failed += 1
-            if isinstance(exc, TaskInterrupt):
+            if isinstance(exc, SystemExit):
+                self._exit_process(spec, span, exc)  # as in Ray: the process exits
+            if isinstance(exc, KeyboardInterrupt):  # a cancel, or the task's own: as Ray
                 exc = TaskCancelledError(task_hex)
             cancelled = isinstance(exc, TaskCancelledError)
             error = exc if cancelled else self._task_error(spec, exc)
@@ -232,6 +234,22 @@ class TaskExecutor:
             worker.flight_recorder.clear()
             span.end()
         return result
+
+    def _exit_process(self, spec: common_pb2.TaskSpec, span: Any, exc: SystemExit) -> NoReturn:
+        """``sys.exit()`` in a task or actor method ends the worker, as in Ray: its caller
+        sees the worker die (``WorkerCrashedError``, retried under ``max_retries``; an
+        actor restarts within ``max_restarts``). The flight recorder still names the task,
+        so the raylet attributes the exit to it."""
+        code = exit_code(exc)
+        log.warning("task.system_exit", task_id=spec.task_id.hex(), function=spec.function_name,
+                    attempt=spec.attempt, exit_code=code)
+        telemetry.record_error(span, exc)
+        span.end()
+        logs.record_process_exit(code)
+        try:
+            telemetry.force_flush(1.0)
+        finally:
+            os._exit(code)
 
     def _stop_interrupts(self, task_id: bytes) -> bool:
         """The task is over: no cancel may interrupt this thread for it from now on,
@@ -267,7 +285,11 @@ class TaskExecutor:
             if spec.method_name == "__tracedray_terminate__":
                 worker.exit_soon("exit_actor")
                 return [None]
-            output = getattr(self.actor_instance, spec.method_name)(*args, **kwargs)
+            builtin = BUILTIN_ACTOR_METHODS.get(spec.method_name)
+            if builtin is not None:
+                output = builtin(self.actor_instance, *args, **kwargs)
+            else:
+                output = getattr(self.actor_instance, spec.method_name)(*args, **kwargs)
         else:
             output = target(*args, **kwargs)
         if spec.num_returns <= 1:
@@ -326,6 +348,25 @@ class TaskExecutor:
     def statistics(self) -> ExecutorStatistics:
         return ExecutorStatistics(len(self._queue), len(self._running), self._executed,
                                   self._failed, self._requeued)
+
+
+def _ray_call(instance: Any, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    return fn(instance, *args, **kwargs)
+
+
+# Methods every actor has, as in Ray: ``__ray_ready__`` resolves once the actor is
+# constructed; ``__ray_call__(fn, *args)`` runs ``fn(instance, *args)`` in the actor.
+BUILTIN_ACTOR_METHODS: dict[str, Callable[..., Any]] = {
+    "__ray_ready__": lambda instance: True,
+    "__ray_call__": _ray_call,
+}
+
+
+def exit_code(exc: SystemExit) -> int:
+    """The process exit status ``sys.exit(code)`` asks for, as Python computes it."""
+    if exc.code is None:
+        return 0
+    return exc.code if isinstance(exc.code, int) else 1
 
 
 def _tail(text: str, limit: int) -> str:

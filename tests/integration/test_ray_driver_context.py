@@ -1,0 +1,59 @@
+"""Behaviour that needs a cluster of its own: local mode, and a driver in a subprocess."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import cloudpickle
+import pytest
+
+import tracedray
+
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+pytestmark = pytest.mark.integration
+
+
+@tracedray.remote
+class Counter:
+    def __init__(self) -> None:
+        self.value = 0
+
+    def add(self, n: int) -> int:
+        self.value += n
+        return self.value
+
+
+def test_builtin_actor_methods_in_local_mode() -> None:
+    tracedray.init(local_mode=True)
+    try:
+        actor = Counter.remote()
+        assert tracedray.get(actor.__ray_ready__.remote()) is True
+        assert tracedray.get(actor.__ray_call__.remote(lambda self: self.add(2))) == 2
+    finally:
+        tracedray.shutdown()
+
+
+def test_a_module_beside_the_driver_script_imports_in_workers(tmp_path: Path,
+                                                               no_leaks: None) -> None:
+    (tmp_path / "helper_beside.py").write_text("def triple(x):\n    return 3 * x\n")
+    script = tmp_path / "driver.py"
+    script.write_text(textwrap.dedent("""
+        import tracedray
+        import helper_beside
+
+        tracedray.init(num_cpus=1)
+        f = tracedray.remote(helper_beside.triple)
+        print("result", tracedray.get(f.remote(14), timeout=60))
+        tracedray.shutdown()
+    """))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        p for p in sys.path if p and "site-packages" not in p)}
+    done = subprocess.run([sys.executable, str(script)], cwd="/", env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "result 42" in done.stdout
