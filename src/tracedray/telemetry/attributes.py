@@ -14,6 +14,9 @@ TASK_KIND = "tracedray.task.kind"  # normal | actor_creation | actor_method
 TASK_CALL_SITE = "tracedray.task.call_site"  # "file.py:12 in main" of the .remote() call
 TASK_STATE = "tracedray.task.state"  # final state when the span ends
 TASK_MAX_RETRIES = "tracedray.task.max_retries"
+# Why the GCS failed a task its job's end left unfinished (task.job_end), e.g.
+# "owner died: job 01000000 failed, its driver died: …, while the task was RUNNING …"
+TASK_FAILURE_REASON = "tracedray.task.failure_reason"
 JOB_ID = "tracedray.job.id"
 JOB_STATE = "tracedray.job.state"  # how a job ended (job.finish): FINISHED | FAILED
 JOB_END_REASON = "tracedray.job.end_reason"  # e.g. "its driver died: process 42 is gone …"
@@ -63,7 +66,18 @@ EXIT_MEANING = "tracedray.exit.meaning"  # e.g. "killed by the OS, often the OOM
 # holder died; the rest names it) | "lessee left its tasks running: pid …" (its lease's
 # holder shut down and gave it back while it still ran that holder's tasks).
 EXIT_REASON = "tracedray.exit.reason"
+# The node's memory in use when a worker's exit was seen: only where that memory is (or
+# may be) what killed it (EXIT_CAUSE node_oom or unknown).
 NODE_MEMORY_PERCENT = "tracedray.node.memory_percent"
+# Why a SIGKILL came: cgroup_oom | node_oom | not_oom | unknown (from the kernel's OOM
+# kill counts for the worker's cgroup and the node, read at its start and its death).
+EXIT_CAUSE = "tracedray.exit.cause"
+EXIT_CGROUP = "tracedray.exit.cgroup"  # the worker's memory cgroup, e.g. "/user.slice/job-7"
+EXIT_MEMORY_LIMIT = "tracedray.exit.memory_limit"  # bytes: its cgroup's, lowest up the tree
+EXIT_PEAK_RSS = "tracedray.exit.peak_rss"  # bytes: the worker's peak resident set
+# When the attempt a dead worker was running started there (unix ns, from its flight
+# recorder): a SIGKILLed attempt has no task.execute span to say it.
+TASK_STARTED = "tracedray.task.started_unix_nano"
 
 # --- GCS
 GCS_TABLE = "tracedray.gcs.table"

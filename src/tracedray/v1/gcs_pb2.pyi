@@ -300,7 +300,7 @@ class DriverDeathReply(_message.Message):
     def __init__(self, job_ended: _Optional[bool] = ..., job_state: _Optional[str] = ...) -> None: ...
 
 class TaskEvent(_message.Message):
-    __slots__ = ("task_id", "attempt", "state", "time", "function_name", "job_id", "node_id", "worker_id", "worker_pid", "error_type", "error_message", "actor_id", "kind", "call_site", "parent_task_id", "trace_id", "resources", "state_times")
+    __slots__ = ("task_id", "attempt", "state", "time", "function_name", "job_id", "node_id", "worker_id", "worker_pid", "error_type", "error_message", "actor_id", "kind", "call_site", "parent_task_id", "trace_id", "resources", "state_times", "submit_span_id", "job_end")
     class ResourcesEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -333,6 +333,8 @@ class TaskEvent(_message.Message):
     TRACE_ID_FIELD_NUMBER: _ClassVar[int]
     RESOURCES_FIELD_NUMBER: _ClassVar[int]
     STATE_TIMES_FIELD_NUMBER: _ClassVar[int]
+    SUBMIT_SPAN_ID_FIELD_NUMBER: _ClassVar[int]
+    JOB_END_FIELD_NUMBER: _ClassVar[int]
     task_id: bytes
     attempt: int
     state: str
@@ -351,7 +353,9 @@ class TaskEvent(_message.Message):
     trace_id: str
     resources: _containers.ScalarMap[str, float]
     state_times: _containers.ScalarMap[str, float]
-    def __init__(self, task_id: _Optional[bytes] = ..., attempt: _Optional[int] = ..., state: _Optional[str] = ..., time: _Optional[float] = ..., function_name: _Optional[str] = ..., job_id: _Optional[bytes] = ..., node_id: _Optional[str] = ..., worker_id: _Optional[str] = ..., worker_pid: _Optional[int] = ..., error_type: _Optional[str] = ..., error_message: _Optional[str] = ..., actor_id: _Optional[bytes] = ..., kind: _Optional[str] = ..., call_site: _Optional[str] = ..., parent_task_id: _Optional[bytes] = ..., trace_id: _Optional[str] = ..., resources: _Optional[_Mapping[str, float]] = ..., state_times: _Optional[_Mapping[str, float]] = ...) -> None: ...
+    submit_span_id: int
+    job_end: bool
+    def __init__(self, task_id: _Optional[bytes] = ..., attempt: _Optional[int] = ..., state: _Optional[str] = ..., time: _Optional[float] = ..., function_name: _Optional[str] = ..., job_id: _Optional[bytes] = ..., node_id: _Optional[str] = ..., worker_id: _Optional[str] = ..., worker_pid: _Optional[int] = ..., error_type: _Optional[str] = ..., error_message: _Optional[str] = ..., actor_id: _Optional[bytes] = ..., kind: _Optional[str] = ..., call_site: _Optional[str] = ..., parent_task_id: _Optional[bytes] = ..., trace_id: _Optional[str] = ..., resources: _Optional[_Mapping[str, float]] = ..., state_times: _Optional[_Mapping[str, float]] = ..., submit_span_id: _Optional[int] = ..., job_end: _Optional[bool] = ...) -> None: ...
 
 class TaskEvents(_message.Message):
     __slots__ = ("events",)
@@ -360,7 +364,7 @@ class TaskEvents(_message.Message):
     def __init__(self, events: _Optional[_Iterable[_Union[TaskEvent, _Mapping]]] = ...) -> None: ...
 
 class TaskRecord(_message.Message):
-    __slots__ = ("task_id", "function_name", "state", "attempt", "job_id", "node_id", "worker_id", "worker_pid", "error_type", "error_message", "actor_id", "kind", "call_site", "parent_task_id", "trace_id", "events", "resources")
+    __slots__ = ("task_id", "function_name", "state", "attempt", "job_id", "node_id", "worker_id", "worker_pid", "error_type", "error_message", "actor_id", "kind", "call_site", "parent_task_id", "trace_id", "events", "resources", "submit_span_id")
     class ResourcesEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -385,6 +389,7 @@ class TaskRecord(_message.Message):
     TRACE_ID_FIELD_NUMBER: _ClassVar[int]
     EVENTS_FIELD_NUMBER: _ClassVar[int]
     RESOURCES_FIELD_NUMBER: _ClassVar[int]
+    SUBMIT_SPAN_ID_FIELD_NUMBER: _ClassVar[int]
     task_id: bytes
     function_name: str
     state: str
@@ -402,7 +407,8 @@ class TaskRecord(_message.Message):
     trace_id: str
     events: _containers.RepeatedCompositeFieldContainer[TaskEvent]
     resources: _containers.ScalarMap[str, float]
-    def __init__(self, task_id: _Optional[bytes] = ..., function_name: _Optional[str] = ..., state: _Optional[str] = ..., attempt: _Optional[int] = ..., job_id: _Optional[bytes] = ..., node_id: _Optional[str] = ..., worker_id: _Optional[str] = ..., worker_pid: _Optional[int] = ..., error_type: _Optional[str] = ..., error_message: _Optional[str] = ..., actor_id: _Optional[bytes] = ..., kind: _Optional[str] = ..., call_site: _Optional[str] = ..., parent_task_id: _Optional[bytes] = ..., trace_id: _Optional[str] = ..., events: _Optional[_Iterable[_Union[TaskEvent, _Mapping]]] = ..., resources: _Optional[_Mapping[str, float]] = ...) -> None: ...
+    submit_span_id: int
+    def __init__(self, task_id: _Optional[bytes] = ..., function_name: _Optional[str] = ..., state: _Optional[str] = ..., attempt: _Optional[int] = ..., job_id: _Optional[bytes] = ..., node_id: _Optional[str] = ..., worker_id: _Optional[str] = ..., worker_pid: _Optional[int] = ..., error_type: _Optional[str] = ..., error_message: _Optional[str] = ..., actor_id: _Optional[bytes] = ..., kind: _Optional[str] = ..., call_site: _Optional[str] = ..., parent_task_id: _Optional[bytes] = ..., trace_id: _Optional[str] = ..., events: _Optional[_Iterable[_Union[TaskEvent, _Mapping]]] = ..., resources: _Optional[_Mapping[str, float]] = ..., submit_span_id: _Optional[int] = ...) -> None: ...
 
 class GetTasksRequest(_message.Message):
     __slots__ = ("task_ids", "limit", "job_id")

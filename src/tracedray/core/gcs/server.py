@@ -18,11 +18,12 @@ from pathlib import Path
 from typing import Any
 
 import grpc
+from opentelemetry.trace import Status, StatusCode
 
 from tracedray import config, logs, telemetry
 from tracedray.core import rpc
 from tracedray.core.environment import drift
-from tracedray.core.gcs import job_end, node_health
+from tracedray.core.gcs import job_end, job_tasks, node_health
 from tracedray.core.gcs.actor_manager import ActorManager
 from tracedray.core.gcs.storage import (
     Flusher,
@@ -32,12 +33,14 @@ from tracedray.core.gcs.storage import (
     open_storage,
 )
 from tracedray.telemetry import attributes as A
+from tracedray.telemetry import remote_parent
 from tracedray.v1 import common_pb2, gcs_pb2, gcs_pb2_grpc
 
 log = logs.get_logger(__name__)
 TABLES = ("nodes", "jobs", "kv", "actors", "tasks")
-MAX_EVENTS_PER_TASK = 32
-TERMINAL = ("FINISHED", "FAILED", "CANCELLED")
+TERMINAL = job_tasks.TERMINAL
+# Task records a job's end fails per hold of the lock: task events wait meanwhile.
+_FAIL_BATCH = 500
 
 
 @dataclass(frozen=True)
@@ -75,6 +78,12 @@ class Gcs:
         # Ends the jobs of drivers on a node declared dead, off the node watch: ending a
         # job waits for raylets to withdraw its actors' creations.
         self._job_ends = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tracedray-job-end")
+        # Ended jobs: the tasks of each that are still unfinished, or whose events come
+        # after its end, are failed (job_tasks). Guarded by _lock, as the task table is.
+        self._verdicts: dict[bytes, job_tasks.Verdict] = {}
+        # Whether the task table's storage held records when this GCS started (a GCS
+        # restarted on Redis): unfinished ones may be there and not in memory.
+        self._tasks_stored_before = False
         self._stopped = threading.Event()
         self._server = rpc.make_server(max_workers=128)
         gcs_pb2_grpc.add_GcsServiceServicer_to_server(_Servicer(self), self._server)
@@ -90,6 +99,14 @@ class Gcs:
                 self._head_env = dict(info.environment)
         actors = [gcs_pb2.ActorInfo.FromString(v) for _, v in self.tables["actors"].scan()]
         self.actors.restore(actors)
+        for _, raw in self.tables["jobs"].scan():
+            verdict = job_tasks.verdict_for(gcs_pb2.JobInfo.FromString(raw))
+            if verdict is not None:
+                self._verdicts[verdict.job_id] = verdict
+        # Only a write-through table's storage holds live entries (the embedded cold
+        # tier receives finished ones only).
+        tasks = self.tables["tasks"]
+        self._tasks_stored_before = tasks.write_through and len(tasks) > 0
         if nodes or actors:
             log.info("gcs.recovered", nodes=len(nodes), actors=len(actors),
                      storage=self.storage.description)
@@ -263,7 +280,8 @@ class Gcs:
                  decide: Callable[[gcs_pb2.JobInfo | None], job_end.Ending | None]
                  ) -> tuple[gcs_pb2.JobInfo | None, bool]:
         """End the job if ``decide`` says how, given its record now; then its
-        non-detached actors die. Returns the record after, and whether it ended now."""
+        non-detached actors die and its unfinished tasks fail. Returns the record after,
+        and whether it ended now."""
         table = self.tables["jobs"]
         with self._jobs_lock:
             raw = table.get(job_id.hex())
@@ -281,6 +299,12 @@ class Gcs:
                 "job.finish", job_id=job_id.hex(), state=ending.state, reason=ending.reason,
                 driver_pid=job.driver.pid)
             self.actors.on_job_finished(job_id, job_end.actor_death_cause(job_id, ending))
+        verdict = job_tasks.verdict_for(job)
+        assert verdict is not None  # the job has just ended
+        with self._lock:
+            # From now on a task of the job whose events arrive is failed on arrival.
+            self._verdicts[job_id] = verdict
+        self.fail_unfinished_tasks(job_id)
         return job, True
 
     # --- actors
@@ -289,6 +313,57 @@ class Gcs:
                                   finished=info.state == "DEAD")
 
     # --- tasks
+    def fail_unfinished_tasks(self, job_id: bytes) -> int:
+        """Fail the tasks of the ended job ``job_id`` that have not ended (job_tasks);
+        returns how many. Unfinished records stay in memory (only ended ones are
+        flushed), so memory is searched, unless the storage held records before this
+        GCS started."""
+        try:
+            table = self.tables["tasks"]
+            # A record of the job holds its id verbatim: others are skipped unparsed.
+            keys = [key for key, raw in table.live_items() if job_id in raw]
+            if self._tasks_stored_before:
+                keys.extend(key for key, raw in table.scan() if job_id in raw)
+            failed = self._fail_tasks(list(dict.fromkeys(keys)))
+            if failed:
+                counts: dict[str, int] = {}
+                for record, _ in failed:
+                    counts[record.function_name] = counts.get(record.function_name, 0) + 1
+                log.warning("job.tasks_failed", job_id=job_id.hex(), tasks=len(failed),
+                            by_function=counts, error_type=failed[0][1].error_type)
+            return len(failed)
+        except Exception as exc:  # noqa: BLE001 - a pool thread: say it, or nobody will
+            log.error("job.tasks_fail_failed", job_id=job_id.hex(), error=repr(exc))
+            return 0
+
+    def _fail_tasks(self, keys: list[str]
+                    ) -> list[tuple[gcs_pb2.TaskRecord, gcs_pb2.TaskEvent]]:
+        """Fail those of these tasks that their job's end left unfinished; each is read
+        and written under the lock, so that no event of it comes in between."""
+        if not keys:
+            return []
+        outliving = {a.actor_id for a in self.actors.list() if a.detached}
+        table = self.tables["tasks"]
+        failed = []
+        for start in range(0, len(keys), _FAIL_BATCH):
+            with self._lock:
+                updates = {}
+                for key in keys[start:start + _FAIL_BATCH]:
+                    raw = table.get(key)
+                    record = gcs_pb2.TaskRecord.FromString(raw) if raw else None
+                    verdict = self._verdicts.get(record.job_id) if record else None
+                    event = (job_tasks.failure_event(record, verdict, outliving)
+                             if record is not None and verdict is not None else None)
+                    if record is None or event is None:
+                        continue
+                    job_tasks.merge(record, event)
+                    updates[key] = record.SerializeToString()
+                    failed.append((record, event))
+                table.put_many(updates, finished=True)
+        for record, event in failed:
+            _record_task_failure(record, event)
+        return failed
+
     def add_task_events(self, events: Any) -> None:
         table = self.tables["tasks"]
         with self._lock:
@@ -301,12 +376,17 @@ class Gcs:
                     record = gcs_pb2.TaskRecord.FromString(raw) if raw else gcs_pb2.TaskRecord(
                         task_id=event.task_id, job_id=event.job_id, kind=event.kind)
                     records[key] = record
-                _merge(record, event)
+                job_tasks.merge(record, event)
             # One write per batch and kind (one pipelined round trip on Redis), and each
             # task once, however many of its events the batch carried.
             for finished in (True, False):
                 table.put_many({key: record.SerializeToString() for key, record in records.items()
                                 if (record.state in TERMINAL) == finished}, finished=finished)
+            late = [key for key, record in records.items()
+                    if record.state not in TERMINAL and record.job_id in self._verdicts] \
+                if self._verdicts else []
+        # Tasks of a job that has ended: their reports came after the job's end.
+        self._fail_tasks(late)
 
     def get_tasks(self, request: gcs_pb2.GetTasksRequest) -> gcs_pb2.GetTasksReply:
         table = self.tables["tasks"]
@@ -343,33 +423,27 @@ class Gcs:
         return reply
 
 
-def _merge(record: gcs_pb2.TaskRecord, event: gcs_pb2.TaskEvent) -> None:
-    if event.function_name:
-        record.function_name = event.function_name
-    if event.call_site:
-        record.call_site = event.call_site
-    if event.parent_task_id:
-        record.parent_task_id = event.parent_task_id
-    if event.trace_id:
-        record.trace_id = event.trace_id
-    if event.resources:
-        record.resources.update(event.resources)
-    if event.actor_id:
-        record.actor_id = event.actor_id
-    latest = not record.events or event.time >= max(e.time for e in record.events)
-    terminal_already = record.state in TERMINAL and event.attempt <= record.attempt
-    if latest and not (terminal_already and event.state not in TERMINAL):
-        record.state = event.state
-        record.attempt = max(record.attempt, event.attempt)
-    for field in ("node_id", "worker_id", "worker_pid", "error_type", "error_message"):
-        value = getattr(event, field)
-        if value:
-            setattr(record, field, value)
-    # A batch re-sent after a GCS restart (the reply was lost) must not duplicate events.
-    duplicate = any(e.state == event.state and e.attempt == event.attempt
-                    and e.time == event.time for e in record.events)
-    if not duplicate and len(record.events) < MAX_EVENTS_PER_TASK:
-        record.events.append(event)
+def _record_task_failure(record: gcs_pb2.TaskRecord, event: gcs_pb2.TaskEvent) -> None:
+    """A span in the task's trace (under its task.submit) and a log line, for ``trace``
+    and ``logs``: the GCS failed the task as its job ended."""
+    task_hex = record.task_id.hex()
+    attributes: dict[str, Any] = {
+        A.TASK_ID: task_hex, A.TASK_ATTEMPT: event.attempt, A.TASK_FUNCTION: record.function_name,
+        A.TASK_STATE: event.state, A.JOB_ID: record.job_id.hex(), A.ERROR_TYPE: event.error_type,
+        A.TASK_FAILURE_REASON: event.error_message}
+    if record.actor_id:
+        attributes[A.ACTOR_ID] = record.actor_id.hex()
+    parent = None
+    if len(record.trace_id) == 32 and record.submit_span_id:
+        parent = remote_parent(int(record.trace_id, 16), record.submit_span_id, 1)
+    at_ns = int(event.time * 1e9)
+    span = telemetry.start_span("task.job_end", attributes, start_time=at_ns, parent=parent)
+    span.set_status(Status(StatusCode.ERROR, f"{event.error_type}: {event.error_message}"))
+    span.end(at_ns)
+    log.info("task.job_end", task_id=task_hex, attempt=event.attempt,
+             function=record.function_name, job_id=record.job_id.hex(),
+             error_type=event.error_type, reason=event.error_message,
+             **({"trace_id": record.trace_id} if record.trace_id else {}))
 
 
 class _Servicer(gcs_pb2_grpc.GcsServiceServicer):

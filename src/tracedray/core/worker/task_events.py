@@ -104,6 +104,7 @@ def coalesce(transitions: list[_Transition]) -> list[gcs_pb2.TaskEvent]:
                 event.call_site = spec.call_site
                 event.parent_task_id = spec.parent_task_id
                 event.trace_id = trace_context.trace_id_hex(spec)
+                event.submit_span_id = spec.parent_span_id
                 resources = event.resources
                 for name, amount in spec.resources.items():
                     resources[name] = amount

@@ -178,6 +178,13 @@ class TieredTable:
                 yield key, value
         yield from hot[i:]
 
+    def live_items(self) -> list[tuple[str, bytes]]:
+        """The entries last put live (``finished=False``), unordered. Only finished
+        entries are flushed, so these are in memory, unless the storage held them when
+        this table was created (a GCS restarted on Redis): ``scan`` finds those."""
+        with self._lock:
+            return [(key, slot[0]) for key, slot in self._hot.items() if slot[1] is None]
+
     def __len__(self) -> int:
         """Distinct keys in memory ∪ storage (exact when no write runs concurrently)."""
         if self.write_through:
