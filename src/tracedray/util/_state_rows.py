@@ -107,22 +107,31 @@ def task_row(record: gcs_pb2.TaskRecord, detail: bool = False) -> Row:
         "parent_task_id": record.parent_task_id.hex(), "trace_id": record.trace_id,
         "required_resources": dict(record.resources)}
     if detail:
+        # error_type: how the event ended the attempt, e.g. the GCS's OWNER_DIED verdict.
         row["events"] = [{"state": e.state, "time": e.time, "attempt": e.attempt,
-                          "node_id": e.node_id, "worker_pid": e.worker_pid}
+                          "node_id": e.node_id, "worker_pid": e.worker_pid,
+                          "error_type": e.error_type}
                          for e in sorted(record.events, key=lambda e: e.time)]
     return row
 
 
 def summarize_tasks(rows: Iterable[Row]) -> list[Row]:
-    """One row per function: how many tasks in each state (Ray's ``summary tasks``)."""
+    """One row per function: how many tasks in each state (Ray's ``summary tasks``), and
+    how many of the failed ones by error type (``OWNER_DIED``, ``ValueError``, …)."""
     groups: dict[str, collections.Counter[str]] = {}
+    errors: dict[str, collections.Counter[str]] = {}
     kinds: dict[str, str] = {}
     for row in rows:
         name = row.get("name") or "(unknown)"
-        groups.setdefault(name, collections.Counter())[row.get("state") or "UNKNOWN"] += 1
+        state = row.get("state") or "UNKNOWN"
+        groups.setdefault(name, collections.Counter())[state] += 1
+        failed = errors.setdefault(name, collections.Counter())
+        if state == "FAILED":
+            failed[row.get("error_type") or "(none)"] += 1
         kinds.setdefault(name, row.get("type") or "")
     return [{"func_or_class_name": name, "type": kinds[name], "total": sum(counts.values()),
-             "state_counts": dict(sorted(counts.items()))}
+             "state_counts": dict(sorted(counts.items())),
+             "error_type_counts": dict(sorted(errors[name].items()))}
             for name, counts in sorted(groups.items(), key=lambda kv: (-sum(kv[1].values()),
                                                                         kv[0]))]
 

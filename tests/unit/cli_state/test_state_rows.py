@@ -62,15 +62,17 @@ def test_limit_counts_what_it_leaves_out() -> None:
 
 def test_summarize_tasks_groups_by_function_with_state_counts() -> None:
     records = [gcs_pb2.TaskRecord(task_id=bytes([i]), function_name=name, state=state,
-                                  kind="NORMAL_TASK")
-               for i, (name, state) in enumerate([("f", "FINISHED"), ("f", "FAILED"),
-                                                  ("f", "FINISHED"), ("g", "RUNNING")])]
+                                  kind="NORMAL_TASK", error_type=error)
+               for i, (name, state, error) in enumerate([
+                   ("f", "FINISHED", ""), ("f", "FAILED", "OWNER_DIED"),
+                   ("f", "FINISHED", "WorkerCrashedError"),  # retried, then finished
+                   ("f", "FAILED", "OWNER_DIED"), ("g", "RUNNING", "")])]
     summary = rows.summarize_tasks(rows.task_row(r) for r in records)
     assert summary == [
-        {"func_or_class_name": "f", "type": "NORMAL_TASK", "total": 3,
-         "state_counts": {"FAILED": 1, "FINISHED": 2}},
+        {"func_or_class_name": "f", "type": "NORMAL_TASK", "total": 4,
+         "state_counts": {"FAILED": 2, "FINISHED": 2}, "error_type_counts": {"OWNER_DIED": 2}},
         {"func_or_class_name": "g", "type": "NORMAL_TASK", "total": 1,
-         "state_counts": {"RUNNING": 1}}]
+         "state_counts": {"RUNNING": 1}, "error_type_counts": {}}]
 
 
 def test_summarize_objects_counts_each_object_once_per_call_site() -> None:

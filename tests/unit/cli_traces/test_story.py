@@ -3,10 +3,16 @@ from __future__ import annotations
 import json
 
 from cli_traces_builders import (
+    DRIVER,
+    NODE_A,
     NODE_B,
     TASK,
     TRACE,
     TRACEBACK,
+    Proc,
+    Recorder,
+    _schedule,
+    _submit,
     raised_scenario,
     sigkill_retry_scenario,
     success_scenario,
@@ -16,6 +22,7 @@ from tracedray.cli.tracestore.render import print_story, story_json, story_to_di
 from tracedray.cli.tracestore.story import (
     FAILED,
     FINISHED,
+    JOB_ENDED,
     RAISED,
     RETURNED,
     WORKER_DIED,
@@ -24,6 +31,7 @@ from tracedray.cli.tracestore.story import (
     close_matches,
     task_story,
 )
+from tracedray.telemetry import attributes as attr
 
 
 def kinds(story: TaskStory) -> list[str]:
@@ -125,3 +133,54 @@ def test_json_and_text_rendering(parse, tmp_path):
     assert f"http://j:16686/trace/{TRACE}" in text
     unknown = json.loads(story_json(task_story(spans, logs, "nope")))
     assert unknown["error"] == "no task with id nope" and unknown["suggestions"] == []
+
+
+GCS = Proc("gcs", 40, NODE_A, "head", "10.0.0.1")
+OWNER_DIED = ("owner died: job 01000000 failed, its driver died: process 100 is gone (pid 100, "
+              "node aaaaaaaaaaaa), while the task was RUNNING (attempt 0)")
+
+
+def _job_end(rec: Recorder, parent: str, at_ms: float, attempt: int = 0) -> None:
+    rec.span(GCS, "task.job_end", at_ms, at_ms, {
+        attr.TASK_ID: TASK, attr.TASK_ATTEMPT: attempt, attr.TASK_FUNCTION: "demo.work",
+        attr.TASK_STATE: "FAILED", attr.JOB_ID: "01000000", attr.ERROR_TYPE: "OWNER_DIED",
+        attr.TASK_FAILURE_REASON: OWNER_DIED}, parent=parent,
+        error=f"OWNER_DIED: {OWNER_DIED}")
+
+
+def test_a_task_its_job_left_unfinished_ends_failed_as_the_gcs_recorded(parse, tmp_path):
+    rec = Recorder()
+    submit = _submit(rec, max_retries=0)
+    _schedule(rec, submit, 0, 1)
+    rec.span(DRIVER, "task.dispatch", 2, 2, {  # never answered: the driver died
+        attr.TASK_ID: TASK, attr.TASK_ATTEMPT: 0, attr.WORKER_PID: 201})
+    _job_end(rec, submit, 500)
+    spans, logs = parse(rec, tmp_path)
+    story = task_story(spans, logs, TASK)
+    assert isinstance(story, TaskStory)
+    assert [(a.attempt, a.outcome) for a in story.attempts] == [(0, JOB_ENDED)]
+    ended = next(e for e in story.events if e.kind == "ended")
+    assert ended.summary == f"attempt 0 failed by the GCS: {OWNER_DIED}"
+    assert ended.details["error_type"] == "OWNER_DIED"
+    assert ended.details["recorded_by"] == "gcs pid 40 on head (10.0.0.1)"
+    assert story.final_state == FAILED
+
+
+def test_a_task_never_dispatched_is_found_by_its_job_end_alone(parse, tmp_path):
+    rec = Recorder()
+    _job_end(rec, "", 500)  # the driver's spans were lost with it
+    spans, logs = parse(rec, tmp_path)
+    story = task_story(spans, logs, TASK)
+    assert isinstance(story, TaskStory) and story.final_state == FAILED
+    assert [a.outcome for a in story.attempts] == [JOB_ENDED]
+
+
+def test_the_tasks_own_end_beats_the_job_end_as_in_list_tasks(parse, tmp_path):
+    rec = success_scenario()
+    submit = next(s["spanId"] for s in rec.spans[DRIVER] if s["name"] == "task.submit")
+    _job_end(rec, submit, 500)
+    spans, logs = parse(rec, tmp_path)
+    story = task_story(spans, logs, TASK)
+    assert isinstance(story, TaskStory)
+    assert [a.outcome for a in story.attempts] == [RETURNED]
+    assert story.final_state == FINISHED

@@ -143,7 +143,9 @@ def get_command(
             if field == "events":
                 value = "\n".join(f"{format_cell('event_time', e['time'])} {e['state']} "
                                   f"(attempt {e['attempt']}, node {e['node_id'][:12]}, "
-                                  f"pid {e['worker_pid']})" for e in value)
+                                  f"pid {e['worker_pid']})"
+                                  + (f" {e['error_type']}" if e.get("error_type") else "")
+                                  for e in value)
             table.add_row(field, value if isinstance(value, str) else format_cell(field, value))
         console.print(table)
 
@@ -162,7 +164,8 @@ def summary_command(
         summary = getattr(state, f"summarize_{kind.value}")(address=address)
     except RayError as exc:
         raise fail(str(exc)) from exc
-    columns = {"tasks": ("func_or_class_name", "type", "total", "state_counts"),
+    columns = {"tasks": ("func_or_class_name", "type", "total", "state_counts",
+                         "error_type_counts"),
                "actors": ("class_name", "total", "state_counts"),
                "objects": ("call_site", "objects", "references", "total_size",
                            "reference_types")}[kind.value]

@@ -32,10 +32,12 @@ RETURNED = "returned"
 RAISED = "raised"
 WORKER_DIED = "worker_died"
 DISPATCH_FAILED = "dispatch_failed"
+JOB_ENDED = "job_ended"  # the GCS failed it: its job ended first (task.job_end)
 NO_OUTCOME = "unfinished"
 
 _SHORT = {RETURNED: "returned", RAISED: "raised", WORKER_DIED: "lost its worker",
-          DISPATCH_FAILED: "could not be dispatched", NO_OUTCOME: "did not finish"}
+          DISPATCH_FAILED: "could not be dispatched", JOB_ENDED: "ended with its job",
+          NO_OUTCOME: "did not finish"}
 
 _EMPTY: Mapping[str, Any] = MappingProxyType({})
 
@@ -163,9 +165,10 @@ class _Attempt:
     dispatches: list[SpanRecord] = field(default_factory=list)
     executes: list[SpanRecord] = field(default_factory=list)
     exits: list[SpanRecord] = field(default_factory=list)
+    job_ends: list[SpanRecord] = field(default_factory=list)
 
     def spans(self) -> list[SpanRecord]:
-        return self.schedules + self.dispatches + self.executes + self.exits
+        return self.schedules + self.dispatches + self.executes + self.exits + self.job_ends
 
     def first_ns(self) -> int:
         return min((s.start_ns for s in self.spans()), default=0)
@@ -183,7 +186,8 @@ def _group_attempts(task_spans: Sequence[SpanRecord]) -> dict[int, _Attempt]:
             continue
         bucket = attempts.setdefault(number, _Attempt(number))
         target = {"task.schedule": bucket.schedules, "task.dispatch": bucket.dispatches,
-                  "task.execute": bucket.executes, "worker.exit": bucket.exits}.get(span.name)
+                  "task.execute": bucket.executes, "worker.exit": bucket.exits,
+                  "task.job_end": bucket.job_ends}.get(span.name)
         if target is not None:
             target.append(span)
     for exit_span in unnumbered_exits:
@@ -192,7 +196,8 @@ def _group_attempts(task_spans: Sequence[SpanRecord]) -> dict[int, _Attempt]:
         if started:
             max(started, key=lambda a: a.first_ns()).exits.append(exit_span)
     for bucket in attempts.values():
-        for spans in (bucket.schedules, bucket.dispatches, bucket.executes, bucket.exits):
+        for spans in (bucket.schedules, bucket.dispatches, bucket.executes, bucket.exits,
+                      bucket.job_ends):
             spans.sort(key=lambda s: s.start_ns)
     return attempts
 
@@ -224,10 +229,26 @@ def _attempt_events(attempt: _Attempt) -> tuple[list[StoryEvent], AttemptOutcome
         events.append(StoryEvent(span.start_ns, "started",
                                  f"started in worker pid {span.pid} on {span.host or '?'}", n,
                                  span.duration_ns, MappingProxyType(details)))
+    if not attempt.executes:
+        events.extend(_killed_start(span, n) for span in attempt.exits
+                      if span.int_attr(attr.TASK_STARTED) is not None)
     outcome, end_event = _attempt_end(attempt)
     if end_event is not None:
         events.append(end_event)
     return events, outcome
+
+
+def _killed_start(exit_span: SpanRecord, attempt: int) -> StoryEvent:
+    """The start of an attempt whose worker died before its task.execute span could end,
+    as the raylet read it from the worker's flight recorder (worker.exit)."""
+    started_ns = exit_span.int_attr(attr.TASK_STARTED) or exit_span.start_ns
+    wpid = exit_span.get(attr.WORKER_PID, "?")
+    details = {"node_id": exit_span.node_id, "worker_id": exit_span.get(attr.WORKER_ID, ""),
+               "worker_pid": wpid, "host": exit_span.host, "recorded_by": _origin(exit_span)}
+    return StoryEvent(started_ns, "started", f"started in worker pid {wpid} on "
+                      f"{exit_span.host or '?'} (read from its flight recorder after it died)",
+                      attempt,
+                      max(0, exit_span.start_ns - started_ns), MappingProxyType(details))
 
 
 def _attempt_end(attempt: _Attempt) -> tuple[AttemptOutcome, StoryEvent | None]:
@@ -264,6 +285,18 @@ def _attempt_end(attempt: _Attempt) -> tuple[AttemptOutcome, StoryEvent | None]:
         return (AttemptOutcome(n, DISPATCH_FAILED, dispatch.end_ns, summary),
                 StoryEvent(dispatch.end_ns, "ended", summary, n, dispatch.duration_ns,
                            MappingProxyType({"outcome": DISPATCH_FAILED})))
+    if attempt.job_ends and not (dispatch is not None and dispatch.end_ns > dispatch.start_ns):
+        # The GCS's verdict, as in `list tasks`: an end of the task's own (above, or a
+        # reply its caller got, below) beats it.
+        job_end = attempt.job_ends[-1]
+        reason = str(job_end.get(attr.TASK_FAILURE_REASON) or job_end.status_message)
+        error_type = str(job_end.get(attr.ERROR_TYPE, ""))
+        summary = f"attempt {n} failed by the GCS: {reason}"
+        return (AttemptOutcome(n, JOB_ENDED, job_end.start_ns, summary),
+                StoryEvent(job_end.start_ns, "ended", summary, n, None,
+                           MappingProxyType({"outcome": JOB_ENDED, "error_type": error_type,
+                                             "reason": reason,
+                                             "recorded_by": _origin(job_end)})))
     if dispatch is not None and dispatch.end_ns > dispatch.start_ns:
         # The caller got a reply but the worker's execute span is not here (e.g. a
         # remote node's files were not read): the caller's view still says "returned".
@@ -283,7 +316,7 @@ def _final_state(submit: SpanRecord | None, outcomes: Sequence[AttemptOutcome],
     last = outcomes[-1]
     if last.outcome == RETURNED:
         return FINISHED
-    if last.outcome in (RAISED, WORKER_DIED, DISPATCH_FAILED):
+    if last.outcome in (RAISED, WORKER_DIED, DISPATCH_FAILED, JOB_ENDED):
         return FAILED
     current = attempts[last.attempt]
     if current.executes:
