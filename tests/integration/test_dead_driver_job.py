@@ -10,6 +10,7 @@ leaves its detached actor alone: the next driver still calls it.
 
 from __future__ import annotations
 
+import json
 import signal
 import subprocess
 import sys
@@ -19,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cli_support import PINGS_KEPT, isolated_root, run_json, start_head, workers_by_pid
+from cli_support import PINGS_KEPT, isolated_root, run, run_json, start_head, workers_by_pid
 from multinode_support import log_events, spans_named, wait_for
 
 pytestmark = pytest.mark.integration
@@ -184,3 +185,136 @@ def test_a_driver_that_ends_cleanly_finishes_its_job(tmp_path: Path, ending: str
         actors = _actors()
         assert "finished (the actor is not detached)" in actors[leaver.owned]["death_cause"]
         assert actors[leaver.waiting]["state"] == "DEAD" and actors[leaver.kept]["state"] == "ALIVE"
+
+
+# Tasks left behind: one that finished, then SLOW_TASKS that cannot end before the driver
+# does (two run, the rest wait for a CPU). `ending` ends the script (on a line from stdin).
+LEAVES_TASKS = textwrap.dedent("""
+    import sys, time
+    import tracedray as ray
+
+    ray.init(address="auto")
+
+    @ray.remote
+    def quick():
+        return 1
+
+    @ray.remote
+    def slow(i):
+        time.sleep(120)
+        return i
+
+    done = quick.remote()
+    ray.get(done, timeout=60)
+    refs = [slow.remote(i) for i in range({count})]
+    print("READY", done.task_id().hex(), flush=True)
+    sys.stdin.readline()
+    {ending}
+""")
+SLOW_TASKS = 1000
+UNFINISHED = ("PENDING_ARGS_AVAIL", "PENDING_NODE_ASSIGNMENT", "SUBMITTED_TO_WORKER",
+              "RUNNING", "INFEASIBLE")
+
+
+def _summary(name: str) -> dict[str, Any]:
+    rows = [r for r in run_json("summary", "tasks") if r["func_or_class_name"].endswith(name)]
+    return dict(rows[0]) if rows else {}
+
+
+def _leave_tasks(folder: Path, ending: str) -> tuple[subprocess.Popen[str], str]:
+    """Start LEAVES_TASKS; return it and its finished task's id once every task it
+    submitted is in the task table and two of them run."""
+    script = folder / "leaves_tasks.py"
+    script.write_text(LEAVES_TASKS.format(count=SLOW_TASKS, ending=ending))
+    process = subprocess.Popen([sys.executable, str(script)], stdin=subprocess.PIPE,
+                               stdout=subprocess.PIPE, text=True)
+    assert process.stdout is not None
+    line = process.stdout.readline()
+    assert line.startswith("READY"), f"{line!r}, exit {process.poll()}"
+    wait_for(lambda: _summary("slow").get("total") == SLOW_TASKS
+             and _summary("slow")["state_counts"].get("RUNNING") == 2, 60,
+             "every task in the task table, two of them running")
+    return process, line.split()[1]
+
+
+def _agree(task_id: str) -> dict[str, Any]:
+    """`get task` and `trace` tell the same end, with the same attempts; returns get's."""
+    task = run_json("get", "task", task_id)
+    story = json.loads(run("trace", task_id, "--format", "json").stdout)
+    assert story["final_state"] == task["state"], (story, task)
+    assert [a["attempt"] for a in story["attempts"]] == list(range(task["attempt_number"] + 1))
+    return dict(task)
+
+
+def _check_every_task_ended(job_id: str, finished_id: str, error_type: str,
+                            reason_start: str) -> None:
+    tasks = run_json("list", "tasks", "--limit", "0", "--detail", "--filter", f"job_id={job_id}")
+    assert len(tasks) == SLOW_TASKS + 1
+    assert [t for t in tasks if t["state"] in UNFINISHED] == []
+    slow = _summary("slow")
+    assert slow["state_counts"] == {"FAILED": SLOW_TASKS}, slow
+    assert slow["error_type_counts"] == {error_type: SLOW_TASKS}, slow
+    assert _summary("quick")["state_counts"] == {"FINISHED": 1}
+
+    finished = _agree(finished_id)
+    assert (finished["state"], finished["error_type"]) == ("FINISHED", "")
+    ran, waited = [], []
+    for task in tasks:
+        if task["name"].endswith("slow"):
+            states = {e["state"] for e in task["events"]}
+            (ran if "RUNNING" in states else waited).append(task)
+    assert len(ran) == 2 and waited, [t["state"] for t in tasks]
+    for task in (ran[0], waited[0]):
+        got = _agree(task["task_id"])
+        assert (got["state"], got["error_type"]) == ("FAILED", error_type), got
+        assert got["error_message"].startswith(reason_start), got
+        assert got["events"][-1]["state"] == "FAILED"
+        assert got["events"][-1]["error_type"] == error_type
+
+
+def test_a_killed_drivers_queued_and_running_tasks_fail_as_their_owner_died(
+        tmp_path: Path) -> None:
+    with isolated_root(tmp_path):
+        start_head()  # 2 CPUs
+        (session,) = tmp_path.glob("session_2*")
+        process, finished_id = _leave_tasks(tmp_path, ending="")
+        try:
+            pid = process.pid
+            job_id = _job_of(pid)["job_id"]
+            process.send_signal(signal.SIGKILL)
+            process.wait()
+            wait_for(lambda: _summary("slow")["state_counts"] == {"FAILED": SLOW_TASKS},
+                     ENDED_WITHIN_S + 20, "every task of the killed driver to end")
+        finally:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+        _check_every_task_ended(job_id, finished_id, "OWNER_DIED",
+                                f"owner died: job {job_id} failed, its driver died: ")
+        # A line per task, and one for the job, as each verdict was recorded.
+        logged = [r for r in log_events(session, "task.job_end") if r["job_id"] == job_id]
+        assert len(logged) == SLOW_TASKS
+        (summary,) = [r for r in log_events(session, "job.tasks_failed")
+                      if r["job_id"] == job_id]
+        assert summary["tasks"] == SLOW_TASKS and summary["error_type"] == "OWNER_DIED"
+
+
+def test_a_driver_that_exits_with_tasks_unfinished_fails_them_as_its_job_ended(
+        tmp_path: Path) -> None:
+    with isolated_root(tmp_path):
+        start_head()  # 2 CPUs
+        process, finished_id = _leave_tasks(tmp_path, ending="pass  # the exit hook's shutdown")
+        try:
+            job_id = _job_of(process.pid)["job_id"]
+            assert process.stdin is not None
+            process.stdin.write("\n")
+            process.stdin.flush()
+            assert process.wait(timeout=60) == 0
+        finally:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+        wait_for(lambda: _summary("slow")["state_counts"] == {"FAILED": SLOW_TASKS},
+                 ENDED_WITHIN_S, "every task of the finished job to end")
+        _check_every_task_ended(job_id, finished_id, "JOB_ENDED",
+                                f"job ended: job {job_id} finished, its driver finished it")
