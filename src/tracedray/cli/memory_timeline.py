@@ -28,6 +28,10 @@ _EFFECT = {"object.put": +1, "object.seal": +1, "object.restore": +1, "object.fr
            "object.spill": -1, "object.evict": -1}
 _SPARK = " ▁▂▃▄▅▆▇█"
 UNKNOWN_CALL_SITE = "unknown call site"
+# An object.free's reason: "released" (its owner let go), else its owner's end ("owner
+# exited", "owner died"; raylet/owner_death.py).
+_FREE_REASON = "tracedray.object.free_reason"
+_FREE_RELEASED = "released"
 
 
 @dataclass(frozen=True)
@@ -93,9 +97,10 @@ def replay_store(spans: Iterable[SpanRecord], top: int = 5,
                  held_until: Mapping[str, int] | None = None) -> dict[str, NodeReplay]:
     """Node id → its store replayed from the session's events, in time order.
 
-    ``held_until`` (object id → ns) keeps an object in ``held`` when it was freed after
-    that time: the post-mortem view shows what an owner held when it ended, not the
-    frees its end caused. The usage series always follows every event.
+    With ``held_until`` (object id → its owner's end, ns), an object freed because its
+    owner ended (the free's reason says so, or it came after that time) stays in
+    ``held``: the post-mortem view shows what an owner held when it ended, not the frees
+    its end caused. The usage series always follows every event.
     """
     nodes: dict[str, NodeReplay] = {}
     call_sites: dict[str, str] = {}  # object id → where it was created, across nodes
@@ -150,14 +155,22 @@ def _apply(node: NodeReplay, span: SpanRecord, object_id: str, size: int, site: 
         node.spilled_bytes += size or (in_shm[0] if in_shm else 0)
         if object_id in node.held:
             node.held[object_id].spilled = True
-    elif span.name == "object.free" and held_until is not None \
-            and span.end_ns >= held_until.get(object_id, span.end_ns + 1):
+    elif span.name == "object.free" and held_until is not None and (
+            _freed_for_owner_end(span)
+            or span.end_ns >= held_until.get(object_id, span.end_ns + 1)):
         node.frees_after_owner_end += 1
     else:
         node.held.pop(object_id, None)
     # Freeing an object that is not in this store's memory (already spilled, or its entry
     # was never seen) changes nothing we counted.
     return -(in_shm[0] or size) if in_shm is not None else 0
+
+
+def _freed_for_owner_end(span: SpanRecord) -> bool:
+    """The raylet freed it because its owner exited or died (its free reason says so),
+    not because the owner let go of it."""
+    reason = span.get(_FREE_REASON)
+    return bool(reason) and reason != _FREE_RELEASED
 
 
 def _top_call_sites(live: Iterable[tuple[int, str]], top: int) -> tuple[CallSiteUsage, ...]:

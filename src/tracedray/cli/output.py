@@ -24,6 +24,8 @@ class OutputFormat(str, Enum):
 
 FORMAT_HELP = "table for people, json for scripts."
 ADDRESS_HELP = "GCS address (host:port) of the cluster; default: the newest session."
+SESSION_HELP = ("A session folder to answer about (default: the address's, or session_latest); "
+                "a cluster that no longer runs is answered from its files.")
 
 
 def format_time(seconds: float | None) -> str:

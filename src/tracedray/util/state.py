@@ -13,16 +13,21 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Union
 
 from tracedray.util import _state_rows as rows
 from tracedray.util._state_rows import Row, StateList
 
 if TYPE_CHECKING:
     from tracedray.cli.cluster_client import ClusterClient, NodeView
+    from tracedray.cli.postmortem import PostmortemClient
 
 DEFAULT_LIMIT = 100
 Filters = Sequence[str] | None
+# What answers: a running cluster, or a post-mortem view of a stopped one (its files).
+Source = Union["ClusterClient", "PostmortemClient"]
+# The cluster's address ("host:port", "auto" or None), or a client already.
+Address = Union[str, None, "ClusterClient", "PostmortemClient"]
 
 __all__ = [
     "DEFAULT_LIMIT", "StateList", "get_actor", "get_job", "get_node", "get_object", "get_task",
@@ -31,9 +36,13 @@ __all__ = [
 ]
 
 
-def _client(address: str | None) -> ClusterClient:
+def _client(address: Address) -> Source:
+    """``address`` may be a client already: the CLI passes a post-mortem view of a stopped
+    cluster (``tracedray.cli.postmortem``) where the cluster does not answer."""
     from tracedray.cli.cluster_client import connect_cluster
 
+    if address is not None and not isinstance(address, str):
+        return address
     if not address:
         api = sys.modules.get("tracedray.core.api")
         # A connected driver asks its own cluster, whatever the newest session is.
@@ -48,18 +57,18 @@ def _finish(all_rows: list[Row], filters: Filters, limit: int | None,
 
 
 # --- raw row sources (every row, no filter, no limit)
-def _task_rows(client: ClusterClient, detail: bool) -> list[Row]:
+def _task_rows(client: Source, detail: bool) -> list[Row]:
     reply = client.gcs.get_tasks()
     out = [rows.task_row(record, detail) for record in reply.tasks]
     return sorted(out, key=lambda r: (r["events"][0]["time"] if detail and r["events"] else 0,
                                       r["task_id"]))
 
 
-def _views(client: ClusterClient, *, objects: bool = False) -> list[NodeView]:
+def _views(client: Source, *, objects: bool = False) -> list[NodeView]:
     return client.node_views(include_objects=objects, include_references=objects)
 
 
-def _object_rows(client: ClusterClient) -> list[Row]:
+def _object_rows(client: Source) -> list[Row]:
     views = _views(client, objects=True)
     from tracedray.v1 import core_worker_pb2
 
@@ -70,45 +79,45 @@ def _object_rows(client: ClusterClient) -> list[Row]:
     return rows.memory_rows(tables, stored)
 
 
-def _node_rows(client: ClusterClient) -> list[Row]:
+def _node_rows(client: Source) -> list[Row]:
     return [rows.node_row(view.node, view.stats) for view in _views(client)]
 
 
-def _worker_rows(client: ClusterClient) -> list[Row]:
+def _worker_rows(client: Source) -> list[Row]:
     return [row for view in _views(client) if view.stats is not None
             for row in rows.worker_rows(view.stats)]
 
 
 # --- list
-def list_tasks(address: str | None = None, filters: Filters = None,
+def list_tasks(address: Address = None, filters: Filters = None,
                limit: int | None = DEFAULT_LIMIT, detail: bool = False) -> StateList:
     """Tasks of every job (latest attempt each); ``detail`` adds each state change."""
     return _finish(_task_rows(_client(address), detail), filters, limit, rows.TASK_FIELDS)
 
 
-def list_actors(address: str | None = None, filters: Filters = None,
+def list_actors(address: Address = None, filters: Filters = None,
                 limit: int | None = DEFAULT_LIMIT, detail: bool = False) -> StateList:
     actors = [rows.actor_row(a) for a in _client(address).gcs.list_actors()]
     return _finish(actors, filters, limit, rows.ACTOR_FIELDS)
 
 
-def list_objects(address: str | None = None, filters: Filters = None,
+def list_objects(address: Address = None, filters: Filters = None,
                  limit: int | None = DEFAULT_LIMIT, detail: bool = False) -> StateList:
     """One row per (object, holder), the rows of ``tracedray memory``."""
     return _finish(_object_rows(_client(address)), filters, limit, rows.MEMORY_FIELDS)
 
 
-def list_nodes(address: str | None = None, filters: Filters = None,
+def list_nodes(address: Address = None, filters: Filters = None,
                limit: int | None = DEFAULT_LIMIT, detail: bool = False) -> StateList:
     return _finish(_node_rows(_client(address)), filters, limit, rows.NODE_FIELDS)
 
 
-def list_workers(address: str | None = None, filters: Filters = None,
+def list_workers(address: Address = None, filters: Filters = None,
                  limit: int | None = DEFAULT_LIMIT, detail: bool = False) -> StateList:
     return _finish(_worker_rows(_client(address)), filters, limit, rows.WORKER_FIELDS)
 
 
-def list_jobs(address: str | None = None, filters: Filters = None,
+def list_jobs(address: Address = None, filters: Filters = None,
               limit: int | None = DEFAULT_LIMIT, detail: bool = False) -> StateList:
     jobs = sorted((rows.job_row(j) for j in _client(address).gcs.get_jobs()),
                   key=lambda r: r["start_time"] or 0)
@@ -121,41 +130,41 @@ def _one(found: list[Row], key: str, wanted: str) -> Row | None:
     return next((row for row in found if str(row[key]).lower() == wanted), None)
 
 
-def get_task(task_id: str, address: str | None = None) -> Row | None:
+def get_task(task_id: str, address: Address = None) -> Row | None:
     return _one(_task_rows(_client(address), detail=True), "task_id", task_id)
 
 
-def get_actor(actor_id: str, address: str | None = None) -> Row | None:
+def get_actor(actor_id: str, address: Address = None) -> Row | None:
     return _one([rows.actor_row(a) for a in _client(address).gcs.list_actors()], "actor_id",
                 actor_id)
 
 
-def get_node(node_id: str, address: str | None = None) -> Row | None:
+def get_node(node_id: str, address: Address = None) -> Row | None:
     return _one(_node_rows(_client(address)), "node_id", node_id)
 
 
-def get_worker(worker_id: str, address: str | None = None) -> Row | None:
+def get_worker(worker_id: str, address: Address = None) -> Row | None:
     return _one(_worker_rows(_client(address)), "worker_id", worker_id)
 
 
-def get_job(job_id: str, address: str | None = None) -> Row | None:
+def get_job(job_id: str, address: Address = None) -> Row | None:
     return _one([rows.job_row(j) for j in _client(address).gcs.get_jobs()], "job_id", job_id)
 
 
-def get_object(object_id: str, address: str | None = None) -> list[Row]:
+def get_object(object_id: str, address: Address = None) -> list[Row]:
     """Every holder of one object (an object has one row per process referencing it)."""
     wanted = object_id.strip().lower()
     return [row for row in _object_rows(_client(address)) if row["object_ref"] == wanted]
 
 
 # --- summaries
-def summarize_tasks(address: str | None = None) -> list[Row]:
+def summarize_tasks(address: Address = None) -> list[Row]:
     return rows.summarize_tasks(_task_rows(_client(address), detail=False))
 
 
-def summarize_actors(address: str | None = None) -> list[Row]:
+def summarize_actors(address: Address = None) -> list[Row]:
     return rows.summarize_actors(rows.actor_row(a) for a in _client(address).gcs.list_actors())
 
 
-def summarize_objects(address: str | None = None) -> list[Row]:
+def summarize_objects(address: Address = None) -> list[Row]:
     return rows.summarize_objects(_object_rows(_client(address)))

@@ -140,3 +140,19 @@ def test_held_until_keeps_what_an_owner_held_when_it_ended():
     assert sorted(kept.held) == ["a1", "p1", "r1", "r2"] and kept.frees_after_owner_end == 1
     assert kept.used == 65 * MB  # the usage series follows every event
     assert not kept.held["p1"].secondary and replay_store(spans)[NODE_B].held["r1"].secondary
+
+
+def test_a_free_for_its_owner_s_end_keeps_the_object_held_post_mortem():
+    from tracedray.cli.memory_timeline import replay_store
+
+    rec = Recorder()
+    seal(rec, RAYLET_A, 0, "p1", 40 * MB, 40 * MB, "main.py:5 in main")
+    seal(rec, RAYLET_A, 1, "p2", 10 * MB, 50 * MB, "main.py:6 in main")
+    for at, oid, reason, used in ((5, "p2", "released", 40), (9, "p1", "owner died", 0)):
+        rec.span(RAYLET_A, "object.free", at, at + 1, {
+            attr.OBJECT_ID: oid, attr.NODE_ID: NODE_A, attr.STORE_USED: used * MB,
+            "tracedray.object.free_reason": reason})
+    spans, _ = parse_resource_spans(rec.resource_spans())
+    assert replay_store(spans)[NODE_A].held == {}
+    node = replay_store(spans, held_until={})[NODE_A]  # no end known: the reason tells
+    assert sorted(node.held) == ["p1"] and node.used == 0

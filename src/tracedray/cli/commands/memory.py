@@ -2,7 +2,9 @@
 
 Rows are one per (object, holder), collected from every alive raylet's view of
 its core workers' reference tables. ``--stats-only`` prints each node's store
-figures; ``--timeline`` replays put/free/spill spans of the session into a chart.
+figures; ``--timeline`` replays the store's events of the session into a chart.
+On a cluster that has stopped or died, the references and figures are the last
+known ones, read from the session's files (``tracedray.cli.postmortem``).
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from typing import Any
 
 import typer
 
-from tracedray.cli.output import ADDRESS_HELP, FORMAT_HELP, OutputFormat
+from tracedray.cli.output import ADDRESS_HELP, FORMAT_HELP, SESSION_HELP, OutputFormat
 
 
 def memory(
@@ -28,25 +30,29 @@ def memory(
     output: str | None = typer.Option(None, "--output", "-o",
                                       help="With --timeline: save a plot to FILE.png."),
     output_format: OutputFormat = typer.Option(OutputFormat.table, "--format", help=FORMAT_HELP),
+    session: str | None = typer.Option(None, "--session", help=SESSION_HELP),
 ) -> None:
-    """Who holds which object: ip, pid, call site, size, reference type, producing task status."""
+    """Who holds which object: ip, pid, call site, size, reference type, producing task status.
+
+    On a stopped or dead cluster: the last known references, from its session's files."""
     from tracedray.cli.output import fail
     from tracedray.exceptions import RayError
 
     try:
         if timeline:
-            _timeline(address, output, output_format)
+            _timeline(address, session, output, output_format)
         elif stats_only:
-            _stats_only(address, output_format)
+            _stats_only(address, session, output_format)
         else:
-            _references(address, group_by, sort_by, units, num_entries, output_format)
+            _references(address, session, group_by, sort_by, units, num_entries,
+                        output_format)
     except RayError as exc:
         raise fail(str(exc)) from exc
 
 
-def _references(address: str | None, group_by: str, sort_by: str, units: str,
-                num_entries: int | None, output_format: OutputFormat) -> None:
-    from tracedray.cli import memory_view
+def _references(address: str | None, session: str | None, group_by: str, sort_by: str,
+                units: str, num_entries: int | None, output_format: OutputFormat) -> None:
+    from tracedray.cli import memory_view, postmortem
     from tracedray.cli.output import (
         format_bytes,
         note,
@@ -61,7 +67,9 @@ def _references(address: str | None, group_by: str, sort_by: str, units: str,
     unit = memory_view.check_units(units)
     if num_entries is not None and num_entries < 0:
         raise ConfigError(f"--num-entries must be >= 0, got {num_entries}")
-    found = state.list_objects(address=address, limit=None)
+    client = postmortem.open_client(address, session)
+    postmortem.announce(client)
+    found = state.list_objects(address=client, limit=None)
     ordered = memory_view.sort_rows(found, sort_by)
     groups = memory_view.group_rows(ordered, group_by)  # before the cut: totals stay whole
     shown = ordered if num_entries is None else ordered[:num_entries]
@@ -70,7 +78,9 @@ def _references(address: str | None, group_by: str, sort_by: str, units: str,
         report_left_out(len(shown), len(ordered), "references", "--num-entries")
         return
     if not ordered:
-        note("no live object references in the cluster")
+        note("no object was in a store when the session's files end"
+             if isinstance(client, postmortem.PostmortemClient)
+             else "no live object references in the cluster")
         return
     from tracedray.cli.output import build_table
 
@@ -89,12 +99,13 @@ def _references(address: str | None, group_by: str, sort_by: str, units: str,
     report_left_out(len(shown), len(ordered), "references", "--num-entries")
 
 
-def _stats_only(address: str | None, output_format: OutputFormat) -> None:
-    from tracedray.cli import memory_view
-    from tracedray.cli.cluster_client import connect_cluster
+def _stats_only(address: str | None, session: str | None, output_format: OutputFormat) -> None:
+    from tracedray.cli import memory_view, postmortem
     from tracedray.cli.output import format_bytes, print_rows, warn
 
-    views = connect_cluster(address).node_views()
+    client = postmortem.open_client(address, session)
+    postmortem.announce(client)
+    views = client.node_views()
     rows = [memory_view.store_stats_row(v.stats) for v in views if v.stats is not None]
     for view in views:
         if view.stats is None:
@@ -106,7 +117,8 @@ def _stats_only(address: str | None, output_format: OutputFormat) -> None:
                title="object store per node", what="nodes answering", formatters=formatters)
 
 
-def _timeline(address: str | None, output: str | None, output_format: OutputFormat) -> None:
+def _timeline(address: str | None, session_path: str | None, output: str | None,
+              output_format: OutputFormat) -> None:
     from pathlib import Path
 
     from tracedray.cli.commands.trace import resolve_session
@@ -117,9 +129,10 @@ def _timeline(address: str | None, output: str | None, output_format: OutputForm
         store_usage_series,
     )
     from tracedray.cli.output import note, print_json, warn
+    from tracedray.cli.postmortem import session_at
     from tracedray.cli.tracestore.sources import SessionFileSource, SpanQuery
 
-    session = resolve_session(address)
+    session = session_at(session_path) if session_path else resolve_session(address)
     batch = SessionFileSource(session).find_spans(SpanQuery())
     for warning in batch.warnings:
         warn(warning)

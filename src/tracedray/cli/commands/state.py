@@ -11,7 +11,7 @@ from typing import Any
 
 import typer
 
-from tracedray.cli.output import ADDRESS_HELP, FORMAT_HELP, OutputFormat
+from tracedray.cli.output import ADDRESS_HELP, FORMAT_HELP, SESSION_HELP, OutputFormat
 
 
 class ListKind(str, Enum):
@@ -70,6 +70,15 @@ def _lister(kind: str) -> Any:
     return getattr(state, f"list_{kind}")
 
 
+def _source(address: str | None, session: str | None) -> Any:
+    """The running cluster, or its session's files when it stopped (header on stderr)."""
+    from tracedray.cli import postmortem
+
+    client = postmortem.open_client(address, session)
+    postmortem.announce(client)
+    return client
+
+
 def list_command(
     kind: ListKind = typer.Argument(..., help="What to list."),
     filters: list[str] = typer.Option(
@@ -80,14 +89,15 @@ def list_command(
     detail: bool = typer.Option(False, "--detail", help="Every field (and task state events)."),
     address: str | None = typer.Option(None, "--address", help=ADDRESS_HELP),
     output_format: OutputFormat = typer.Option(OutputFormat.table, "--format", help=FORMAT_HELP),
+    session: str | None = typer.Option(None, "--session", help=SESSION_HELP),
 ) -> None:
     """List tasks, actors, objects, nodes, workers or jobs of the running cluster."""
     from tracedray.cli.output import columns_for, fail, print_rows
     from tracedray.exceptions import RayError
 
     try:
-        found = _lister(kind.value)(address=address, filters=filters, limit=limit or None,
-                                    detail=detail)
+        found = _lister(kind.value)(address=_source(address, session), filters=filters,
+                                    limit=limit or None, detail=detail)
     except RayError as exc:
         raise fail(str(exc)) from exc
     columns = columns_for(found, _fields(kind.value)) if detail else SHORT_COLUMNS[kind.value]
@@ -117,6 +127,7 @@ def get_command(
     item_id: str = typer.Argument(..., metavar="ID", help="Its id (hex); a unique prefix works."),
     address: str | None = typer.Option(None, "--address", help=ADDRESS_HELP),
     output_format: OutputFormat = typer.Option(OutputFormat.table, "--format", help=FORMAT_HELP),
+    session: str | None = typer.Option(None, "--session", help=SESSION_HELP),
 ) -> None:
     """Every field of one task, actor, object (each holder), node, worker or job."""
     from tracedray.cli.output import fail, format_cell, print_json, stdout_console
@@ -124,7 +135,7 @@ def get_command(
 
     list_kind, key = _GET_SOURCE[kind.value]
     try:
-        found = _lister(list_kind)(address=address, limit=None, detail=True)
+        found = _lister(list_kind)(address=_source(address, session), limit=None, detail=True)
     except RayError as exc:
         raise fail(str(exc)) from exc
     resolved = _resolve_id(item_id, [str(row[key]) for row in found], kind.value)
@@ -154,6 +165,7 @@ def summary_command(
     kind: SummaryKind = typer.Argument(..., help="What to summarize."),
     address: str | None = typer.Option(None, "--address", help=ADDRESS_HELP),
     output_format: OutputFormat = typer.Option(OutputFormat.table, "--format", help=FORMAT_HELP),
+    session: str | None = typer.Option(None, "--session", help=SESSION_HELP),
 ) -> None:
     """Tasks by function with counts per state; actors by class; objects by call site."""
     from tracedray.cli.output import fail, format_bytes, print_rows
@@ -161,7 +173,7 @@ def summary_command(
     from tracedray.util import state
 
     try:
-        summary = getattr(state, f"summarize_{kind.value}")(address=address)
+        summary = getattr(state, f"summarize_{kind.value}")(address=_source(address, session))
     except RayError as exc:
         raise fail(str(exc)) from exc
     columns = {"tasks": ("func_or_class_name", "type", "total", "state_counts",

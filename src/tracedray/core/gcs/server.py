@@ -122,7 +122,17 @@ class Gcs:
         self._server.stop(grace=0.5)
         self._job_ends.shutdown(wait=False, cancel_futures=True)
         self.flusher.stop()
+        self._persist_last_state()
         self.storage.close()
+
+    def _persist_last_state(self) -> None:
+        """Leave every table whole in the storage, the hot entries too (live nodes, jobs,
+        unfinished tasks): ``tracedray list``/``memory`` on the stopped cluster read it."""
+        for table in self.tables.values():
+            try:
+                table.persist_hot()
+            except Exception as exc:  # noqa: BLE001 - stopping anyway: say it and go on
+                log.warning("gcs.persist_failed", table=table.name, error=repr(exc))
 
     # --- nodes
     def node_list(self) -> list[gcs_pb2.NodeWithLoad]:

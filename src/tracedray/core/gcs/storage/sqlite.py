@@ -58,6 +58,29 @@ class SqliteStorage:
             raise RaySystemError(f"cannot open the GCS cold-tier database {path}: {exc}") from exc
         self._closed = False
 
+    @classmethod
+    def open_read_only(cls, path: Path) -> SqliteStorage:
+        """The database a stopped or dead GCS left, opened for reading only: nothing is
+        created or written (a GCS killed mid-write leaves its WAL, which is read too).
+        A missing, truncated or corrupt file raises RaySystemError saying which."""
+        if not path.is_file():
+            raise RaySystemError(f"no GCS database at {path}")
+        storage = cls.__new__(cls)
+        storage.path = path
+        storage.description = f"sqlite:{path} (read-only)"
+        storage._lock = threading.Lock()
+        storage._counters = Counters()
+        storage._closed = False
+        try:
+            storage._db = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True,
+                                          check_same_thread=False, isolation_level=None)
+            # Reading the table checks the header and the schema: a damaged file fails here.
+            storage._db.execute("SELECT COUNT(*) FROM entries").fetchone()
+        except sqlite3.Error as exc:
+            raise RaySystemError(f"cannot read the GCS database {path}: {exc} (is the file "
+                                 "truncated or corrupt?)") from exc
+        return storage
+
     def _run(self, what: str, sql: str, params: Sequence[object] = ()) -> list[tuple[Any, ...]]:
         try:
             with self._lock:

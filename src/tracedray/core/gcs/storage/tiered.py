@@ -201,6 +201,17 @@ class TieredTable:
         with self._lock:
             return len(self._hot)
 
+    def persist_hot(self) -> int:
+        """Write every entry held in memory to the storage (they stay in memory), so the
+        storage holds the whole table; for a GCS that stops. Returns how many."""
+        if self.write_through:
+            return 0  # the storage has every entry already
+        with self._storage_lock:
+            with self._lock:
+                items = {key: slot[0] for key, slot in self._hot.items()}
+            self.storage.put_many(self.name, items)
+        return len(items)
+
     # --- flushing ----------------------------------------------------------------------
 
     def flush(self, now: float, policy: FlushPolicy) -> TableFlushResult:
