@@ -7,6 +7,7 @@ from typing import Any
 
 from tracedray.core import ids
 from tracedray.core import options as opts
+from tracedray.core.worker.retry_policy import RetryExceptions
 from tracedray.v1 import common_pb2, gcs_pb2
 
 
@@ -75,7 +76,7 @@ class ActorClass:
             span.end()
             worker.references.remove_submitted(task.dep_ids)
         return ActorHandle(info.actor_id, self._cls.__qualname__, _methods(self._cls),
-                           actor_options.max_task_retries)
+                           actor_options.max_task_retries, method_retry_options(self._cls))
 
 
 def _resolve_now(worker: Any, task: Any) -> None:
@@ -108,13 +109,25 @@ def _methods(cls: type) -> dict[str, int]:
 BUILTIN_METHODS = frozenset({"__ray_ready__", "__ray_call__"})
 
 
+def method_retry_options(cls: type) -> dict[str, dict[str, Any]]:
+    """``max_task_retries`` / ``retry_exceptions`` given by ``@method`` per method."""
+    out = {}
+    for name, member in inspect.getmembers(cls, predicate=callable):
+        given = getattr(member, "__tracedray_method_options__", {})
+        retry = {k: v for k, v in given.items() if k in ("max_task_retries", "retry_exceptions")}
+        if retry:
+            out[name] = retry
+    return out
+
+
 class ActorMethod:
     def __init__(self, handle: ActorHandle, name: str, num_returns: int,
-                 max_task_retries: int | None = None) -> None:
+                 max_task_retries: int | None = None, retry_exceptions: Any = None) -> None:
         self._handle = handle
         self._name = name
         self._num_returns = num_returns
         self._max_task_retries = max_task_retries
+        self._retry_exceptions = retry_exceptions
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         raise TypeError(f"actor method {self._name} cannot be called directly; "
@@ -124,20 +137,24 @@ class ActorMethod:
         checked = opts.validate(options, opts.METHOD_OPTIONS, f"actor method {self._name}")
         return ActorMethod(self._handle, self._name,
                            checked.get("num_returns", self._num_returns),
-                           checked.get("max_task_retries", self._max_task_retries))
+                           checked.get("max_task_retries", self._max_task_retries),
+                           checked.get("retry_exceptions", self._retry_exceptions))
 
     def remote(self, *args: Any, **kwargs: Any) -> Any:
         return self._handle._call(self._name, args, kwargs, self._num_returns,
-                                  self._max_task_retries)
+                                  self._max_task_retries, self._retry_exceptions)
 
 
 class ActorHandle:
     def __init__(self, actor_id: bytes, class_name: str, methods: dict[str, int],
-                 max_task_retries: int) -> None:
+                 max_task_retries: int,
+                 method_options: dict[str, dict[str, Any]] | None = None) -> None:
         self._actor_id = actor_id
         self._class_name = class_name
         self._methods = methods
         self._max_task_retries = max_task_retries
+        # Per-method retry defaults from @method (a call's .options() overrides them).
+        self._method_options = method_options or {}
 
     @classmethod
     def _from_info(cls, info: gcs_pb2.ActorInfo) -> ActorHandle:
@@ -151,10 +168,12 @@ class ActorHandle:
             raise AttributeError(name)
         if self._methods and name not in self._methods:
             raise AttributeError(f"actor {self._class_name} has no method {name!r}")
-        return ActorMethod(self, name, self._methods.get(name, 1))
+        given = self._method_options.get(name, {})
+        return ActorMethod(self, name, self._methods.get(name, 1),
+                           given.get("max_task_retries"), given.get("retry_exceptions"))
 
     def _call(self, method: str, args: Any, kwargs: Any, num_returns: int,
-              max_task_retries: int | None) -> Any:
+              max_task_retries: int | None, retry_exceptions: Any = None) -> Any:
         from tracedray.core.api import global_worker
         from tracedray.core.submission import build_task
 
@@ -166,7 +185,8 @@ class ActorHandle:
             worker, kind=common_pb2.ACTOR_METHOD, function_id="",
             function_name=f"{self._class_name}.{method}", args=args, kwargs=kwargs,
             num_returns=num_returns, resources={}, actor_id=self._actor_id, method_name=method,
-            max_retries=retries)
+            max_retries=retries, retry_exceptions=RetryExceptions.from_option(
+                retry_exceptions, f"{self._class_name}.{method}"))
         try:
             worker.actor_submitter.submit(task, retries)
         finally:
@@ -177,7 +197,7 @@ class ActorHandle:
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (ActorHandle, (self._actor_id, self._class_name, self._methods,
-                              self._max_task_retries))
+                              self._max_task_retries, self._method_options))
 
     def __repr__(self) -> str:
         return f"Actor({self._class_name}, {self._actor_id.hex()})"

@@ -32,11 +32,22 @@ def remote(*args: Any, **options: Any) -> Any:
     return make
 
 
-def method(*, num_returns: int = 1, **_: Any) -> Callable[[Any], Any]:
-    """Declare an actor method's ``num_returns``."""
+# Accepted for Ray programs' sake, without effect here.
+RAY_ONLY_METHOD_OPTIONS = frozenset({"concurrency_group", "enable_task_events",
+                                     "_generator_backpressure_num_objects", "tensor_transport"})
+
+
+def method(**options: Any) -> Callable[[Any], Any]:
+    """Declare an actor method's defaults (``num_returns``, ``max_task_retries``,
+    ``retry_exceptions``); ``.options()`` on a call overrides them."""
+    from tracedray.core import options as opts
+
+    ours = {k: v for k, v in options.items() if k not in RAY_ONLY_METHOD_OPTIONS}
+    checked = opts.validate(ours, opts.METHOD_OPTIONS, "@method")
 
     def mark(fn: Any) -> Any:
-        fn.__tracedray_num_returns__ = num_returns
+        fn.__tracedray_num_returns__ = checked.get("num_returns", 1)
+        fn.__tracedray_method_options__ = checked
         return fn
 
     return mark

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from tracedray.core.worker.retry_policy import RetryExceptions
 from tracedray.exceptions import ConfigError, OptionTypeError
 
 TASK_OPTIONS: dict[str, tuple[type, ...]] = {
@@ -21,7 +22,8 @@ ACTOR_OPTIONS: dict[str, tuple[type, ...]] = {
     "runtime_env": (dict, type(None)), "max_pending_calls": (int,), "_metadata": (dict,),
 }
 METHOD_OPTIONS: dict[str, tuple[type, ...]] = {"num_returns": (int,), "name": (str,),
-                                               "max_task_retries": (int,)}
+                                               "max_task_retries": (int,),
+                                               "retry_exceptions": (bool, list, tuple)}
 
 
 def validate(options: Mapping[str, Any], allowed: Mapping[str, tuple[type, ...]],
@@ -42,6 +44,8 @@ def validate(options: Mapping[str, Any], allowed: Mapping[str, tuple[type, ...]]
                                   f"{' or '.join(t.__name__ for t in types)}, "
                                   f"not {type(value).__name__}")
         out[key] = value
+    if "retry_exceptions" in out:
+        RetryExceptions.from_option(out["retry_exceptions"], what)  # raises if malformed
     for key in ("max_retries", "max_restarts", "max_task_retries"):
         if key in out and out[key] < -1:
             raise ConfigError(f"The keyword '{key}' only accepts 0, -1 or a positive "

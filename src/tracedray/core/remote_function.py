@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from tracedray.core import options as opts
+from tracedray.core.worker.retry_policy import RetryExceptions
 from tracedray.v1 import common_pb2
 
 DEFAULT_MAX_RETRIES = 3
@@ -42,13 +43,14 @@ class RemoteFunction:
         if hasattr(worker, "local_call"):
             return worker.local_call(self._function, args, kwargs, num_returns)
         function_id = worker.functions.export(self._function, f"function {self._name}")
-        retry = options.get("retry_exceptions", False)
+        retry = RetryExceptions.from_option(options.get("retry_exceptions"),
+                                            f"function {self._name}")
         task, refs, span = build_task(
             worker, kind=common_pb2.NORMAL, function_id=function_id,
             function_name=self._name, args=args, kwargs=kwargs, num_returns=num_returns,
             resources=opts.resource_request(options, 1.0),
             max_retries=options.get("max_retries", DEFAULT_MAX_RETRIES),
-            retry_exceptions=bool(retry))
+            retry_exceptions=retry)
         try:
             worker.submitter.submit(task)
         finally:

@@ -13,6 +13,7 @@ from tracedray.core.call_site import user_call_site
 from tracedray.core.object_ref import ObjectRef
 from tracedray.core.serialization import serialize
 from tracedray.core.worker.pending_task import PendingTask
+from tracedray.core.worker.retry_policy import RetryExceptions
 from tracedray.telemetry import attributes as A
 from tracedray.v1 import common_pb2
 
@@ -28,6 +29,7 @@ _SUBMIT_SHAPES = telemetry.ShapeCache("task.submit", (A.TASK_ID,), _SUBMIT_KEYS,
 _ACTOR_SUBMIT_SHAPES = telemetry.ShapeCache("task.submit", (A.TASK_ID,),
                                             (*_SUBMIT_KEYS, A.ACTOR_ID),
                                             packing=ids.TASK_ID_PACKING)
+NO_RETRY = RetryExceptions()
 _KIND_LABEL: dict[int, str] = {common_pb2.NORMAL: "normal",
                                common_pb2.ACTOR_CREATION: "actor_creation",
                                common_pb2.ACTOR_METHOD: "actor_method"}
@@ -36,7 +38,8 @@ _KIND_LABEL: dict[int, str] = {common_pb2.NORMAL: "normal",
 def build_task(worker: CoreWorker, *, kind: int, function_id: str, function_name: str,
                args: Sequence[Any], kwargs: Mapping[str, Any], num_returns: int,
                resources: Mapping[str, float], max_retries: int = 0,
-               retry_exceptions: bool = False, actor_id: bytes = b"", method_name: str = "",
+               retry_exceptions: RetryExceptions = NO_RETRY, actor_id: bytes = b"",
+               method_name: str = "",
                actor_options: common_pb2.ActorOptions | None = None,
                call_site: str | None = None) -> tuple[PendingTask, list[ObjectRef], Any]:
     """Returns the pending task, its return refs, and the finished ``task.submit`` span."""
@@ -47,7 +50,7 @@ def build_task(worker: CoreWorker, *, kind: int, function_id: str, function_name
         task_id=task_id, job_id=worker.current_job_id(), kind=kind,  # type: ignore[arg-type]
         function_id=function_id, function_name=function_name,
         num_returns=num_returns, resources=resources, max_retries=max_retries,
-        retry_exceptions=retry_exceptions, caller=worker.address_proto, call_site=site,
+        retry_exceptions=retry_exceptions.allowed, caller=worker.address_proto, call_site=site,
         actor_id=actor_id, method_name=method_name, namespace=worker.namespace,
         parent_task_id=parent.task_id if parent is not None else b"",
         depth=(parent.depth + 1) if parent is not None else 0)
@@ -69,6 +72,7 @@ def build_task(worker: CoreWorker, *, kind: int, function_id: str, function_name
         log.info("task.submit", task_id=task_hex, function=function_name, call_site=site,
                  attempt=0, **trace_ids)
         task = _attach_args(worker, spec, args, kwargs, max_retries)
+        task.retry_exceptions = retry_exceptions
         if trace_ids:
             # The dispatch's parent: a PendingSpan serves as one without a SpanContext.
             task.trace_parent = (span if isinstance(span, telemetry.PendingSpan)

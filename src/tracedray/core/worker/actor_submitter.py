@@ -19,7 +19,8 @@ from tracedray import logs, telemetry
 from tracedray.core import ids, trace_context
 from tracedray.core.address import Address
 from tracedray.core.worker.connection import WorkerConnection
-from tracedray.core.worker.pending_task import PendingTask, end_dispatch_spans
+from tracedray.core.worker.pending_task import PendingTask, end_dispatch_spans, stored_error
+from tracedray.core.worker.retry_policy import budget_left, retry_after_application_error
 from tracedray.exceptions import ActorDiedError, RayActorError, RaySystemError
 from tracedray.telemetry import attributes as A
 from tracedray.v1 import common_pb2
@@ -148,9 +149,20 @@ class ActorSubmitter:
             for result in results:
                 for channel in self._channels.values():
                     task = channel.inflight.pop(result.task_id, None)
-                    if task is not None:
+                    if task is None:
+                        continue
+                    if self._retries_error(task, result):
+                        # Runs again on the actor, ahead of the calls still queued.
+                        _end(task, ok=False)
+                        task.spec.attempt += 1
+                        channel.ordered.appendleft(task)
+                        channel.ready.add(task.task_id)
+                        log.info("actor.call_retry", actor_id=channel.actor_id.hex(),
+                                 task_id=task.task_id.hex(), attempt=task.spec.attempt)
+                        self._flush(channel)
+                    else:
                         done.append((task, result))
-                        break
+                    break
         end_dispatch_spans(task for task, result in done if not result.is_application_error)
         for task, result in done:
             _end(task, ok=not result.is_application_error)  # the failed ones
@@ -170,9 +182,9 @@ class ActorSubmitter:
             channel.inflight.clear()
             retry: list[PendingTask] = []
             fail: list[PendingTask] = []
-            for task in orphans:
-                budget = channel.max_task_retries
-                (retry if budget < 0 or task.spec.attempt < budget else fail).append(task)
+            for task in orphans:  # the call's own budget: @method / .options() / the actor's
+                (retry if budget_left(task.spec.max_retries, task.spec.attempt)
+                 else fail).append(task)
             for task in reversed(retry):
                 task.spec.attempt += 1
                 channel.ordered.appendleft(task)
@@ -187,6 +199,16 @@ class ActorSubmitter:
                 "(set max_task_retries to retry calls on the restarted actor)",
                 channel.actor_id.hex()))
         self._worker.background(self._connect, channel, restarts)
+
+    def _retries_error(self, task: PendingTask, result: common_pb2.TaskResult) -> bool:
+        """Whether an application error of an actor call runs it again (its
+        ``retry_exceptions`` and ``max_task_retries``, as in Ray)."""
+        if (not (result.is_application_error and result.retryable_error) or result.cancelled
+                or not result.returns):
+            return False
+        return retry_after_application_error(
+            task.retry_exceptions, stored_error(self._worker, result.returns[0]),
+            task.spec.max_retries, task.spec.attempt, task.cancelled)
 
     def _fail(self, task: PendingTask, exc: BaseException) -> None:
         from tracedray.core.worker.pending_task import error_value

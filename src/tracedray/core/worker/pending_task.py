@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from tracedray import telemetry
 from tracedray.core.address import Address
 from tracedray.core.serialization import serialize_error
+from tracedray.core.worker.retry_policy import RetryExceptions
 from tracedray.v1 import common_pb2
 
 if TYPE_CHECKING:
@@ -25,6 +26,8 @@ class PendingTask:
     # (arg index, object id, owner) of top-level ref arguments still to resolve.
     unresolved: list[tuple[int, bytes, Address | None]]
     retries_left: int
+    # Which application exceptions may run the call again (the caller decides).
+    retry_exceptions: RetryExceptions = RetryExceptions()
     scheduling_key: str = ""
     dispatch_span: Any = None
     # The task.submit span (a telemetry.PendingSpan) or its SpanContext: the dispatch
@@ -42,6 +45,15 @@ class PendingTask:
     @property
     def task_id(self) -> bytes:
         return self.spec.task_id
+
+
+def stored_error(worker: CoreWorker, value: common_pb2.ObjectValue) -> BaseException | None:
+    """The exception an error value holds, as the caller's get() would raise it."""
+    try:
+        worker.objects.load(value)
+    except BaseException as exc:  # noqa: BLE001 - it is the value we want
+        return exc
+    return None
 
 
 def end_dispatch_spans(tasks: Iterable[PendingTask]) -> None:

@@ -35,7 +35,12 @@ from tracedray.core.worker.lease_requests import (
     lease_requests_wanted,
     requests_to_withdraw,
 )
-from tracedray.core.worker.pending_task import PendingTask, end_dispatch_spans, error_value
+from tracedray.core.worker.pending_task import (
+    PendingTask,
+    end_dispatch_spans,
+    error_value,
+    stored_error,
+)
 from tracedray.core.worker.recovery import is_lost_input
 from tracedray.exceptions import (
     ObjectLostError,
@@ -547,7 +552,9 @@ class TaskSubmitter:
                     self._queues.setdefault(lease.key, collections.deque()).appendleft(task)
                     continue
                 if (result.is_application_error and result.retryable_error
-                        and task.retries_left != 0 and not task.cancelled):
+                        and task.retries_left != 0 and not task.cancelled and result.returns
+                        and task.retry_exceptions.matches(
+                            stored_error(self._worker, result.returns[0]))):
                     _end_span(task, ok=False, note="application error; retrying")
                     self._retry(task)
                     continue
