@@ -12,11 +12,15 @@ from pathlib import Path
 from typing import Any
 
 from tracedray import logs, telemetry
+from tracedray.telemetry import _host as telemetry_host
 
 
 def setup_process(component: str, *, session_dir: Path, node_id: str = "",
-                  config: dict[str, Any] | None = None) -> None:
+                  config: dict[str, Any] | None = None, ip: str = "") -> None:
+    """``ip``: the node's advertised address, which this process's log lines and span
+    resources carry (``host.ip``); "" or a bind-all address: the default route's."""
     session_id = session_dir.name
+    telemetry_host.advertise_ip(ip)
     telemetry.configure(component, session_dir=session_dir, node_id=node_id,
                         session_id=session_id)
     logs.configure(component, session_dir=session_dir, node_id=node_id, session_id=session_id,

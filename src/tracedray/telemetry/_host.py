@@ -11,8 +11,28 @@ def host_name() -> str:
     return socket.gethostname()
 
 
-@functools.lru_cache(maxsize=1)
+# Bind-all addresses say nothing about where a node is reached.
+_UNSPECIFIED = frozenset({"", "0.0.0.0", "::", "[::]"})
+_advertised = ""
+
+
+def advertise_ip(ip: str) -> None:
+    """This process speaks for a node that the cluster reaches at ``ip`` (a raylet's
+    ``--node-ip-address``, its workers'): its log lines and span resources say so, rather
+    than the address of the default route, which may be another interface or none.
+    Call before telemetry and logs are configured."""
+    global _advertised
+    _advertised = "" if ip in _UNSPECIFIED else ip
+
+
 def host_ip() -> str:
+    """The node's advertised address if this process has one (``advertise_ip``), else
+    the address other nodes would most likely use to reach this host."""
+    return _advertised or _route_ip()
+
+
+@functools.lru_cache(maxsize=1)
+def _route_ip() -> str:
     """The address other nodes would use to reach this host.
 
     Connecting a UDP socket sends no packet; it only asks the kernel which source

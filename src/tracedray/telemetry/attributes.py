@@ -66,7 +66,18 @@ EXIT_MEANING = "tracedray.exit.meaning"  # e.g. "killed by the OS, often the OOM
 # holder died; the rest names it) | "lessee left its tasks running: pid …" (its lease's
 # holder shut down and gave it back while it still ran that holder's tasks).
 EXIT_REASON = "tracedray.exit.reason"
+# The node's memory in use when a worker's exit was seen: only where that memory is (or
+# may be) what killed it (EXIT_CAUSE node_oom or unknown).
 NODE_MEMORY_PERCENT = "tracedray.node.memory_percent"
+# Why a SIGKILL came: cgroup_oom | node_oom | not_oom | unknown (from the kernel's OOM
+# kill counts for the worker's cgroup and the node, read at its start and its death).
+EXIT_CAUSE = "tracedray.exit.cause"
+EXIT_CGROUP = "tracedray.exit.cgroup"  # the worker's memory cgroup, e.g. "/user.slice/job-7"
+EXIT_MEMORY_LIMIT = "tracedray.exit.memory_limit"  # bytes: its cgroup's, lowest up the tree
+EXIT_PEAK_RSS = "tracedray.exit.peak_rss"  # bytes: the worker's peak resident set
+# When the attempt a dead worker was running started there (unix ns, from its flight
+# recorder): a SIGKILLed attempt has no task.execute span to say it.
+TASK_STARTED = "tracedray.task.started_unix_nano"
 
 # --- GCS
 GCS_TABLE = "tracedray.gcs.table"

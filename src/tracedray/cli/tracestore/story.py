@@ -229,10 +229,26 @@ def _attempt_events(attempt: _Attempt) -> tuple[list[StoryEvent], AttemptOutcome
         events.append(StoryEvent(span.start_ns, "started",
                                  f"started in worker pid {span.pid} on {span.host or '?'}", n,
                                  span.duration_ns, MappingProxyType(details)))
+    if not attempt.executes:
+        events.extend(_killed_start(span, n) for span in attempt.exits
+                      if span.int_attr(attr.TASK_STARTED) is not None)
     outcome, end_event = _attempt_end(attempt)
     if end_event is not None:
         events.append(end_event)
     return events, outcome
+
+
+def _killed_start(exit_span: SpanRecord, attempt: int) -> StoryEvent:
+    """The start of an attempt whose worker died before its task.execute span could end,
+    as the raylet read it from the worker's flight recorder (worker.exit)."""
+    started_ns = exit_span.int_attr(attr.TASK_STARTED) or exit_span.start_ns
+    wpid = exit_span.get(attr.WORKER_PID, "?")
+    details = {"node_id": exit_span.node_id, "worker_id": exit_span.get(attr.WORKER_ID, ""),
+               "worker_pid": wpid, "host": exit_span.host, "recorded_by": _origin(exit_span)}
+    return StoryEvent(started_ns, "started", f"started in worker pid {wpid} on "
+                      f"{exit_span.host or '?'} (read from its flight recorder after it died)",
+                      attempt,
+                      max(0, exit_span.start_ns - started_ns), MappingProxyType(details))
 
 
 def _attempt_end(attempt: _Attempt) -> tuple[AttemptOutcome, StoryEvent | None]:

@@ -30,7 +30,8 @@ def main() -> None:
     parser.add_argument("--flush-min-age", type=float, default=None)
     args = parser.parse_args()
     setup_process("gcs", session_dir=args.session_dir,
-                  config={"storage": args.storage, "port": args.port, "flush": not args.no_flush})
+                  config={"storage": args.storage, "port": args.port, "flush": not args.no_flush},
+                  ip=args.host)
     from tracedray.core.gcs.server import Gcs
     from tracedray.core.gcs.storage import FlushPolicy
 

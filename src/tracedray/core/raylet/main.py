@@ -33,7 +33,8 @@ def main() -> None:
     setup_process("raylet", session_dir=args.session_dir, node_id=args.node_id,
                   config={"resources": args.resources, "gcs": args.gcs,
                           "object_store_memory": args.object_store_memory,
-                          "spilling": not args.no_spilling})
+                          "spilling": not args.no_spilling},
+                  ip=args.ip)
     from tracedray.core.raylet.server import Raylet
 
     try:

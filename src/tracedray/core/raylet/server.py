@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 import grpc
-import psutil
 
 from tracedray import config, logs, telemetry
 from tracedray.core import rpc, trace_context
@@ -740,15 +739,15 @@ class Raylet:
     def _on_worker_exit(self, worker: wp.WorkerProcess) -> None:
         self._mark_dead(worker)  # first: no new lease may go to a dead worker
         slot = read_slot(self.session_dir / "workers" / f"{worker.worker_id}.slot")
-        memory_percent = psutil.virtual_memory().percent
         attributes: dict[str, Any] = {
             A.WORKER_ID: worker.worker_id, A.WORKER_PID: worker.pid, A.NODE_ID: self.node_id,
             A.EXIT_CODE: worker.exit_code, A.EXIT_SIGNAL: worker.exit_signal,
-            A.EXIT_MEANING: worker.exit_meaning, A.NODE_MEMORY_PERCENT: memory_percent}
+            A.EXIT_MEANING: worker.exit_meaning, **wp.exit_memory_attributes(worker)}
         if slot.get("task_id"):
             attributes[A.TASK_ID] = slot["task_id"]
             attributes[A.TASK_ATTEMPT] = int(slot.get("attempt", 0))
             attributes[A.TASK_FUNCTION] = slot.get("function", "")
+            attributes.update(wp.attempt_start_attributes(slot))
         if worker.actor_id:
             attributes[A.ACTOR_ID] = worker.actor_id.hex()
         reason = worker.stop_reason or (wp.STOP_SHUTDOWN if self._stopped.is_set() else "")
@@ -767,7 +766,7 @@ class Raylet:
         level("worker.exit", worker_id=worker.worker_id, worker_pid=worker.pid,
               exit_code=worker.exit_code, signal=worker.exit_signal, meaning=worker.exit_meaning,
               reason=reason or "unexpected", running_task=slot.get("task_id", ""),
-              node_memory_percent=memory_percent)
+              **wp.exit_memory_fields(worker))
         if worker.port:
             rpc.drop_channel(self.pool.address_of(worker).target)  # the reaper's probe channel
         if wp.exit_concerns_the_gcs(worker) and not self._stopped.is_set():
@@ -806,7 +805,7 @@ class Raylet:
             return raylet_pb2.WorkerExitInfo(exited=False)
         return raylet_pb2.WorkerExitInfo(exited=True, exit_code=worker.exit_code,
                                          signal=worker.exit_signal, meaning=worker.exit_meaning,
-                                         node_memory_percent=psutil.virtual_memory().percent,
+                                         node_memory_percent=worker.node_memory_percent or 0.0,
                                          pid=worker.pid)
 
     def kill_worker(self, worker_id: str, force: bool, *, reason: str = "",

@@ -1,7 +1,10 @@
 """The raylet's worker processes: start, register, lease, reap.
 
 The raylet is the parent of every worker, so it is the one that sees each exit
-code and signal; it records them (span + log) even when the worker could not.
+code and signal; it records them (span + log) even when the worker could not. For a
+SIGKILL it also tells whether the OOM killer sent it, and for which limit, from the
+kernel's OOM kill counts read at the worker's start and at its death
+(memory_evidence.py, exit_meaning.explain_sigkill).
 
 Idle workers beyond a soft limit (the node's CPU count) are stopped once they have
 been idle long enough: a task blocked in ``get`` lends its CPU out, so a burst of
@@ -20,11 +23,21 @@ import time
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
+
+import psutil
 
 from tracedray.core import ids
 from tracedray.core.address import Address
-from tracedray.core.raylet.exit_meaning import describe_exit
+from tracedray.core.raylet import memory_evidence
+from tracedray.core.raylet.exit_meaning import (
+    MemoryEvidence,
+    describe_exit,
+    explain_sigkill,
+    new_oom_kills,
+)
 from tracedray.exceptions import RaySystemError
+from tracedray.telemetry import attributes as A
 
 STARTING, IDLE, LEASED, BLOCKED, ACTOR, DEAD = (
     "STARTING", "IDLE", "LEASED", "BLOCKED", "ACTOR", "DEAD")
@@ -70,6 +83,14 @@ class WorkerProcess:
     exit_meaning: str = ""
     kill_intended: bool = False
     stop_reason: str = ""
+    # Memory facts for its exit: the kernel's OOM kill counts when it started, what was
+    # read when it died, and why a SIGKILL came (exit_meaning's KillVerdict.cause).
+    memory_at_start: memory_evidence.MemoryCounts | None = None
+    memory: MemoryEvidence | None = None
+    exit_cause: str = ""
+    # The node's memory use at its exit, kept only where that memory is (or may be)
+    # what killed it.
+    node_memory_percent: float | None = None
     idle_since: float = 0.0  # time.monotonic() when it last became IDLE
     registered: threading.Event = field(default_factory=threading.Event)
 
@@ -181,6 +202,10 @@ class WorkerPool:
         self.workers: dict[str, WorkerProcess] = {}
         self._started_total = 0
         self._reaped_total = 0
+        # OOM kills already blamed for a worker's death, per cgroup directory ("" = the
+        # node): workers sharing a cgroup must not each take the same kill.
+        self._oom_kills_counted: dict[str, int] = {}
+        self._oom_lock = threading.Lock()
 
     def start_worker(self) -> WorkerProcess:
         worker_id = ids.new_worker_id()
@@ -192,7 +217,7 @@ class WorkerPool:
                    "--parent-pid", str(os.getpid())]
         process = subprocess.Popen(command, stdin=subprocess.DEVNULL, close_fds=True,
                                    start_new_session=True)
-        worker = WorkerProcess(worker_id, process)
+        worker = WorkerProcess(worker_id, process, memory_at_start=_counts_for(process.pid))
         self.workers[worker_id] = worker
         self._started_total += 1
         threading.Thread(target=self._reap, args=(worker,), daemon=True,
@@ -200,11 +225,17 @@ class WorkerPool:
         return worker
 
     def _reap(self, worker: WorkerProcess) -> None:
-        returncode = worker.process.wait()
+        returncode, peak_rss = memory_evidence.wait_with_peak_rss(worker.process)
         # Only the raylet sets a meaning before the exit: why it stopped the worker
         # (reaped as idle, lease reclaimed). It comes first, the exit's own follows.
         stopped_because = worker.exit_meaning
         worker.exit_code, worker.exit_signal, worker.exit_meaning = describe_exit(returncode)
+        worker.memory = MemoryEvidence(peak_rss_bytes=peak_rss)
+        if worker.exit_signal == "SIGKILL":
+            worker.memory = self._memory_evidence(worker, peak_rss)
+            verdict = explain_sigkill(worker.memory)
+            worker.exit_cause, worker.exit_meaning = verdict.cause, verdict.meaning
+            worker.node_memory_percent = verdict.node_memory_percent
         if stopped_because:
             worker.exit_meaning = f"{stopped_because}; {worker.exit_meaning}"
         worker.ended_at = time.time()
@@ -213,6 +244,32 @@ class WorkerPool:
         # its lease's resources: a state change outside that lock could race a
         # ReturnWorker and leak the lease's CPUs.
         self._on_exit(worker)
+
+    def _memory_evidence(self, worker: WorkerProcess, peak_rss: int | None) -> MemoryEvidence:
+        try:
+            node_percent: float | None = psutil.virtual_memory().percent
+        except (OSError, RuntimeError):
+            node_percent = None
+        before = worker.memory_at_start
+        if before is None:
+            return MemoryEvidence(peak_rss_bytes=peak_rss, node_memory_percent=node_percent)
+        try:
+            after = memory_evidence.counts_again(before)
+            limit = memory_evidence.memory_limit(before.cgroup)
+        except (OSError, ValueError):
+            return MemoryEvidence(peak_rss_bytes=peak_rss, node_memory_percent=node_percent)
+        cgroup = before.cgroup
+        with self._oom_lock:
+            counted = self._oom_kills_counted
+            in_cgroup = node = None
+            if cgroup is not None:
+                key = str(cgroup.directory)
+                in_cgroup, counted[key] = new_oom_kills(
+                    before.cgroup_oom_kills, after.cgroup_oom_kills, counted.get(key))
+            node, counted[""] = new_oom_kills(before.node_oom_kills, after.node_oom_kills,
+                                              counted.get(""))
+        return MemoryEvidence(cgroup.name if cgroup is not None else "", in_cgroup, limit, node,
+                              peak_rss, node_percent)
 
     def address_of(self, worker: WorkerProcess) -> Address:
         return Address(self._node_id, self._ip, worker.port, worker.worker_id, worker.pid,
@@ -279,6 +336,41 @@ class WorkerPool:
                                     self.count(BLOCKED), self.count(ACTOR),
                                     self.count(STOPPING), self.count(DEAD),
                                     self._started_total, self._reaped_total)
+
+
+def exit_memory_attributes(worker: WorkerProcess) -> dict[str, Any]:
+    """The memory facts of a worker's exit, as worker.exit span attributes."""
+    return {_ATTRIBUTE_OF[name]: value for name, value in exit_memory_fields(worker).items()}
+
+
+def exit_memory_fields(worker: WorkerProcess) -> dict[str, Any]:
+    """The memory facts of a worker's exit that are known, as log fields."""
+    memory = worker.memory or MemoryEvidence()
+    found: dict[str, Any] = {"cause": worker.exit_cause, "cgroup": memory.cgroup,
+                             "memory_limit": memory.limit_bytes,
+                             "peak_rss": memory.peak_rss_bytes,
+                             "node_memory_percent": worker.node_memory_percent}
+    return {name: value for name, value in found.items() if value not in (None, "")}
+
+
+_ATTRIBUTE_OF = {"cause": A.EXIT_CAUSE, "cgroup": A.EXIT_CGROUP,
+                 "memory_limit": A.EXIT_MEMORY_LIMIT, "peak_rss": A.EXIT_PEAK_RSS,
+                 "node_memory_percent": A.NODE_MEMORY_PERCENT}
+
+
+def attempt_start_attributes(slot: Mapping[str, Any]) -> dict[str, Any]:
+    """When the attempt in a dead worker's flight recorder slot started (worker.exit)."""
+    started = slot.get("started_at")
+    if isinstance(started, int | float) and not isinstance(started, bool) and started > 0:
+        return {A.TASK_STARTED: int(started * 1e9)}
+    return {}
+
+
+def _counts_for(pid: int) -> memory_evidence.MemoryCounts | None:
+    try:
+        return memory_evidence.counts_for(pid)
+    except (OSError, ValueError):  # an unusual /proc: the exit is described without them
+        return None
 
 
 def _kill_if_alive(process: subprocess.Popen[bytes]) -> None:

@@ -20,7 +20,7 @@ def main() -> None:
     parser.add_argument("--object-path-prefix", required=True)
     parser.add_argument("--parent-pid", type=int, default=0)
     args = parser.parse_args()
-    setup_process("worker", session_dir=args.session_dir, node_id=args.node_id)
+    setup_process("worker", session_dir=args.session_dir, node_id=args.node_id, ip=args.ip)
     from tracedray import logs
     from tracedray.core import runtime
     from tracedray.core.worker.core_worker import CoreWorker
