@@ -57,7 +57,7 @@ def test_every_documented_example_runs(tmp_path: Path, monkeypatch: pytest.Monke
     starts = [e for e in examples if e.startswith("start ")]
     stops = [e for e in examples if e.startswith("stop")]
     inspect = [e for e in examples if e not in starts and e not in stops]
-    with isolated_root(tmp_path / "root"):
+    with isolated_root(tmp_path / "root") as root:
         values: dict[str, str] = {}
         for example in starts:
             out = run(*_fill(example, values)).stdout
@@ -70,7 +70,8 @@ def test_every_documented_example_runs(tmp_path: Path, monkeypatch: pytest.Monke
             head = next(n for n in run_json("list", "nodes") if n["is_head"])
             values.update({"<TASK_ID>": driver.ids["task"], "<ACTOR_ID>": driver.ids["actor"],
                            "<OBJECT_ID>": driver.ids["put"], "<NODE_ID>": head["node_id"],
-                           "<WORKER_PID>": str(task["worker_pid"])})
+                           "<WORKER_PID>": str(task["worker_pid"]),
+                           "<SESSION_DIR>": str((root / "session_latest").resolve())})
             for example in inspect:
                 run(*_fill(example, values))
         finally:
