@@ -28,9 +28,11 @@ pytestmark = pytest.mark.integration
 # Within this long of the driver's death its job has ended: the raylet looks about once
 # a second, and the GCS ends the job at once (a slow, shared machine gets some slack).
 ENDED_WITHIN_S = 10.0
+UNFINISHED = ("PENDING_ARGS_AVAIL", "PENDING_NODE_ASSIGNMENT", "SUBMITTED_TO_WORKER",
+              "RUNNING", "INFEASIBLE")
 
 # Two actors take both CPUs, a non-detached one and a detached one; a third waits for a
-# CPU. Then `ending` ends the script (on a line from stdin).
+# CPU, and a call to it with it. Then `ending` ends the script (on a line from stdin).
 LEAVES_ACTORS = textwrap.dedent("""
     import os, sys
     import tracedray as ray
@@ -48,8 +50,9 @@ LEAVES_ACTORS = textwrap.dedent("""
     kept = Holder.options(name="kept", lifetime="detached").remote()
     owned_pid, kept_pid = ray.get([owned.pid.remote(), kept.pid.remote()], timeout=60)
     waiting = Holder.remote()  # no CPU left: its creation waits in the raylet
+    call = waiting.ping.remote()
     print("READY", owned._actor_id.hex(), owned_pid, kept._actor_id.hex(), kept_pid,
-          waiting._actor_id.hex(), flush=True)
+          waiting._actor_id.hex(), call.task_id().hex(), flush=True)
     sys.stdin.readline()
     {ending}
 """)
@@ -67,6 +70,7 @@ class Leaver:
         assert line.startswith("READY"), f"{line!r}, exit {self.process.poll()}"
         fields = line.split()[1:]
         self.owned, self.kept, self.waiting = fields[0], fields[2], fields[4]
+        self.call = fields[5]
         self.owned_pid, self.kept_pid = int(fields[1]), int(fields[3])
         wait_for(lambda: _node()["pending"] == 1, 30,
                  "the third actor's creation to wait in the raylet for a CPU")
@@ -105,6 +109,27 @@ def _actors() -> dict[str, dict[str, Any]]:
     return {a["actor_id"]: a for a in run_json("list", "actors")}
 
 
+def _check_actor_tasks(leaver: Leaver, job_id: str, error_type: str,
+                       call_error_types: tuple[str, ...]) -> None:
+    """The job's actor tasks ended too: the waiting actor's creation and the call to it
+    failed (the call as the job ended, or as the driver saw its actor die:
+    ``call_error_types``); the detached actor's creation stays as it ended."""
+    tasks = wait_for(lambda: _ended_tasks(job_id), ENDED_WITHIN_S, "every task of the job to end")
+    by_actor = {(t["actor_id"], t["type"]): t for t in tasks}
+    call = run_json("get", "task", leaver.call)
+    assert (call["type"], call["state"]) == ("ACTOR_TASK", "FAILED"), call
+    assert call["error_type"] in call_error_types, call
+    creation = by_actor[(leaver.waiting, "ACTOR_CREATION_TASK")]
+    assert (creation["state"], creation["error_type"]) == ("FAILED", error_type), creation
+    assert by_actor[(leaver.kept, "ACTOR_CREATION_TASK")]["state"] == "FINISHED"
+
+
+def _ended_tasks(job_id: str) -> list[dict[str, Any]] | None:
+    """The job's tasks once every one has ended; None before."""
+    tasks = run_json("list", "tasks", "--limit", "0", "--filter", f"job_id={job_id}")
+    return tasks if tasks and all(t["state"] not in UNFINISHED for t in tasks) else None
+
+
 def test_a_killed_drivers_job_fails_and_takes_its_non_detached_actors(tmp_path: Path) -> None:
     with isolated_root(tmp_path):
         start_head()  # 2 CPUs
@@ -133,6 +158,7 @@ def test_a_killed_drivers_job_fails_and_takes_its_non_detached_actors(tmp_path: 
         assert "failed, its driver died" in actors[leaver.owned]["death_cause"]
         assert actors[leaver.waiting]["state"] == "DEAD", actors[leaver.waiting]
         assert actors[leaver.kept]["state"] == "ALIVE", actors[leaver.kept]
+        _check_actor_tasks(leaver, job["job_id"], "OWNER_DIED", ("OWNER_DIED",))
         # The non-detached actor's worker is gone; the waiting creation was withdrawn
         # before that freed a CPU, so no worker was ever started for it.
         wait_for(lambda: workers_by_pid()[leaver.owned_pid]["state"] == "DEAD", ENDED_WITHIN_S,
@@ -185,6 +211,8 @@ def test_a_driver_that_ends_cleanly_finishes_its_job(tmp_path: Path, ending: str
         actors = _actors()
         assert "finished (the actor is not detached)" in actors[leaver.owned]["death_cause"]
         assert actors[leaver.waiting]["state"] == "DEAD" and actors[leaver.kept]["state"] == "ALIVE"
+        # The driver, finishing, may fail the call itself first (without an error type).
+        _check_actor_tasks(leaver, job["job_id"], "JOB_ENDED", ("JOB_ENDED", ""))
 
 
 # Tasks left behind: one that finished, then SLOW_TASKS that cannot end before the driver
@@ -212,8 +240,6 @@ LEAVES_TASKS = textwrap.dedent("""
     {ending}
 """)
 SLOW_TASKS = 1000
-UNFINISHED = ("PENDING_ARGS_AVAIL", "PENDING_NODE_ASSIGNMENT", "SUBMITTED_TO_WORKER",
-              "RUNNING", "INFEASIBLE")
 
 
 def _summary(name: str) -> dict[str, Any]:
