@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -336,13 +336,11 @@ class Gcs:
                 keys.extend(key for key, raw in table.scan() if job_id in raw)
             failed = self._fail_tasks(list(dict.fromkeys(keys)))
             if failed:
-                counts: dict[str, int] = {}
-                for record, _ in failed:
-                    counts[record.function_name] = counts.get(record.function_name, 0) + 1
+                counts = Counter(record.function_name for record, _ in failed)
                 log.warning("job.tasks_failed", job_id=job_id.hex(), tasks=len(failed),
-                            by_function=counts, error_type=failed[0][1].error_type)
+                            by_function=dict(counts), error_type=failed[0][1].error_type)
             return len(failed)
-        except Exception as exc:  # noqa: BLE001 - a pool thread: say it, or nobody will
+        except Exception as exc:  # noqa: BLE001 - the job has ended: its end goes on
             log.error("job.tasks_fail_failed", job_id=job_id.hex(), error=repr(exc))
             return 0
 
@@ -360,11 +358,13 @@ class Gcs:
                 updates = {}
                 for key in keys[start:start + _FAIL_BATCH]:
                     raw = table.get(key)
-                    record = gcs_pb2.TaskRecord.FromString(raw) if raw else None
-                    verdict = self._verdicts.get(record.job_id) if record else None
-                    event = (job_tasks.failure_event(record, verdict, outliving)
-                             if record is not None and verdict is not None else None)
-                    if record is None or event is None:
+                    if raw is None:
+                        continue
+                    record = gcs_pb2.TaskRecord.FromString(raw)
+                    verdict = self._verdicts.get(record.job_id)
+                    event = (None if verdict is None
+                             else job_tasks.failure_event(record, verdict, outliving))
+                    if event is None:
                         continue
                     job_tasks.merge(record, event)
                     updates[key] = record.SerializeToString()
@@ -392,9 +392,9 @@ class Gcs:
             for finished in (True, False):
                 table.put_many({key: record.SerializeToString() for key, record in records.items()
                                 if (record.state in TERMINAL) == finished}, finished=finished)
-            late = [key for key, record in records.items()
-                    if record.state not in TERMINAL and record.job_id in self._verdicts] \
-                if self._verdicts else []
+            late = ([key for key, record in records.items()
+                     if record.state not in TERMINAL and record.job_id in self._verdicts]
+                    if self._verdicts else [])
         # Tasks of a job that has ended: their reports came after the job's end.
         self._fail_tasks(late)
 
