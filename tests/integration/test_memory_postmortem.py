@@ -186,3 +186,49 @@ def test_memory_and_list_answer_after_tracedray_stop(tmp_path: Path) -> None:
         finally:
             driver.process.kill()
             driver.process.wait(timeout=30)
+
+
+HOLDING_DRIVER = """
+import sys, time
+import numpy as np
+import tracedray as ray
+
+ray.init(num_cpus=1, object_store_memory=100 << 20)
+kept = [ray.put(np.zeros(5 << 20, dtype=np.uint8)) for _ in range(3)]  # KEPT
+print("READY", flush=True)
+time.sleep(600)
+"""
+
+
+def test_memory_answers_after_its_driver_was_sigkilled(no_leaks: None, tmp_path: Path) -> None:
+    """SIGKILL a driver that started its own cluster: the cluster goes with it, and the
+    session still says what the driver held when it died."""
+    import signal
+    import time
+
+    import psutil
+
+    root = tmp_path / "root"
+    script = tmp_path / "holding.py"
+    script.write_text(HOLDING_DRIVER)
+    env = {**os.environ, "TRACEDRAY_TEMP_DIR": str(root)}
+    driver = subprocess.Popen([sys.executable, str(script)], env=env, cwd=tmp_path,
+                              stdout=subprocess.PIPE, text=True)
+    assert driver.stdout is not None
+    assert driver.stdout.readline().strip() == "READY"
+    cluster = psutil.Process(driver.pid).children(recursive=True)
+    driver.send_signal(signal.SIGKILL)
+    driver.wait(timeout=30)
+    gone, alive = psutil.wait_procs(cluster, timeout=60)
+    assert not alive, f"the driver's cluster outlived it: {alive}"
+    time.sleep(0.1)
+
+    session = (root / "session_latest").resolve()
+    result = _run_cli("memory", "--session", str(session), "--format", "json")
+    assert result.exit_code == 0, result.output
+    assert "post-mortem view of session" in result.stderr
+    assert f"driver pid {driver.pid} held 3 object(s), 15.00 MB; no end of it is recorded" \
+        in result.stderr
+    rows = json.loads(result.stdout)
+    site = f"holding.py:{_script_line(HOLDING_DRIVER, '# KEPT')} in <listcomp>"
+    assert [(r["pid"], r["call_site"]) for r in rows] == [(driver.pid, site)] * 3, rows

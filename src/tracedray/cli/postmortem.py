@@ -46,6 +46,7 @@ OWNER_REFERENCE = "OWNER"  # the reference type of a post-mortem row: the object
 _PUT_INDEX_HEX = 8  # an object id is its task id and a 4-byte index (ids.object_id_for)
 _PROBE_TIMEOUT_S = 1.0
 _MAX_WARNINGS = 5
+_MAX_HOLDERS = 5  # header lines naming who held the most
 
 
 # --- pure: who owned what, who ended when ------------------------------------------
@@ -88,19 +89,20 @@ class LastKnownState:
     def owner_of(self, object_id: str) -> Owner | None:
         return self.owners.get(object_id)
 
-    def held_by_ended_owners(self) -> list[tuple[Owner, Ending, int, int]]:
-        """(owner, its end, objects, bytes) of owners that ended holding primary copies."""
+    def holders(self) -> list[tuple[Owner, Ending | None, int, int]]:
+        """(owner, its end if recorded, objects, bytes) of every owner holding primary
+        copies when the files end, the most bytes first."""
         totals: dict[Owner, list[int]] = {}
         for node in self.nodes.values():
             for held in node.held.values():
                 owner = self.owners.get(held.object_id)
-                if held.secondary or owner is None or owner.pid not in self.endings:
+                if held.secondary or owner is None:
                     continue
                 entry = totals.setdefault(owner, [0, 0])
                 entry[0] += 1
                 entry[1] += held.size
-        return sorted(((o, self.endings[o.pid], n, b) for o, (n, b) in totals.items()),
-                      key=lambda item: item[1].time_ns)
+        return sorted(((o, self.endings.get(o.pid), n, b) for o, (n, b) in totals.items()),
+                      key=lambda item: (-item[3], item[0].pid))
 
 
 def task_id_of(object_id: str) -> str:
@@ -320,10 +322,17 @@ def header_lines(session: Path, reason: str, state: LastKnownState,
     as_of = _clock(state.as_of_ns) if state.as_of_ns else "unknown (no events recorded)"
     lines = [f"post-mortem view of session {session.name}: {reason}",
              f"last known state as of {as_of} (the last event in its files); {gcs_note}"]
-    for owner, ending, count, size in state.held_by_ended_owners():
-        lines.append(f"{owner.component} pid {owner.pid} ended at {_clock(ending.time_ns)} "
-                     f"({ending.how}) holding {count} object(s), {format_bytes(size)}: "
-                     "shown as it left them")
+    holders = state.holders()
+    for owner, ending, count, size in holders[:_MAX_HOLDERS]:
+        who = f"{owner.component} pid {owner.pid}"
+        if ending is not None:
+            lines.append(f"{who} ended at {_clock(ending.time_ns)} ({ending.how}) holding "
+                         f"{count} object(s), {format_bytes(size)}: shown as it left them")
+        else:
+            lines.append(f"{who} held {count} object(s), {format_bytes(size)}; no end of it "
+                         "is recorded (killed with its cluster, or still running)")
+    if len(holders) > _MAX_HOLDERS:
+        lines.append(f"... and {len(holders) - _MAX_HOLDERS} more holders")
     if state.refusals:
         last = state.refusals[-1]
         lines.append(f"the object store refused {len(state.refusals)} object(s) "

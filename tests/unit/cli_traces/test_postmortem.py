@@ -75,8 +75,8 @@ def test_last_known_state_keeps_what_the_dead_owner_held(parse, tmp_path: Path) 
     assert state.owner_of(RETURN_2) is None
     assert state.endings[100].how == "exited with code 1"
     assert state.endings[201].time_ns == T0 + 46 * MS  # the worker's exit span
-    [(owner, ending, count, size)] = state.held_by_ended_owners()
-    assert (owner.pid, count, size) == (100, 2, 70 * MB)
+    [(owner, ending, count, size)] = state.holders()  # RETURN_2's owner is not known
+    assert (owner.pid, ending, count, size) == (100, state.endings[100], 2, 70 * MB)
     assert [(r.size, r.used) for r in state.refusals] == [(50 * MB, 71 * MB)]
     assert state.as_of_ns == T0 + 46 * MS
 
@@ -171,6 +171,13 @@ def test_read_only_open_neither_creates_nor_writes(tmp_path: Path) -> None:
         reader.put("jobs", "j2", b"y")
     reader.close()
     writer.close()
+    for leftover in tmp_path.glob(DB_FILE_NAME + "-*"):
+        leftover.unlink()
+    # A database its GCS closed: read without a lock or a -wal/-shm file of our own.
+    closed = SqliteStorage.open_read_only(tmp_path / DB_FILE_NAME)
+    assert list(closed.scan("jobs")) == [("j1", b"x")]
+    closed.close()
+    assert [p.name for p in tmp_path.iterdir()] == [DB_FILE_NAME]
 
 
 def test_reference_table_rows_are_the_memory_rows(parse, tmp_path: Path) -> None:

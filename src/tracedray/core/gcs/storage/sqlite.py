@@ -60,9 +60,9 @@ class SqliteStorage:
 
     @classmethod
     def open_read_only(cls, path: Path) -> SqliteStorage:
-        """The database a stopped or dead GCS left, opened for reading only: nothing is
-        created or written (a GCS killed mid-write leaves its WAL, which is read too).
-        A missing, truncated or corrupt file raises RaySystemError saying which."""
+        """The database a stopped or dead GCS left, opened for reading only (a GCS killed
+        mid-write leaves its WAL, which is read too). A missing, truncated or corrupt
+        file raises RaySystemError saying which."""
         if not path.is_file():
             raise RaySystemError(f"no GCS database at {path}")
         storage = cls.__new__(cls)
@@ -71,8 +71,12 @@ class SqliteStorage:
         storage._lock = threading.Lock()
         storage._counters = Counters()
         storage._closed = False
+        # A GCS that closed its database left no WAL: open it as immutable, which takes no
+        # lock and creates no -wal/-shm files. A killed one left its WAL, read in mode=ro.
+        wal = path.with_name(path.name + "-wal")
+        query = "mode=ro" if wal.exists() else "immutable=1"
         try:
-            storage._db = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True,
+            storage._db = sqlite3.connect(f"{path.resolve().as_uri()}?{query}", uri=True,
                                           check_same_thread=False, isolation_level=None)
             # Reading the table checks the header and the schema: a damaged file fails here.
             storage._db.execute("SELECT COUNT(*) FROM entries").fetchone()
