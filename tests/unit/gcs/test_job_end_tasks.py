@@ -114,3 +114,14 @@ def test_a_gcs_restarted_on_redis_fails_the_unfinished_tasks_it_did_not_hold(
             assert states(second) == {running: ("FAILED", "JOB_ENDED"), done: ("FINISHED", "")}
         finally:
             second.stop()
+
+
+def test_the_tasks_of_a_driver_whose_node_died_fail_as_their_owner_died(gcs: Gcs) -> None:
+    register(gcs, JOB)
+    queued = report(gcs, 1, "PENDING_ARGS_AVAIL")
+    gcs.end_jobs_driven_from(NODE, "no heartbeat for 30.0s")
+    [record] = gcs.get_tasks(gcs_pb2.GetTasksRequest(task_ids=[queued])).tasks
+    assert (record.state, record.error_type) == ("FAILED", "OWNER_DIED")
+    assert record.error_message.startswith(
+        "owner died: job 01000000 failed, its driver's node node-with-th died: "
+        "no heartbeat for 30.0s, while the task was PENDING_ARGS_AVAIL")
