@@ -6,6 +6,7 @@ from cli_traces_builders import (
     DRIVER,
     NODE_A,
     NODE_B,
+    RAYLET_B,
     TASK,
     TRACE,
     TRACEBACK,
@@ -184,3 +185,22 @@ def test_the_tasks_own_end_beats_the_job_end_as_in_list_tasks(parse, tmp_path):
     assert isinstance(story, TaskStory)
     assert [a.outcome for a in story.attempts] == [RETURNED]
     assert story.final_state == FINISHED
+
+
+def test_a_task_whose_worker_died_as_its_job_ended_says_both(parse, tmp_path):
+    rec = Recorder()
+    submit = _submit(rec, max_retries=0)
+    _schedule(rec, submit, 0, 1)
+    rec.span(RAYLET_B, "worker.exit", 300, 300.5, {  # the raylet reclaimed its lease
+        attr.WORKER_PID: 201, attr.EXIT_CODE: 137, attr.EXIT_SIGNAL: "SIGKILL",
+        attr.TASK_ID: TASK, attr.TASK_ATTEMPT: 0}, parent=submit)
+    _job_end(rec, submit, 500)
+    spans, logs = parse(rec, tmp_path)
+    story = task_story(spans, logs, TASK)
+    assert isinstance(story, TaskStory)
+    assert [a.outcome for a in story.attempts] == [WORKER_DIED]
+    assert story.final_state == FAILED
+    note = next(e for e in story.events if e.kind == "job_end")
+    assert note.summary == f"the GCS recorded it failed: {OWNER_DIED}"
+    assert note.details["error_type"] == "OWNER_DIED"
+    assert kinds(story)[-2:] == ["job_end", "final"]

@@ -20,7 +20,8 @@ from tracedray.cli.tracestore.story import (
 )
 
 _KIND_STYLE = {"submitted": "cyan", "scheduled": "blue", "dispatched": "blue",
-               "started": "green", "output": "white", "retry": "yellow", "final": "bold"}
+               "started": "green", "output": "white", "retry": "yellow", "final": "bold",
+               "job_end": "red"}
 _STATE_STYLE = {FINISHED: "bold green", FAILED: "bold red"}
 
 

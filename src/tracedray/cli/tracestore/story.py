@@ -45,7 +45,8 @@ _EMPTY: Mapping[str, Any] = MappingProxyType({})
 @dataclass(frozen=True)
 class StoryEvent:
     time_ns: int
-    kind: str  # submitted | scheduled | dispatched | started | output | ended | retry | final
+    kind: str  # submitted | scheduled | dispatched | started | output | ended | job_end
+    # | retry | final
     summary: str
     attempt: int | None = None
     duration_ns: int | None = None
@@ -235,7 +236,20 @@ def _attempt_events(attempt: _Attempt) -> tuple[list[StoryEvent], AttemptOutcome
     outcome, end_event = _attempt_end(attempt)
     if end_event is not None:
         events.append(end_event)
+    if attempt.job_ends and outcome.outcome in (WORKER_DIED, DISPATCH_FAILED):
+        # It failed on its own as its job ended: the GCS's verdict, which `list tasks`
+        # shows, is said too.
+        events.append(_job_end_event(attempt.job_ends[-1], n, "job_end",
+                                     "the GCS recorded it failed"))
     return events, outcome
+
+
+def _job_end_event(span: SpanRecord, attempt: int, kind: str, what: str) -> StoryEvent:
+    reason = str(span.get(attr.TASK_FAILURE_REASON) or span.status_message)
+    error_type = str(span.get(attr.ERROR_TYPE, ""))
+    return StoryEvent(span.start_ns, kind, f"{what}: {reason}", attempt, None,
+                      MappingProxyType({"outcome": JOB_ENDED, "error_type": error_type,
+                                        "reason": reason, "recorded_by": _origin(span)}))
 
 
 def _killed_start(exit_span: SpanRecord, attempt: int) -> StoryEvent:
@@ -288,15 +302,9 @@ def _attempt_end(attempt: _Attempt) -> tuple[AttemptOutcome, StoryEvent | None]:
     if attempt.job_ends and not (dispatch is not None and dispatch.end_ns > dispatch.start_ns):
         # The GCS's verdict, as in `list tasks`: an end of the task's own (above, or a
         # reply its caller got, below) beats it.
-        job_end = attempt.job_ends[-1]
-        reason = str(job_end.get(attr.TASK_FAILURE_REASON) or job_end.status_message)
-        error_type = str(job_end.get(attr.ERROR_TYPE, ""))
-        summary = f"attempt {n} failed by the GCS: {reason}"
-        return (AttemptOutcome(n, JOB_ENDED, job_end.start_ns, summary),
-                StoryEvent(job_end.start_ns, "ended", summary, n, None,
-                           MappingProxyType({"outcome": JOB_ENDED, "error_type": error_type,
-                                             "reason": reason,
-                                             "recorded_by": _origin(job_end)})))
+        event = _job_end_event(attempt.job_ends[-1], n, "ended",
+                               f"attempt {n} failed by the GCS")
+        return AttemptOutcome(n, JOB_ENDED, event.time_ns, event.summary), event
     if dispatch is not None and dispatch.end_ns > dispatch.start_ns:
         # The caller got a reply but the worker's execute span is not here (e.g. a
         # remote node's files were not read): the caller's view still says "returned".
@@ -391,7 +399,7 @@ def task_story(spans: Sequence[SpanRecord], logs: Sequence[LogRecord], task_id: 
     events.extend(_output_events(logs, task_spans[0].get(attr.TASK_ID), attempts))
 
     order = {"submitted": 0, "retry": 1, "scheduled": 2, "dispatched": 3, "started": 4,
-             "output": 5, "ended": 6}
+             "output": 5, "ended": 6, "job_end": 7}
     events.sort(key=lambda e: (e.time_ns, order.get(e.kind, 9)))
     start_ns = min(span.start_ns for span in task_spans)
     end_ns = max([span.end_ns for span in task_spans] + [e.time_ns for e in events])
