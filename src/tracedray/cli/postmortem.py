@@ -81,13 +81,16 @@ class LastKnownState:
 
     nodes: dict[str, NodeReplay]
     owners: dict[str, Owner]  # object id → its owner
-    endings: dict[int, Ending]  # pid → when and how that process ended
+    endings: dict[tuple[str, int], Ending]  # (node id, pid) → when and how it ended
     refusals: list[Refusal]
     as_of_ns: int  # the last event in the files
     task_states: dict[str, str] = field(default_factory=dict)  # task id hex → state
 
     def owner_of(self, object_id: str) -> Owner | None:
         return self.owners.get(object_id)
+
+    def ending_of(self, owner: Owner) -> Ending | None:
+        return self.endings.get((owner.node_id, owner.pid))
 
     def holders(self) -> list[tuple[Owner, Ending | None, int, int]]:
         """(owner, its end if recorded, objects, bytes) of every owner holding primary
@@ -101,7 +104,7 @@ class LastKnownState:
                 entry = totals.setdefault(owner, [0, 0])
                 entry[0] += 1
                 entry[1] += held.size
-        return sorted(((o, self.endings.get(o.pid), n, b) for o, (n, b) in totals.items()),
+        return sorted(((o, self.ending_of(o), n, b) for o, (n, b) in totals.items()),
                       key=lambda item: (-item[3], item[0].pid))
 
 
@@ -131,32 +134,36 @@ def owner_for(owners: Mapping[str, Owner], object_id: str) -> Owner | None:
 
 
 def collect_endings(spans: Iterable[SpanRecord], records: Iterable[LogRecord]
-                    ) -> dict[int, Ending]:
-    """pid → when the process ended (the first sign of it: its raylet freeing what it
-    owned, the raylet's ``driver.exit`` line or ``worker.exit`` span, its own
-    ``process.exit`` line) and how (the most telling of those signs)."""
-    signs: dict[int, list[tuple[int, int, str]]] = {}  # pid → (rank, time, how)
+                    ) -> dict[tuple[str, int], Ending]:
+    """(node id, pid) → when the process ended (the first sign of it: its raylet freeing
+    what it owned, the raylet's ``driver.exit`` line or ``worker.exit`` span, its own
+    ``process.exit`` line) and how (the most telling of those signs). Keyed by node too:
+    pids repeat across machines."""
+    signs: dict[tuple[str, int], list[tuple[int, int, str]]] = {}  # → (rank, time, how)
 
-    def note(pid: Any, rank: int, time_ns: int, how: str) -> None:
+    def note(node_id: Any, pid: Any, rank: int, time_ns: int, how: str) -> None:
         if isinstance(pid, int) and pid > 0:
-            signs.setdefault(pid, []).append((rank, time_ns, how))
+            signs.setdefault((str(node_id or ""), pid), []).append((rank, time_ns, how))
 
     for record in records:
+        node_id = record.get("node_id")
         if record.event == "process.exit":
             code, error = record.get("exit_code"), record.get("error_type")
             how = f"exited with code {code}" if code is not None else "exited"
-            note(record.get("pid"), 0, record.time_ns, how + (f", {error}" if error else ""))
+            note(node_id, record.get("pid"), 0, record.time_ns,
+                 how + (f", {error}" if error else ""))
         elif record.event == "driver.exit":
-            note(record.get("driver_pid"), 2, record.time_ns,
+            note(node_id, record.get("driver_pid"), 2, record.time_ns,
                  str(record.get("why") or "its raylet saw it exit"))
         elif record.event == "objects.owner_gone":
-            note(record.get("owner_pid"), 3, record.time_ns,
+            note(record.get("owner_node_id") or node_id, record.get("owner_pid"), 3,
+                 record.time_ns,
                  f"{record.get('reason') or 'gone'}: {record.get('why') or '?'}")
     for span in spans:
         if span.name == "worker.exit":
             how = str(span.get(attr.EXIT_MEANING) or span.get(attr.EXIT_SIGNAL)
                       or f"exit code {span.get(attr.EXIT_CODE)}")
-            note(span.int_attr(attr.WORKER_PID), 1, span.end_ns, how)
+            note(span.node_id, span.int_attr(attr.WORKER_PID), 1, span.end_ns, how)
     return {pid: Ending(min(t for _, t, _ in found), min(found)[2])
             for pid, found in signs.items()}
 
@@ -180,8 +187,8 @@ def last_known_state(spans: Sequence[SpanRecord], records: Sequence[LogRecord],
     store_ids = {str(s.get(attr.OBJECT_ID, "")) for s in spans
                  if s.name in ("object.seal", "object.put")}
     owners = {oid: owner for oid in store_ids if (owner := owner_for(flat, oid)) is not None}
-    held_until = {oid: endings[owner.pid].time_ns for oid, owner in owners.items()
-                  if owner.pid in endings}
+    held_until = {oid: endings[(owner.node_id, owner.pid)].time_ns
+                  for oid, owner in owners.items() if (owner.node_id, owner.pid) in endings}
     nodes = replay_store(spans, top=0, held_until=held_until)
     as_of = max([s.end_ns for s in spans] + [r.time_ns for r in records], default=0)
     return LastKnownState(nodes, owners, endings, collect_refusals(records), as_of,

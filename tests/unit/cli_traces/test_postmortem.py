@@ -73,10 +73,10 @@ def test_last_known_state_keeps_what_the_dead_owner_held(parse, tmp_path: Path) 
     assert state.owner_of(PUT_1) == postmortem.Owner(100, "10.0.0.1", "driver", NODE_A)
     assert state.owner_of(RETURN_1) == state.owner_of(PUT_1)  # via the task's submission
     assert state.owner_of(RETURN_2) is None
-    assert state.endings[100].how == "exited with code 1"
-    assert state.endings[201].time_ns == T0 + 46 * MS  # the worker's exit span
+    assert state.endings[(NODE_A, 100)].how == "exited with code 1"
+    assert state.endings[(NODE_A, 201)].time_ns == T0 + 46 * MS  # the worker's exit span
     [(owner, ending, count, size)] = state.holders()  # RETURN_2's owner is not known
-    assert (owner.pid, ending, count, size) == (100, state.endings[100], 2, 70 * MB)
+    assert (owner.pid, ending, count, size) == (100, state.endings[(NODE_A, 100)], 2, 70 * MB)
     assert [(r.size, r.used) for r in state.refusals] == [(50 * MB, 71 * MB)]
     assert state.as_of_ns == T0 + 46 * MS
 
