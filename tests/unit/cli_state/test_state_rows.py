@@ -93,3 +93,14 @@ def test_dead_node_row_keeps_pid_from_registration() -> None:
     row = rows.node_row(gcs_pb2.NodeWithLoad(info=info), None)
     assert (row["state"], row["pid"], row["ip"], row["resources"]) == (
         "DEAD", 4242, "10.0.0.2", {"CPU": 2.0})
+
+
+def test_get_tasks_event_lines_say_where_and_the_gcss_verdict() -> None:
+    from tracedray.cli.commands.state import _event_line
+
+    ran = {"state": "RUNNING", "time": 1.0, "attempt": 0, "node_id": "1a2b3c4d5e6f7a8b",
+           "worker_pid": 4242, "error_type": ""}
+    assert _event_line(ran).endswith(" RUNNING (attempt 0, node 1a2b3c4d5e6f, pid 4242)")
+    verdict = {"state": "FAILED", "time": 2.0, "attempt": 0, "node_id": "", "worker_pid": 0,
+               "error_type": "OWNER_DIED"}
+    assert _event_line(verdict).endswith(" FAILED (attempt 0) OWNER_DIED")

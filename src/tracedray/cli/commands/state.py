@@ -152,13 +152,24 @@ def get_command(
         table.add_column("value", overflow="fold")
         for field, value in row.items():
             if field == "events":
-                value = "\n".join(f"{format_cell('event_time', e['time'])} {e['state']} "
-                                  f"(attempt {e['attempt']}, node {e['node_id'][:12]}, "
-                                  f"pid {e['worker_pid']})"
-                                  + (f" {e['error_type']}" if e.get("error_type") else "")
-                                  for e in value)
+                value = "\n".join(_event_line(e) for e in value)
             table.add_row(field, value if isinstance(value, str) else format_cell(field, value))
         console.print(table)
+
+
+def _event_line(event: dict[str, Any]) -> str:
+    """E.g. ``… RUNNING (attempt 0, node 1a2b3c4d5e6f, pid 4242)``; an event the GCS
+    recorded (a job's end failing the task) has no node or pid, and says its error."""
+    from tracedray.cli.output import format_cell
+
+    where = [f"attempt {event['attempt']}"]
+    if event.get("node_id"):
+        where.append(f"node {event['node_id'][:12]}")
+    if event.get("worker_pid"):
+        where.append(f"pid {event['worker_pid']}")
+    error = f" {event['error_type']}" if event.get("error_type") else ""
+    return (f"{format_cell('event_time', event['time'])} {event['state']} "
+            f"({', '.join(where)}){error}")
 
 
 def summary_command(
