@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -33,11 +34,12 @@ def register(gcs: Gcs, job_id: bytes) -> None:
         node_id=NODE, ip="127.0.0.1", port=4000, worker_id=f"driver-{job_id.hex()}", pid=42)))
 
 
-def report(gcs: Gcs, index: int, state: str, job_id: bytes = JOB, attempt: int = 0) -> bytes:
+def report(gcs: Gcs, index: int, state: str, job_id: bytes = JOB, attempt: int = 0,
+           **fields: Any) -> bytes:
     task_id = index.to_bytes(2, "big") * 4
-    gcs.add_task_events([gcs_pb2.TaskEvent(task_id=task_id, job_id=job_id, state=state,
-                                           time=float(index), attempt=attempt,
-                                           function_name="mod.f")])
+    gcs.add_task_events([gcs_pb2.TaskEvent(
+        task_id=task_id, job_id=job_id, state=state, time=float(index), attempt=attempt,
+        function_name="mod.f", **fields)])
     return task_id
 
 
@@ -125,3 +127,21 @@ def test_the_tasks_of_a_driver_whose_node_died_fail_as_their_owner_died(gcs: Gcs
     assert record.error_message.startswith(
         "owner died: job 01000000 failed, its driver's node node-with-th died: "
         "no heartbeat for 30.0s, while the task was PENDING_ARGS_AVAIL")
+
+
+def test_what_a_detached_actor_submitted_outlives_the_job_that_created_it(gcs: Gcs) -> None:
+    register(gcs, JOB)
+    actor = b"\x07" * 16
+    gcs.actors.create(common_pb2.TaskSpec(
+        actor_id=actor, job_id=JOB, resources={"CPU": 1.0},
+        actor_options=common_pb2.ActorOptions(class_name="Service", detached=True)),
+        get_if_exists=False)
+    try:
+        method = report(gcs, 1, "RUNNING", kind="ACTOR_TASK", actor_id=actor)
+        child = report(gcs, 2, "RUNNING", parent_task_id=method)
+        gcs.finish_job(JOB)
+        late = report(gcs, 3, "PENDING_ARGS_AVAIL", parent_task_id=child)
+        assert states(gcs) == {method: ("FAILED", "JOB_ENDED"), child: ("RUNNING", ""),
+                               late: ("PENDING_ARGS_AVAIL", "")}
+    finally:
+        gcs.actors.kill(actor, no_restart=True)

@@ -168,3 +168,19 @@ def test_the_ending_event_is_kept_when_the_record_holds_its_most_events() -> Non
     assert record.events[-1].job_end and record.state == "FAILED"
     job_tasks.merge(record, event("RUNNING", 500.0, attempt=40))
     assert len(record.events) == job_tasks.MAX_EVENTS_PER_TASK + 1  # progress is capped
+
+
+def test_tasks_a_detached_actor_submitted_outlive_the_job_that_created_it() -> None:
+    actor = b"a" * 16
+    method = gcs_pb2.TaskRecord(task_id=b"m" * 8, job_id=JOB, kind="ACTOR_TASK",
+                                actor_id=actor, state="RUNNING")
+    child = gcs_pb2.TaskRecord(task_id=b"c" * 8, job_id=JOB, kind="NORMAL_TASK",
+                               parent_task_id=method.task_id, state="RUNNING")
+    grandchild = gcs_pb2.TaskRecord(task_id=b"g" * 8, job_id=JOB, kind="NORMAL_TASK",
+                                    parent_task_id=child.task_id, state="PENDING_ARGS_AVAIL")
+    assert job_tasks.failure_event(child, verdict(), {actor}, [method]) is None
+    assert job_tasks.failure_event(grandchild, verdict(), {actor}, [child, method]) is None
+    # The call to the actor is the driver's: it fails with the job.
+    assert job_tasks.failure_event(method, verdict(), {actor}, []) is not None
+    # Once the actor is gone, what it submitted is the job's like any task.
+    assert job_tasks.failure_event(child, verdict(), set(), [method]) is not None

@@ -19,12 +19,14 @@ state a task ends in does not depend on the order in which its events and the jo
 end reach the GCS. A later attempt begins again (and, its job being over, is failed
 again). Tasks whose events arrive after their job ended are failed on arrival.
 
-A detached actor's creation task is left alone: the actor outlives its job.
+Tasks of a detached actor are left alone, as the actor outlives its job: its creation,
+and every task submitted from within it (directly or by tasks it submitted), which carry
+the id of the job that created it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 from tracedray.core.gcs import job_end
@@ -35,6 +37,9 @@ TERMINAL = frozenset({FINISHED, FAILED, CANCELLED})
 JOB_ENDED = "JOB_ENDED"
 OWNER_DIED = "OWNER_DIED"
 ACTOR_CREATION_TASK = "ACTOR_CREATION_TASK"
+ACTOR_TASK = "ACTOR_TASK"
+# How far up its parents a task is followed to find a detached actor that submitted it.
+MAX_ANCESTORS = 8
 # Events kept per task record; a terminal one is kept beyond it (one per attempt at
 # most), so that the event that ended the task is always shown.
 MAX_EVENTS_PER_TASK = 32
@@ -62,14 +67,26 @@ def verdict_for(job: gcs_pb2.JobInfo) -> Verdict | None:
                    job.end_time)
 
 
+def outlives_job(record: gcs_pb2.TaskRecord, ancestors: Sequence[gcs_pb2.TaskRecord],
+                 outliving_actors: Collection[bytes]) -> bool:
+    """Whether the task belongs to an actor that outlives its job (``outliving_actors``:
+    the detached ones): it creates one, or one of its ``ancestors`` (its parent, its
+    parent's parent, …) ran in one, so that the actor submitted it."""
+    if record.kind == ACTOR_CREATION_TASK and record.actor_id in outliving_actors:
+        return True
+    return any(a.kind in (ACTOR_CREATION_TASK, ACTOR_TASK) and a.actor_id in outliving_actors
+               for a in ancestors)
+
+
 def failure_event(record: gcs_pb2.TaskRecord, verdict: Verdict,
-                  outliving_actors: Collection[bytes] = ()) -> gcs_pb2.TaskEvent | None:
+                  outliving_actors: Collection[bytes] = (),
+                  ancestors: Sequence[gcs_pb2.TaskRecord] = ()) -> gcs_pb2.TaskEvent | None:
     """The FAILED event that ends ``record`` for its job's end, or None when the task
-    ended already, belongs to another job, or creates an actor that outlives the job
-    (``outliving_actors``: the detached ones)."""
+    ended already, belongs to another job, or to an actor that outlives the job
+    (:func:`outlives_job`)."""
     if record.job_id != verdict.job_id or record.state in TERMINAL:
         return None
-    if record.kind == ACTOR_CREATION_TASK and record.actor_id in outliving_actors:
+    if outlives_job(record, ancestors, outliving_actors):
         return None
     # Last in the task's history, even where a worker's clock is ahead of the GCS's.
     at = max([verdict.time, *(e.time for e in record.events)])

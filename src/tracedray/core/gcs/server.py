@@ -350,7 +350,8 @@ class Gcs:
         and written under the lock, so that no event of it comes in between."""
         if not keys:
             return []
-        outliving = {a.actor_id for a in self.actors.list() if a.detached}
+        outliving = {a.actor_id for a in self.actors.list()
+                     if a.detached and a.state != "DEAD"}
         table = self.tables["tasks"]
         failed = []
         for start in range(0, len(keys), _FAIL_BATCH):
@@ -362,8 +363,8 @@ class Gcs:
                         continue
                     record = gcs_pb2.TaskRecord.FromString(raw)
                     verdict = self._verdicts.get(record.job_id)
-                    event = (None if verdict is None
-                             else job_tasks.failure_event(record, verdict, outliving))
+                    event = (None if verdict is None else job_tasks.failure_event(
+                        record, verdict, outliving, self._ancestors(record)))
                     if event is None:
                         continue
                     job_tasks.merge(record, event)
@@ -373,6 +374,20 @@ class Gcs:
         for record, event in failed:
             _record_task_failure(record, event)
         return failed
+
+    def _ancestors(self, record: gcs_pb2.TaskRecord) -> list[gcs_pb2.TaskRecord]:
+        """The task's parent, its parent's parent, … as the task table has them (a
+        driver's tasks have none: nothing is read)."""
+        table = self.tables["tasks"]
+        found: list[gcs_pb2.TaskRecord] = []
+        parent = record.parent_task_id
+        while parent and len(found) < job_tasks.MAX_ANCESTORS:
+            raw = table.get(parent.hex())
+            if raw is None:
+                break
+            found.append(gcs_pb2.TaskRecord.FromString(raw))
+            parent = found[-1].parent_task_id
+        return found
 
     def add_task_events(self, events: Any) -> None:
         table = self.tables["tasks"]
