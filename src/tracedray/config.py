@@ -273,6 +273,15 @@ TELEMETRY_AGENT_MAX_DEFER_S: Variable[float] = Variable(
     "Readers of the session (CLI, pytest plugin) convert what is left themselves.",
 )
 
+OTLP_EXPORT_LINGER_S: Variable[float] = Variable(
+    "TRACEDRAY_OTLP_EXPORT_LINGER_S",
+    _parse_non_negative_float,
+    lambda: 30.0,
+    "How long a node's telemetry agent keeps sending spans (and log records) to an OTLP "
+    "endpoint that is down or slow after its node stopped; what it could not send stays in "
+    "the session files (and in its export cursors, for the next agent of the session).",
+)
+
 ALL_VARIABLES: tuple[Variable[Any], ...] = (
     TEMP_DIR,
     ADDRESS,
@@ -299,4 +308,5 @@ ALL_VARIABLES: tuple[Variable[Any], ...] = (
     TELEMETRY_MAPPED_FILES,
     TELEMETRY_AGENT_INTERVAL_S,
     TELEMETRY_AGENT_MAX_DEFER_S,
+    OTLP_EXPORT_LINGER_S,
 )

@@ -24,6 +24,7 @@ from tracedray.exceptions import (
     RaySystemError,
 )
 from tracedray.telemetry import attributes as A
+from tracedray.telemetry import endpoint_check
 from tracedray.v1 import gcs_pb2
 
 log = logs.get_logger(__name__)
@@ -164,12 +165,15 @@ def _configure_driver_telemetry(paths: session.SessionPaths) -> None:
     telemetry.configure("driver", session_dir=paths.root, session_id=paths.session_id)
     logs.configure("driver", session_dir=paths.root, session_id=paths.session_id,
                    config={"argv": sys.argv})
+    # The agents export; the driver only says so, once, when its endpoint is dead.
+    endpoint_check.check_in_background(log=lambda event, fields: log.warning(event, **fields))
 
 
 def _connect_driver(gcs_address: str, paths: session.SessionPaths,
                     processes: node.NodeProcesses | None, namespace: str | None) -> _Cluster:
     from tracedray.core.gcs.client import connect
     from tracedray.core.raylet.client import RayletClient
+    from tracedray.core.raylet.telemetry_agent import start_for_driver
     from tracedray.core.worker.core_worker import CoreWorker
 
     gcs = connect(gcs_address)
@@ -177,6 +181,9 @@ def _connect_driver(gcs_address: str, paths: session.SessionPaths,
         raylet_address, node_id = processes.raylet_address, processes.node_id
     else:
         raylet_address, node_id = node.find_local_raylet(gcs_address)
+        # No agent of this machine may export this session folder (a remote head's):
+        # then one exports this driver's files, during and after its life.
+        start_for_driver(paths.root)
     worker_id = ids.new_worker_id()
     registration = RayletClient(raylet_address).register_worker(worker_id, 0, os.getpid(),
                                                                 is_driver=True)

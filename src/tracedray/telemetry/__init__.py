@@ -1,8 +1,9 @@
 """tracedray telemetry: every runtime event as an OpenTelemetry span.
 
 Spans of a process go to (1) ``<session_dir>/traces/<component>-<pid>.jsonl`` as
-OTLP JSON lines, written as each span ends, and (2) any OTLP endpoint named by
-the standard ``OTEL_EXPORTER_OTLP_*`` variables. ``OTEL_SDK_DISABLED=true`` turns
+OTLP JSON lines, through the process's spool, and (2) any OTLP endpoint named by the
+standard ``OTEL_*`` variables, sent from those files by the node's telemetry agent
+(agent_export.py; a ``console`` exporter is the process's own). ``OTEL_SDK_DISABLED=true`` turns
 every helper here into a cheap no-op. Nothing in this package raises into user
 code once :func:`configure` has returned. The span contract is in docs/telemetry.md.
 

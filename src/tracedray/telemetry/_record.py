@@ -2,10 +2,10 @@
 
 The SDK's ``Tracer.start_span`` + ``Span.end`` cost ~13 µs before our processor
 even runs (attribute copies through BoundedAttributes, a lock per span, processor
-fan-out). Our spans go to one file and, optionally, one OTLP batch processor, so
+fan-out). Our spans go to one file and, optionally, one console batch processor, so
 ``LightSpan`` keeps what a span needs in plain attributes and, when it ends, hands
 those fields to the spool (see spool_format.py; they become the same JSON line the
-SDK path would write). Only when an OTLP exporter is configured is a
+SDK path would write). Only when a console exporter is configured is a
 ``ReadableSpan`` built, for it. It implements the OTel API's ``Span`` interface, so
 ``trace.get_current_span()``, W3C propagation, and user spans nested under ours all
 work unchanged.
@@ -414,7 +414,7 @@ class LightSpan(trace.Span):
 
     def end(self, end_time: int | None = None) -> None:
         """Record the span: to the file as its spool record (spool_format.py), and to
-        the OTLP exporter, if any, as a ReadableSpan."""
+        the console exporter, if any, as a ReadableSpan."""
         try:
             self._end_once.pop()
         except IndexError:
@@ -445,9 +445,9 @@ class LightSpan(trace.Span):
                         0 if status is _UNSET_STATUS else status.status_code.value,
                         status.description, events or (), trace_state,
                         link_fields(links) if links else ()))
-            if pipeline.otlp is not None and self._sampled:
+            if pipeline.exporter is not None and self._sampled:
                 assert pipeline.provider is not None
-                pipeline.otlp.processor.on_end(ReadableSpan(
+                pipeline.exporter.processor.on_end(ReadableSpan(
                     name=self._name, context=self.get_span_context(), parent=self.parent,
                     resource=pipeline.provider.resource, attributes=self.attributes(),
                     events=[Event(name, attributes, timestamp)
@@ -690,7 +690,7 @@ class PendingSpan:
                 else:
                     direct.append_fields(self.record(time.time_ns()))
                 return
-            # Its status and exception event (or an OTLP exporter) need a span object.
+            # Its status and exception event (or a console exporter) need a span object.
             span = LightSpan(pipeline, self.name, self.get_span_context(), self.parent_context(),
                              self.kind, self._attributes, self.start_ns, True, self.shape,
                              self.values)
@@ -758,7 +758,7 @@ def pending_span(name: str, attributes: dict[str, AttributeValue], *,
     """A span under ``parent`` (None: a root) that is recorded when it ends and that
     nothing runs inside; None when spans are not recorded (telemetry off, or a
     sampled-out parent). A span object instead of a PendingSpan where one is needed
-    (an OTLP exporter, another sampler): end it with ``telemetry.finish_span(s)``."""
+    (a console exporter, another sampler): end it with ``telemetry.finish_span(s)``."""
     pipeline = _state._pipeline
     if pipeline is None or pipeline.provider is None:
         return None

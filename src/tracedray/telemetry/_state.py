@@ -16,14 +16,16 @@ from pathlib import Path
 
 from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider, sampling
+from opentelemetry.sdk.trace.export import SpanExporter
 from opentelemetry.sdk.trace.id_generator import IdGenerator, RandomIdGenerator
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
 from tracedray import config
 from tracedray._version import __version__
 from tracedray.telemetry._file_processor import SpanFileWriter
-from tracedray.telemetry._otlp_export import OtlpPipeline, otlp_settings
+from tracedray.telemetry._process_export import ProcessExportPipeline
 from tracedray.telemetry._resource import ResourceValue, build_resource
+from tracedray.telemetry.export_config import CONSOLE, export_config
 from tracedray.telemetry.otlp_json import line_prefix, trace_file_name
 
 INSTRUMENTATION_NAME = "tracedray"
@@ -38,7 +40,9 @@ class TelemetryStatistics:
     spans_written: int  # lines appended to the trace file
     bytes_written: int
     spans_dropped: int  # spans lost because the trace file could not be written
-    otlp_endpoint: str  # "" when OTLP export is off
+    # An exporter inside this process ("console"; "" when none). OTLP export is the
+    # node's telemetry agent's (telemetry/agent_export.py), not the process's.
+    exporter: str
     spans_exported: int
     spans_export_failed: int
     export_failures: int  # failed export batches (each also counted in spans_export_failed)
@@ -52,12 +56,12 @@ class Pipeline:
     provider: TracerProvider | None
     tracer: trace.Tracer
     file_writer: SpanFileWriter | None
-    otlp: OtlpPipeline | None
+    exporter: ProcessExportPipeline | None  # OTEL_TRACES_EXPORTER=console
     # For light spans, which build lines and ReadableSpans without the SDK tracer.
     scope: InstrumentationScope | None = None
     span_prefix: str = ""
     ids: IdGenerator = field(default_factory=RandomIdGenerator)
-    # The file writer when a finished span needs nothing else — no OTLP exporter, the
+    # The file writer when a finished span needs nothing else — no console exporter, the
     # default sampler — so record_span can write it without building a span object.
     direct_writer: SpanFileWriter | None = None
     # ``ids`` is the SDK's RandomIdGenerator: hot paths may call random.getrandbits
@@ -87,10 +91,10 @@ def _warn(event: str, fields: Mapping[str, object]) -> None:
 
 
 class _SdkLogBridge(logging.Handler):
-    """Routes the OTel SDK's own stdlib warnings (exporter retries) into our JSON logs.
+    """Routes the OTel SDK's own stdlib warnings (an exporter's) into our JSON logs.
 
-    Without it every failed batch to a dead endpoint would print a stack of lines on
-    the user's console; our exporter wrapper already emits one rate-limited warning.
+    Without it every failed batch would print a stack of lines on the user's console;
+    our exporter wrapper already emits one rate-limited warning.
     """
 
     def __init__(self) -> None:
@@ -169,23 +173,28 @@ def _build(key: tuple[object, ...], component: str, session_dir: Path | None, no
         file_writer = SpanFileWriter(session_dir / "traces" / trace_file_name(component, pid),
                                      prefix, mapped=mapped)
         provider.add_span_processor(file_writer)
-    otlp = None
-    settings = otlp_settings(environ)
-    if settings is not None:
+    exporter = None
+    if CONSOLE in export_config(environ).traces_exporters:
         _install_sdk_log_bridge()
-        if settings.note:
-            _warn("telemetry.otlp_protocol", {"note": settings.note})
         try:
-            otlp = OtlpPipeline(settings, _warn)
-            provider.add_span_processor(otlp.processor)
-        except Exception as exc:  # a broken exporter install must not stop the runtime
-            _warn("telemetry.otlp_unavailable", {"endpoint": settings.endpoint,
-                                                 "error": f"{type(exc).__name__}: {exc}"})
+            exporter = ProcessExportPipeline(_console_exporter(), CONSOLE, _warn)
+            provider.add_span_processor(exporter.processor)
+        except Exception as exc:  # a broken exporter must not stop the runtime
+            _warn("telemetry.exporter_unavailable", {"exporter": CONSOLE,
+                                                     "error": f"{type(exc).__name__}: {exc}"})
     tracer = provider.get_tracer(INSTRUMENTATION_NAME, __version__)
-    direct = file_writer if otlp is None and provider.sampler is sampling.DEFAULT_ON else None
+    direct = (file_writer if exporter is None and provider.sampler is sampling.DEFAULT_ON
+              else None)
     ids = provider.id_generator
-    return Pipeline(key, pid, component, provider, tracer, file_writer, otlp, scope,
+    return Pipeline(key, pid, component, provider, tracer, file_writer, exporter, scope,
                     prefix, ids, direct, type(ids) is RandomIdGenerator)
+
+
+def _console_exporter() -> SpanExporter:
+    """The SDK's console exporter, one compact JSON object per span and line."""
+    from opentelemetry.sdk.trace.export import ConsoleSpanExporter
+
+    return ConsoleSpanExporter(formatter=lambda span: span.to_json(indent=None) + "\n")
 
 
 def current() -> Pipeline | None:
@@ -205,10 +214,11 @@ def enabled() -> bool:
 
 
 def force_flush(timeout_s: float = 5.0) -> None:
-    """Push queued spans to the OTLP endpoint (trace files need no flush)."""
+    """Push spans queued for an in-process exporter (console) out; trace files need no
+    flush, and OTLP export is the telemetry agent's."""
     pipeline = _pipeline
-    if pipeline is not None and pipeline.otlp is not None and pipeline.pid == os.getpid():
-        pipeline.otlp.force_flush(timeout_s)
+    if pipeline is not None and pipeline.exporter is not None and pipeline.pid == os.getpid():
+        pipeline.exporter.force_flush(timeout_s)
 
 
 def _snapshot(pipeline: Pipeline) -> TelemetryStatistics:
@@ -219,23 +229,23 @@ def _snapshot(pipeline: Pipeline) -> TelemetryStatistics:
         trace_file = file_stats.path
         written, bytes_written, dropped = (file_stats.spans_written, file_stats.bytes_written,
                                            file_stats.write_errors)
-    endpoint = ""
+    exporter = ""
     exported = export_failed = failures = 0
-    if pipeline.otlp is not None:
-        export_stats = pipeline.otlp.exporter.statistics()
-        endpoint = export_stats.endpoint
+    if pipeline.exporter is not None:
+        export_stats = pipeline.exporter.exporter.statistics()
+        exporter = export_stats.exporter
         exported, export_failed, failures = (export_stats.spans_exported,
                                              export_stats.spans_failed,
                                              export_stats.failed_batches)
     return TelemetryStatistics(pipeline.provider is not None, pipeline.component, trace_file,
-                               written, bytes_written, dropped, endpoint, exported,
+                               written, bytes_written, dropped, exporter, exported,
                                export_failed, failures)
 
 
 def _close(pipeline: Pipeline) -> None:
     global _last_statistics
-    if pipeline.otlp is not None:
-        pipeline.otlp.shutdown(SHUTDOWN_TIMEOUT_S)
+    if pipeline.exporter is not None:
+        pipeline.exporter.shutdown(SHUTDOWN_TIMEOUT_S)
     if pipeline.file_writer is not None:
         pipeline.file_writer.shutdown()
     _last_statistics = _snapshot(pipeline)

@@ -123,13 +123,13 @@ def test_events_and_links_are_recorded_from_the_first_one_on(tmp_path: Path) -> 
     assert "events" not in records[with_link.hex_ids()[1]]
 
 
-def test_the_otlp_exporter_gets_the_span_with_its_parent(tmp_path: Path) -> None:
+def test_an_in_process_exporter_gets_the_span_with_its_parent(tmp_path: Path) -> None:
     telemetry.configure("worker", session_dir=tmp_path)
     exported: list[ReadableSpan] = []
     pipeline = _state._pipeline
     assert pipeline is not None
     # An exporter that keeps what it is handed; removed before the pipeline shuts down.
-    pipeline.otlp = SimpleNamespace(  # type: ignore[assignment]
+    pipeline.exporter = SimpleNamespace(  # type: ignore[assignment]
         processor=SimpleNamespace(on_end=exported.append))
     try:
         spec = _spec()
@@ -140,7 +140,7 @@ def test_the_otlp_exporter_gets_the_span_with_its_parent(tmp_path: Path) -> None
         quiet.end()
         eventful.end()
     finally:
-        pipeline.otlp = None
+        pipeline.exporter = None
     assert [span.name for span in exported] == ["task.execute", "task.execute"]
     for span, readable in zip((quiet, eventful), exported, strict=True):
         assert readable.parent == trace_context.parent_of(spec)

@@ -17,8 +17,21 @@ starved agent holds waits for that much work, not for the round budget's.
 On SIGTERM, or when the raylet is gone, it converts everything
 left and exits.
 
+With an OTLP destination configured (``OTEL_TRACES_EXPORTER``/``OTEL_LOGS_EXPORTER``,
+``OTEL_EXPORTER_OTLP_*``: telemetry/export_config.py), it also sends the lines of
+``traces/*.jsonl`` (and ``logs/*.jsonl``) to it, on a thread of its own
+(telemetry/agent_export.py): no process exports its own spans, so a SIGKILLed one
+loses none and none waits for the endpoint on its way out. When asked to stop it
+converts what is left, tells the raylet so on its stdout (the raylet waits for that,
+not for the export), then keeps exporting for up to TRACEDRAY_OTLP_EXPORT_LINGER_S
+while the endpoint is down or slow, and exits.
+
+A driver on a machine where no agent exports its session folder to its destination
+(one that joined a cluster whose nodes run elsewhere) starts one for its own files:
+:func:`start_for_driver`.
+
 ``python -m tracedray.core.raylet.telemetry_agent --session-dir D --node-id N
---parent-pid P``
+--parent-pid P [--only-pid PID]``
 """
 
 from __future__ import annotations
@@ -26,18 +39,21 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import select
 import signal
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tracedray import config, logs
 from tracedray.core.process import process_alive, terminate
 from tracedray.core.raylet.conversion_policy import CpuMeter, conversion_due
+from tracedray.telemetry import export_config
 from tracedray.telemetry.spool_convert import (
     MAX_BYTES_PER_ROUND,
     has_unconverted,
@@ -52,7 +68,11 @@ POLL_S = 0.05
 PARENT_CHECK_S = 0.5
 STOP_TIMEOUT_S = 15.0  # a final conversion of a long burst's backlog takes seconds
 
+if TYPE_CHECKING:
+    from tracedray.telemetry.agent_export import ExportLoop
+
 log = logs.get_logger(__name__)
+_driver_agents: list[subprocess.Popen[bytes]] = []
 
 
 @dataclass
@@ -134,17 +154,63 @@ class SpoolConverter:
             return AgentStatistics(**vars(self._stats))
 
 
-def start_agent(session_dir: Path, node_id: str) -> subprocess.Popen[bytes]:
-    """Start this node's agent as a child of the calling (raylet) process."""
-    process = subprocess.Popen(
+def start_agent(session_dir: Path, node_id: str, *,
+                only_pid: int = 0) -> subprocess.Popen[bytes]:
+    """Start this node's agent as a child of the calling (raylet) process.
+
+    Its stdout is a pipe on which it says when its last conversion is done
+    (:func:`stop_agent` waits for that). ``only_pid``: export that process's files only
+    (a driver's own agent, in a session of its own: see :func:`start_for_driver`).
+    """
+    # SIGTERM blocked from its first instruction until its handler is in place (main):
+    # a node stopped while its agent still imports would lose that agent's conversion
+    # and export; the blocked signal waits for the handler instead.
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGTERM])
+    try:
+        process = _spawn_agent(session_dir, node_id, only_pid)
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+    lower_priority(process.pid)  # from its first instruction, not once it has started
+    return process
+
+
+def _spawn_agent(session_dir: Path, node_id: str, only_pid: int) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
         [sys.executable, "-m", "tracedray.core.raylet.telemetry_agent",
          "--session-dir", str(session_dir), "--node-id", node_id,
          "--parent-pid", str(os.getpid()),
          "--interval", str(config.TELEMETRY_AGENT_INTERVAL_S.get()),
-         "--max-defer", str(config.TELEMETRY_AGENT_MAX_DEFER_S.get())],
-        stdin=subprocess.DEVNULL)
-    lower_priority(process.pid)  # from its first instruction, not once it has started
-    return process
+         "--max-defer", str(config.TELEMETRY_AGENT_MAX_DEFER_S.get()),
+         "--linger", str(config.OTLP_EXPORT_LINGER_S.get()),
+         *(("--only-pid", str(only_pid)) if only_pid else ())],
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL if only_pid else subprocess.PIPE,
+        # A driver's own agent outlives the driver (it exports what the driver left) and
+        # must not get the terminal's Ctrl-C.
+        start_new_session=bool(only_pid))
+
+
+def start_for_driver(session_dir: Path) -> subprocess.Popen[bytes] | None:
+    """Start an agent for this driver's files, if they are to be exported and no agent
+    on this machine exports ``session_dir`` to the same destination; None otherwise.
+
+    A driver whose node runs elsewhere (``init(address="host:port")`` of a remote head)
+    writes its spans to a session folder of its own that no raylet reads. Its agent
+    converts and exports the driver's files while it runs, and after it ends (exit or
+    SIGKILL) it sends the rest and exits; the driver never waits for it.
+    """
+    from tracedray.telemetry.agent_export import agent_serves
+
+    try:
+        settings = export_config.export_config(os.environ)
+        targets = settings.otlp_targets
+        if not targets or all(agent_serves(session_dir, t) for t in targets):
+            return None
+        process = start_agent(session_dir, "", only_pid=os.getpid())
+        _driver_agents.append(process)  # kept: it runs on after this process, unwaited
+        return process
+    except Exception as exc:  # export must never stop a driver from starting
+        log.warning("telemetry.agent_start_failed", error=f"{type(exc).__name__}: {exc}")
+        return None
 
 
 def lower_priority(pid: int) -> str:
@@ -167,8 +233,21 @@ def lower_priority(pid: int) -> str:
 
 
 def stop_agent(process: subprocess.Popen[bytes]) -> None:
-    """SIGTERM: the agent converts what is left; SIGKILL if it takes too long."""
-    terminate(process, STOP_TIMEOUT_S)
+    """SIGTERM: the agent converts what is left; SIGKILL if that takes too long.
+
+    Waits for the agent to say its conversion is done (or to exit), not for its
+    export: it may keep exporting, for up to TRACEDRAY_OTLP_EXPORT_LINGER_S, after the
+    raylet (and the driver that started it) are gone.
+    """
+    if process.poll() is not None or process.stdout is None:
+        terminate(process, STOP_TIMEOUT_S)
+        return
+    process.terminate()
+    ready, _, _ = select.select([process.stdout], [], [], STOP_TIMEOUT_S)
+    if not ready:  # neither the notice nor an exit (EOF) came: too long
+        process.kill()
+        process.wait()
+    process.stdout.close()
 
 
 def main() -> None:
@@ -178,8 +257,10 @@ def main() -> None:
     parser.add_argument("--parent-pid", type=int, default=0)
     parser.add_argument("--interval", type=float, default=DEFAULT_INTERVAL_S)
     parser.add_argument("--max-defer", type=float, default=0.0)
+    parser.add_argument("--linger", type=float, default=0.0)
+    parser.add_argument("--only-pid", type=int, default=0)
     args = parser.parse_args()
-    policy = lower_priority(0)
+    policy = lower_priority(0)  # before any thread starts: threads inherit it
     # Logs only: the agent records no spans of its own (it would feed its own input).
     logs.configure("agent", session_dir=args.session_dir, node_id=args.node_id,
                    session_id=args.session_dir.name,
@@ -188,9 +269,14 @@ def main() -> None:
                            "scheduler": policy})
     converter = SpoolConverter(args.session_dir / "traces", args.interval,
                                max_defer_s=args.max_defer)
+    export = _start_export(args.session_dir, args.interval, args.only_pid)
     started = time.monotonic()
     stop_requested = [False]
     signal.signal(signal.SIGTERM, lambda signum, frame: stop_requested.__setitem__(0, True))
+    # A Ctrl-C meant for the driver reaches its whole process group: the agent ends
+    # with its parent instead, after its last conversion and export.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGTERM])  # see start_agent
     last_parent_check = [0.0]
 
     def should_stop() -> bool:
@@ -208,7 +294,55 @@ def main() -> None:
              spans_converted=stats.spans_converted,
              busiest_round_spans=stats.busiest_round_spans, warnings=stats.warnings,
              run_time_s=round(time.monotonic() - started, 3))
+    _say_converted()
+    if export is not None:
+        _finish_export(export, args.linger)
     logs.record_process_exit(0)
+
+
+def _start_export(session_dir: Path, interval_s: float, only_pid: int) -> ExportLoop | None:
+    """The export thread, when an OTLP destination is configured; None otherwise."""
+    from tracedray.telemetry.agent_export import ExportLoop, SessionExporter
+
+    settings = export_config.export_config(os.environ)
+    for note in settings.notes:
+        log.warning("telemetry.export_config", note=note)
+    if not settings.exports_otlp:
+        return None
+    exporter = SessionExporter(session_dir, settings, warn=_warn, only_pid=only_pid,
+                               service_name=os.environ.get("OTEL_SERVICE_NAME") or "tracedray")
+    log.info("telemetry.export_start", destinations=list(exporter.statistics().destinations),
+             only_pid=only_pid or None)
+    loop = ExportLoop(exporter, interval_s)
+    loop.start()
+    return loop
+
+
+def _warn(event: str, fields: Mapping[str, object]) -> None:
+    log.warning(event, **fields)
+
+
+def _say_converted() -> None:
+    """Tell the raylet (stop_agent) that the last conversion is done."""
+    with contextlib.suppress(OSError, ValueError):
+        sys.stdout.write("converted\n")
+        sys.stdout.flush()
+        # Close the pipe (its reader sees the end) and keep a valid stdout for the rest.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+
+
+def _finish_export(export: ExportLoop, linger_s: float) -> None:
+    started = time.monotonic()
+    drained = export.drain(started + linger_s)
+    stats = export.exporter.statistics()
+    export.exporter.close()
+    (log.info if drained else log.warning)(
+        "telemetry.export_stop", drained=drained, spans_exported=stats.spans_exported,
+        logs_exported=stats.logs_exported, failed_attempts=stats.failed_attempts,
+        dropped=stats.dropped, pending_bytes=stats.pending_bytes, last_error=stats.last_error,
+        drain_s=round(time.monotonic() - started, 3))
 
 
 if __name__ == "__main__":

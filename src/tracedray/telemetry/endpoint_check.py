@@ -1,0 +1,80 @@
+"""A driver's one warning about an OTLP endpoint it cannot reach.
+
+The driver does not export (the node's telemetry agent does: agent_export.py), so a
+dead endpoint costs its exit nothing; but its user should hear about it once, on
+stderr, rather than find an empty Jaeger later. A daemon thread tries a TCP
+connection to each configured endpoint when the driver starts; nothing waits for it.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+import threading
+from collections.abc import Callable, Mapping
+
+from tracedray.telemetry.export_config import OtlpTarget, export_config
+
+CONNECT_TIMEOUT_S = 3.0
+_warned = False
+_lock = threading.Lock()
+
+
+def warning_text(target: OtlpTarget, error: str) -> str:
+    return (f"tracedray: OTLP endpoint {target.display} unreachable ({error}): spans are "
+            "kept in the session files and will be exported by the node's telemetry agent "
+            "when it answers\n")
+
+
+def unreachable(target: OtlpTarget, timeout_s: float = CONNECT_TIMEOUT_S) -> str:
+    """Why ``target`` takes no TCP connection ("" when it does)."""
+    host, port = target.host_port
+    try:
+        with socket.create_connection((host, port), timeout=timeout_s):
+            return ""
+    except OSError as exc:
+        return f"{type(exc).__name__}: {exc}"
+
+
+def check_in_background(environ: Mapping[str, str] | None = None,
+                        log: Callable[[str, Mapping[str, object]], None] | None = None,
+                        ) -> threading.Thread | None:
+    """Check the configured endpoints on a daemon thread; the first one that takes no
+    connection is reported once per process on stderr (and to ``log``). Never raises."""
+    try:
+        targets = export_config(os.environ if environ is None else environ).otlp_targets
+    except Exception:
+        return None
+    if not targets or _warned:
+        return None
+    thread = threading.Thread(target=_check, args=(targets, log), daemon=True,
+                              name="tracedray-otlp-check")
+    thread.start()
+    return thread
+
+
+def _check(targets: tuple[OtlpTarget, ...],
+           log: Callable[[str, Mapping[str, object]], None] | None) -> None:
+    global _warned
+    seen: set[tuple[str, int]] = set()
+    for target in targets:
+        if target.host_port in seen:
+            continue
+        seen.add(target.host_port)
+        error = unreachable(target)
+        if not error:
+            continue
+        with _lock:
+            if _warned:
+                return
+            _warned = True
+        try:
+            sys.stderr.write(warning_text(target, error))
+            sys.stderr.flush()
+            if log is not None:
+                log("telemetry.otlp_unreachable", {"endpoint": target.display,
+                                                   "error": error})
+        except Exception:
+            pass
+        return
