@@ -9,6 +9,9 @@ from pathlib import Path
 import psutil
 import pytest
 
+# pytester runs generated test files (tests of the pytest plugin, at suite scale).
+pytest_plugins = ("pytester",)
+
 
 @pytest.fixture(scope="session", autouse=True)
 def _isolated_temp_root(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
