@@ -27,7 +27,7 @@ ABORT_GRACE_S = 1.0
 
 
 @dataclass(frozen=True)
-class ExportStatistics:
+class ProcessExportStatistics:
     exporter: str
     spans_exported: int
     spans_failed: int
@@ -91,10 +91,10 @@ class SafeSpanExporter(SpanExporter):
     def force_flush(self, timeout_millis: int = 30000) -> bool:
         return True
 
-    def statistics(self) -> ExportStatistics:
+    def statistics(self) -> ProcessExportStatistics:
         with self._lock:
-            return ExportStatistics(self._name, self._exported, self._failed, self._failed_batches,
-                                    self._last_error)
+            return ProcessExportStatistics(self._name, self._exported, self._failed,
+                                           self._failed_batches, self._last_error)
 
 
 class ProcessExportPipeline:

@@ -101,19 +101,17 @@ def export_config(environ: Mapping[str, str]) -> ExportConfig:
 
 def _exporters(environ: Mapping[str, str], name: str, default: str,
                supported: tuple[str, ...], notes: list[str]) -> tuple[str, ...]:
-    raw = environ.get(name, "").strip().lower() or default
+    items = [part.strip() for part in (environ.get(name, "").strip().lower()
+                                       or default).split(",")]
+    if NONE in items:
+        return ()  # the spec: "none" means no exporter at all
     chosen: list[str] = []
-    for item in (part.strip() for part in raw.split(",")):
-        if not item or item == NONE:
-            continue
-        if item not in supported:
+    for item in items:
+        if item and item not in supported:
             notes.append(f"{name}={item!r} is not supported here (supported: "
                          f"{', '.join((*supported, NONE))}); ignored")
-            continue
-        if item not in chosen:
+        elif item and item not in chosen:
             chosen.append(item)
-    if NONE in (part.strip() for part in raw.split(",")):
-        return ()  # the spec: "none" means no exporter at all
     return tuple(chosen)
 
 
