@@ -375,8 +375,16 @@ def cancel(object_ref: ObjectRef, *, force: bool = False, recursive: bool = True
     if not isinstance(object_ref, ObjectRef):
         raise TypeError(f"cancel() takes an ObjectRef, got {type(object_ref).__name__}")
     worker = global_worker()
-    if hasattr(worker, "submitter"):
-        worker.submitter.cancel(object_ref.task_id().binary(), force)
+    if not hasattr(worker, "submitter"):
+        return
+    task_id = object_ref.task_id().binary()
+    if worker.submitter.cancel(task_id, force, recursive):
+        return
+    if force:
+        if worker.actor_submitter.owns_call(task_id):
+            raise ValueError("force=True is not supported for actor tasks.")
+        return
+    worker.actor_submitter.cancel(task_id)
 
 
 # --- actors

@@ -63,14 +63,16 @@ class UpdateReferencesRequest(_message.Message):
     def __init__(self, updates: _Optional[_Iterable[_Union[ReferenceUpdate, _Mapping]]] = ...) -> None: ...
 
 class CancelTaskRequest(_message.Message):
-    __slots__ = ("task_id", "force", "requeue")
+    __slots__ = ("task_id", "force", "requeue", "recursive")
     TASK_ID_FIELD_NUMBER: _ClassVar[int]
     FORCE_FIELD_NUMBER: _ClassVar[int]
     REQUEUE_FIELD_NUMBER: _ClassVar[int]
+    RECURSIVE_FIELD_NUMBER: _ClassVar[int]
     task_id: bytes
     force: bool
     requeue: bool
-    def __init__(self, task_id: _Optional[bytes] = ..., force: _Optional[bool] = ..., requeue: _Optional[bool] = ...) -> None: ...
+    recursive: bool
+    def __init__(self, task_id: _Optional[bytes] = ..., force: _Optional[bool] = ..., requeue: _Optional[bool] = ..., recursive: _Optional[bool] = ...) -> None: ...
 
 class CancelTaskReply(_message.Message):
     __slots__ = ("found",)

@@ -21,7 +21,12 @@ from tracedray.core.address import Address
 from tracedray.core.worker.connection import WorkerConnection
 from tracedray.core.worker.pending_task import PendingTask, end_dispatch_spans, stored_error
 from tracedray.core.worker.retry_policy import budget_left, retry_after_application_error
-from tracedray.exceptions import ActorDiedError, RayActorError, RaySystemError
+from tracedray.exceptions import (
+    ActorDiedError,
+    RayActorError,
+    RaySystemError,
+    TaskCancelledError,
+)
 from tracedray.telemetry import attributes as A
 from tracedray.v1 import common_pb2
 
@@ -214,6 +219,29 @@ class ActorSubmitter:
         from tracedray.core.worker.pending_task import error_value
 
         self._worker.finish_task(task, [error_value(oid, exc) for oid in task.return_ids], "FAILED")
+
+    def owns_call(self, task_id: bytes) -> bool:
+        """Whether an unfinished actor call of this process has that id."""
+        with self._lock:
+            return any(task_id in c.inflight or any(t.task_id == task_id for t in c.ordered)
+                       for c in self._channels.values())
+
+    def cancel(self, task_id: bytes) -> bool:
+        """Cancel an actor call not sent yet; a running one is not interrupted (as in
+        Ray). Returns whether it was cancelled."""
+        with self._lock:
+            for channel in self._channels.values():
+                task = next((t for t in channel.ordered if t.task_id == task_id), None)
+                if task is not None:
+                    channel.ordered.remove(task)
+                    channel.ready.discard(task_id)
+                    task.cancelled = True
+                    self._flush(channel)
+                    break
+            else:
+                return False
+        self._fail(task, TaskCancelledError(task_id.hex()))
+        return True
 
     def mark_dead(self, actor_id: bytes, cause: str) -> None:
         with self._lock:

@@ -424,8 +424,9 @@ class CoreWorker:
 
     # --- cancel / exit
     def cancel_on_worker(self, worker: Address, task_id: bytes, force: bool,
-                         requeue: bool = False) -> None:
-        request = core_worker_pb2.CancelTaskRequest(task_id=task_id, force=force, requeue=requeue)
+                         requeue: bool = False, recursive: bool = False) -> None:
+        request = core_worker_pb2.CancelTaskRequest(task_id=task_id, force=force, requeue=requeue,
+                                                    recursive=recursive)
         try:
             _stub(worker).CancelTask(request, timeout=10)
         except grpc.RpcError as exc:
@@ -628,6 +629,8 @@ class _Servicer(core_worker_pb2_grpc.CoreWorkerServiceServicer):
             return core_worker_pb2.CancelTaskReply(found=False)
         if request.requeue:
             return core_worker_pb2.CancelTaskReply(found=executor.requeue(request.task_id))
+        if request.recursive:  # first: a forced cancel ends this process
+            self._w.submitter.cancel_children(request.task_id, request.force)
         found = executor.cancel(request.task_id, request.force)
         return core_worker_pb2.CancelTaskReply(found=found)
 

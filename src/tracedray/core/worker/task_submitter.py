@@ -678,7 +678,7 @@ class TaskSubmitter:
         self._worker.finish_task(task, values, state, reported_by_executor=reported_by_executor)
 
     # --- cancel / shutdown / introspection
-    def cancel(self, task_id: bytes, force: bool) -> bool:
+    def cancel(self, task_id: bytes, force: bool, recursive: bool = True) -> bool:
         with self._lock:
             task = self._tasks.get(task_id)
             if task is None:
@@ -692,8 +692,18 @@ class TaskSubmitter:
                 self._complete_error(task, TaskCancelledError(task_id.hex()), "CANCELLED")
                 return True
             worker_address = task.lease.worker
-        self._worker.cancel_on_worker(worker_address, task_id, force)
+        self._worker.cancel_on_worker(worker_address, task_id, force, recursive=recursive)
         return True
+
+    def cancel_children(self, parent_task_id: bytes, force: bool) -> int:
+        """Cancel, recursively, the unfinished tasks submitted by ``parent_task_id``
+        (which ran, or runs, in this process)."""
+        with self._lock:
+            children = [t.task_id for t in self._tasks.values()
+                        if t.spec.parent_task_id == parent_task_id]
+        for child in children:
+            self.cancel(child, force, recursive=True)
+        return len(children)
 
     def fail_all(self, exc: BaseException) -> None:
         """Close: give every lease back, then fail every unfinished task."""
