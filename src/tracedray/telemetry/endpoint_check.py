@@ -14,6 +14,7 @@ import sys
 import threading
 from collections.abc import Callable, Mapping
 
+from tracedray import config
 from tracedray.telemetry.export_config import OtlpTarget, export_config
 
 CONNECT_TIMEOUT_S = 3.0
@@ -42,12 +43,20 @@ def check_in_background(environ: Mapping[str, str] | None = None,
                         ) -> threading.Thread | None:
     """Check the configured endpoints on a daemon thread; the first one that takes no
     connection is reported once per process on stderr (and to ``log``). Never raises."""
+    env = os.environ if environ is None else environ
     try:
-        targets = export_config(os.environ if environ is None else environ).otlp_targets
+        settings = export_config(env)
+        files = config.TRACE_FILES.get(env)
     except Exception:
         return None
+    targets = settings.otlp_targets
     if not targets or _warned:
         return None
+    if settings.traces is not None and not files:
+        # The agent exports the trace files: without them there is nothing to send.
+        _say(f"tracedray: TRACEDRAY_TRACE_FILES=false: spans are not recorded, so none "
+             f"are exported to the OTLP endpoint {settings.traces.display}\n", log,
+             "telemetry.otlp_without_trace_files", {"endpoint": settings.traces.display})
     thread = threading.Thread(target=_check, args=(targets, log), daemon=True,
                               name="tracedray-otlp-check")
     thread.start()
@@ -69,12 +78,17 @@ def _check(targets: tuple[OtlpTarget, ...],
             if _warned:
                 return
             _warned = True
-        try:
-            sys.stderr.write(warning_text(target, error))
-            sys.stderr.flush()
-            if log is not None:
-                log("telemetry.otlp_unreachable", {"endpoint": target.display,
-                                                   "error": error})
-        except Exception:
-            pass
+        _say(warning_text(target, error), log, "telemetry.otlp_unreachable",
+             {"endpoint": target.display, "error": error})
         return
+
+
+def _say(text: str, log: Callable[[str, Mapping[str, object]], None] | None, event: str,
+         fields: Mapping[str, object]) -> None:
+    try:
+        sys.stderr.write(text)
+        sys.stderr.flush()
+        if log is not None:
+            log(event, fields)
+    except Exception:
+        pass

@@ -298,3 +298,15 @@ def test_a_live_endpoint_is_not_reported(monkeypatch: pytest.MonkeyPatch,
         assert thread is not None
         thread.join(10)
     assert capsys.readouterr().err == ""
+
+
+def test_an_endpoint_with_trace_files_off_is_reported(monkeypatch: pytest.MonkeyPatch,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr(endpoint_check, "_warned", False)
+    with otlp_sink() as sink:
+        thread = endpoint_check.check_in_background(
+            {"OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{sink.port}",
+             "TRACEDRAY_TRACE_FILES": "false"})
+        assert thread is not None
+        thread.join(10)
+    assert "TRACEDRAY_TRACE_FILES=false: spans are not recorded" in capsys.readouterr().err
