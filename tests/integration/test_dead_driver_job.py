@@ -74,6 +74,9 @@ class Leaver:
         self.owned_pid, self.kept_pid = int(fields[1]), int(fields[3])
         wait_for(lambda: _node()["pending"] == 1, 30,
                  "the third actor's creation to wait in the raylet for a CPU")
+        # The driver reports its tasks every 0.1 s: a kill before loses the call's.
+        wait_for(lambda: run_json("list", "tasks", "--filter", f"task_id={self.call}"), 30,
+                 "the call to the third actor to reach the task table")
 
     def end(self) -> None:
         assert self.process.stdin is not None
