@@ -79,20 +79,23 @@ def _cluster_cpu_s() -> float:
 
 
 def _convert_backlog() -> float:
-    """Turn every span spool of the session into JSON lines now (what the telemetry
-    agent does when the machine has room), in a separate process so the driver under
-    test keeps its own heap; returns the CPU seconds the conversion took (the
-    process's start-up left out)."""
+    """Turn every span spool of the session into JSON lines and copy every log spool's
+    lines to its public file, now (what the telemetry agent does when the machine has
+    room), in a separate process so the driver under test keeps its own heap; returns
+    the CPU seconds the conversion took (the process's start-up left out)."""
     from tracedray.core.api import current_session_dir
 
     done = subprocess.run(
         [sys.executable, "-c",
          "import pathlib, sys, time\n"
+         "from tracedray.telemetry.line_spool import sync_lines_dir\n"
          "from tracedray.telemetry.spool_convert import sync_traces_dir\n"
          "start = time.process_time()\n"
-         "sync_traces_dir(pathlib.Path(sys.argv[1]))\n"
+         "session = pathlib.Path(sys.argv[1])\n"
+         "sync_traces_dir(session / 'traces')\n"
+         "sync_lines_dir(session / 'logs')\n"
          "print(time.process_time() - start)",
-         str(current_session_dir() / "traces")],
+         str(current_session_dir())],
         check=True, timeout=600, capture_output=True, text=True)
     return float(done.stdout.strip().splitlines()[-1])
 

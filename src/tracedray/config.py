@@ -252,9 +252,10 @@ TELEMETRY_MAPPED_FILES: Variable[bool] = Variable(
     "TRACEDRAY_TELEMETRY_MAPPED_FILES",
     _parse_bool,
     lambda: True,
-    "Append spans and log lines to the session files through a shared file mapping (no "
-    "system call per line; a live file ends in reserved NUL bytes). false: one write() per "
-    "line, for log shippers that tail the files and cannot skip the reserved tail.",
+    "Append spans and log lines to each process's private spools through a shared file "
+    "mapping (no system call per line); the public logs/*.jsonl get whole lines copied from "
+    "them. false: one write() per log line straight to logs/*.jsonl, and pwrite() per span "
+    "record.",
 )
 TELEMETRY_AGENT_INTERVAL_S: Variable[float] = Variable(
     "TRACEDRAY_TELEMETRY_AGENT_INTERVAL_S",

@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 
 import pytest
 
+from tracedray.telemetry.append_file import read_data
 from tracedray.telemetry.otlp_json import decode_attributes
 from tracedray.telemetry.spool_convert import sync_traces_dir
 
@@ -131,6 +132,7 @@ def log_events(session_dir: Path, event: str) -> list[dict[str, Any]]:
 
 
 def _complete_lines(path: Path) -> list[str]:
-    """Lines of a file other processes are appending to, without a half-written last one."""
-    text = path.read_text()
+    """Lines of a file other processes are appending to, without a half-written last one;
+    what its writer's spool holds is copied in first (read_data), as any reader does."""
+    text = read_data(path).decode()
     return text[: text.rfind("\n") + 1].splitlines()

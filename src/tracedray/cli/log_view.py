@@ -18,9 +18,9 @@ from tracedray.exceptions import ConfigError
 
 LEVELS = ("debug", "info", "warning", "error", "critical")
 # Fields every line carries; the pretty form shows them in its prefix or not at all.
-_COMMON = frozenset({"timestamp", "level", "event", "component", "host", "ip", "pid", "node_id",
-                     "session_id", "versions", "job_id", "task_id", "worker_id", "task_name",
-                     "attempt", "trace_id", "span_id", "logger", "actor_id"})
+_COMMON = frozenset({"timestamp", "level", "event", "component", "service", "host", "ip", "pid",
+                     "node_id", "session_id", "versions", "job_id", "task_id", "worker_id",
+                     "task_name", "attempt", "trace_id", "span_id", "logger", "actor_id"})
 
 
 @dataclass(frozen=True)

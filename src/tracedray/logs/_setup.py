@@ -37,6 +37,7 @@ from tracedray.logs._process_info import (
 )
 from tracedray.logs._sink import LineSink, LogStatistics
 from tracedray.telemetry._host import host_ip, host_name
+from tracedray.telemetry._resource import service_name
 
 _BASE = structlog.make_filtering_bound_logger(logging.DEBUG)
 
@@ -114,7 +115,8 @@ def configure(component: str, *, session_dir: Path | None, node_id: str = "",
                                                                    "console_level")
         _processors.state = _processors.ProcessorState(
             min_level=min_level,
-            static_fields={"component": component, "host": host_name(), "ip": host_ip(),
+            static_fields={"component": component, "service": service_name(os.environ),
+                           "host": host_name(), "ip": host_ip(),
                            "node_id": node_id, "versions": versions(),
                            **({"session_id": session_id} if session_id else {})},
         )

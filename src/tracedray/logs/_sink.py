@@ -1,8 +1,10 @@
 """Where rendered lines go: the process's JSON file and, optionally, the console.
 
-Each line is appended whole through ``AppendFile`` (a shared file mapping, see
-tracedray/telemetry/append_file.py): nothing is buffered in the process, so a
-SIGKILL loses no line that was logged, and threads never interleave inside a line.
+Each line is appended whole through ``AppendFile`` (a shared mapping of the
+process's private spool, see tracedray/telemetry/append_file.py and line_spool.py;
+the public ``.jsonl`` gets whole lines copied from it): nothing is buffered in the
+process, so a SIGKILL loses no line that was logged, and threads never interleave
+inside a line.
 Console echo goes to the *original* stderr so that a worker's output capture
 never sees (and re-logs) our own echo.
 """
@@ -18,7 +20,8 @@ from pathlib import Path
 from tracedray.logs._processors import METHOD_LEVEL
 from tracedray.telemetry.append_file import AppendFile
 
-_SHORT_SKIP = {"timestamp", "level", "event", "host", "ip", "versions", "node_id", "component"}
+_SHORT_SKIP = {"timestamp", "level", "event", "host", "ip", "versions", "node_id", "component",
+               "service"}
 
 
 @dataclass(frozen=True)

@@ -90,6 +90,17 @@ def resource_attributes(
     return result
 
 
+def service_name(environ: Mapping[str, str]) -> str:
+    """The ``service.name`` a process's spans carry (same precedence as
+    :func:`resource_attributes`): log lines carry it too, so a log pipeline files them
+    under the same service as the spans."""
+    name = environ.get("OTEL_SERVICE_NAME", "").strip()
+    if name:
+        return name
+    return parse_resource_env(environ.get("OTEL_RESOURCE_ATTRIBUTES", "")).get(
+        "service.name") or DEFAULT_SERVICE_NAME
+
+
 def build_resource(
     component: str,
     *,

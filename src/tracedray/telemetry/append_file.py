@@ -1,22 +1,24 @@
-"""Append-only line files written through a shared file mapping.
+"""Append-only line files: a process-private mapped spool, and plain public lines.
 
 Trace and log lines must be on disk — in the kernel's page cache — the moment they
 are appended, so a SIGKILL loses nothing that was recorded. ``os.write`` gives that,
 but it releases the GIL: in a busy driver a gRPC or reader thread takes the GIL
 and the caller waits for it to come back (tens of µs on average, up to the 5 ms
-switch interval). Copying the line into a ``MAP_SHARED`` mapping of the file has
+switch interval). Copying the line into a ``MAP_SHARED`` mapping of a file has
 the same durability (the pages belong to the page cache, not to the process)
 without a system call and without letting go of the GIL.
 
-The price is the file layout while a writer is alive (or after it was killed): the
-file is grown ahead in chunks with ``posix_fallocate`` (which also reserves the
-blocks, so a full disk fails here instead of as a SIGBUS on a later copy), and the
-part not yet written reads as NUL bytes. A clean :meth:`AppendFile.close` truncates
-the file to its data. Readers use :func:`data_length` / :func:`complete_length`:
-the data ends at the first NUL byte.
+A mapped file is grown ahead in chunks with ``posix_fallocate`` (which also reserves
+the blocks, so a full disk fails here instead of as a SIGBUS on a later copy), and the
+part not yet written reads as NUL bytes: no file a log tool tails may look like that.
+So :class:`AppendFile` maps a private *spool* (``<name>.spool``, line_spool.py) and
+the public ``<name>.jsonl`` only ever receives whole lines, copied from the spool with
+plain writes, off the hot path, by the node's telemetry agent, by every reader, and by
+the writer itself when it closes or its process exits.
 
-``mapped=False`` (``TRACEDRAY_TELEMETRY_MAPPED_FILES=false``) keeps plain appends
-for log shippers that tail the files and cannot wait out the padding.
+``mapped=False`` (``TRACEDRAY_TELEMETRY_MAPPED_FILES=false``) writes each line to the
+public file with one ``write()`` instead (no spool); so does a writer after
+:meth:`AppendFile.unmap`, after a mapping failure (a full disk), and in a forked child.
 """
 
 from __future__ import annotations
@@ -26,10 +28,15 @@ import mmap
 import os
 import threading
 import weakref
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
+
+from tracedray.telemetry import line_spool
+from tracedray.telemetry.line_spool import complete_length, data_length, read_data
+
+__all__ = ["AppendFile", "AppendFileStatistics", "MappedAppender", "complete_length",
+           "data_length", "live_writers", "map_window", "read_data"]
 
 FIRST_CHUNK_BYTES = 64 << 10  # most processes log little: keep a killed one's file small
 # Written pages of the mapped window count in the process's RSS (as file pages) until
@@ -37,64 +44,18 @@ FIRST_CHUNK_BYTES = 64 << 10  # most processes log little: keep a killed one's f
 # (~20 µs: fallocate, mmap, munmap) adds ~0.15 µs per line.
 MAX_CHUNK_BYTES = 256 << 10
 _GRANULARITY = mmap.ALLOCATIONGRANULARITY
-_SCAN_BLOCK = 64 << 10
 
 
 @dataclass(frozen=True)
 class AppendFileStatistics:
-    path: str
+    path: str  # the public .jsonl
     mapped: bool  # False: one write() per line (configured, or after a mapping failure)
-    length: int  # bytes of data in the file
-    reserved: int  # file size including the not-yet-written tail
+    length: int  # bytes of lines: in the spool while mapped, else in the public file
+    reserved: int  # the spool's size past its header, the not-yet-written tail included
     remaps: int
     fallback_reason: str  # why a mapped file went back to write(); "" if it did not
     forked_path: str  # where a forked child's appends went; "" if none
-
-
-# --------------------------------------------------------------------------- reading
-
-
-def data_length(data: bytes) -> int:
-    """Length of the real data in ``data``: everything before the first NUL byte."""
-    nul = data.find(b"\0")
-    return len(data) if nul < 0 else nul
-
-
-def complete_length(data: bytes) -> int:
-    """Length of the prefix of ``data`` made of complete (newline-terminated) lines.
-
-    A line still being copied in, or cut by a SIGKILL, has no newline yet or
-    contains NUL bytes; it is not part of the prefix.
-    """
-    return data.rfind(b"\n", 0, data_length(data)) + 1
-
-
-def read_data(path: Path) -> bytes:
-    """The file's bytes without the reserved NUL tail of a live or killed writer."""
-    data = path.read_bytes()
-    return data[:data_length(data)]
-
-
-def _tail_start(fd: int, size: int) -> tuple[int, int]:
-    """(where to append, end of the old bytes) for an existing file.
-
-    Appending starts after the last newline before the NUL tail: a torn last line
-    of a killed writer is overwritten (and its remains zeroed) instead of being
-    glued to the next line.
-    """
-    last = _rfind(fd, size, lambda block: len(block.rstrip(b"\0")) - 1)
-    return _rfind(fd, last + 1, lambda block: block.rfind(b"\n")) + 1, last + 1
-
-
-def _rfind(fd: int, end: int, find: Callable[[bytes], int]) -> int:
-    """Offset of the last match of ``find`` (index in a block, -1: none) before ``end``."""
-    while end > 0:
-        start = max(0, end - _SCAN_BLOCK)
-        found = find(os.pread(fd, end - start, start))
-        if found >= 0:
-            return start + found
-        end = start
-    return -1
+    spool: str = ""  # the private spool the lines are mapped into; "" when not mapped
 
 
 # --------------------------------------------------------------------------- writing
@@ -213,35 +174,58 @@ class MappedAppender:
 class AppendFile(MappedAppender):
     """One process's append-only line file; ``append`` is thread-safe and never buffers.
 
-    Errors (``OSError``) propagate from ``append``: the caller counts them.
+    ``path`` is the public ``.jsonl``; in mapped mode the lines go to its spool
+    (line_spool.py), otherwise straight to ``path``. Errors (``OSError``) propagate
+    from ``append``: the caller counts them.
     """
 
     def __init__(self, path: Path, *, mapped: bool = True) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-        super().__init__(path, fd)
+        self._public = path
         self._forked_path = ""
+        spool = line_spool.spool_path(path)
+        # An earlier writer's spool (this process before a reconfigure, or a process
+        # with the same pid): its lines go to the public file first, then it goes.
+        if spool.exists():
+            line_spool.copy_spool(spool)
+            with contextlib.suppress(FileNotFoundError):
+                spool.unlink()
+        if not mapped:
+            super().__init__(path, self._open_public(path))
+            self._end = os.fstat(self._fd).st_size  # type: ignore[arg-type]
+            live_writers.add(self)
+            return
+        public = self._open_public(path)  # created now, so readers find it at once
         try:
-            self._end, stale_end = _tail_start(fd, os.fstat(fd).st_size)
-            if mapped:
-                try:
-                    self._map_window(0)
-                    if stale_end > self._end:  # zero a killed writer's torn last line
-                        self._write_zeros(stale_end - self._end)
-                except OSError as exc:
-                    self._fall_back(exc)
-            else:
-                os.ftruncate(fd, self._end)
+            copied_to = os.fstat(public).st_size
+        finally:
+            os.close(public)
+        fd = os.open(spool, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+        super().__init__(spool, fd)
+        try:
+            os.pwrite(fd, line_spool.header_bytes(os.getpid(), copied_to), 0)
+            self._end = line_spool.HEADER_BYTES
+            self._map_window(0)
+        except OSError as exc:
+            self._to_public(exc)
         except BaseException:
             os.close(fd)
             raise
         live_writers.add(self)
 
+    @staticmethod
+    def _open_public(path: Path) -> int:
+        return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+
+    @property
+    def path(self) -> Path:
+        return self._public
+
     def append(self, data: bytes) -> None:
         with self._lock:
             fd = self._fd
             if fd is None:
-                raise OSError(f"{self._path} is closed")
+                raise OSError(f"{self._public} is closed")
             mapping = self._map
             if mapping is not None:
                 pos = self._pos
@@ -250,74 +234,110 @@ class AppendFile(MappedAppender):
                     try:
                         self._map_window(len(data))
                     except OSError as exc:  # full disk, no mmap support: keep writing
-                        self._fall_back(exc)
-                        self._append_written(fd, data)
+                        self._to_public(exc)
+                        self._write_public(data)
                         return
                     mapping, pos, end = self._map, self._pos, self._pos + len(data)
                     assert mapping is not None
                 mapping[pos:end] = data
                 self._pos = end
                 return
-            self._append_written(fd, data)
+            self._write_public(data)
 
-    def _append_written(self, fd: int, data: bytes) -> None:
-        self._pwrite_all(data, self._end)
+    def _write_public(self, data: bytes) -> None:
+        """One ``write`` of whole lines to the public file (``O_APPEND``)."""
+        fd = self._fd
+        assert fd is not None
+        written = 0
+        while written < len(data):  # regular files write fully unless the disk is full
+            count = os.write(fd, data[written:])
+            if count <= 0:
+                raise OSError(f"short write to {self._public}")
+            written += count
         self._end += len(data)
 
-    def _write_zeros(self, count: int) -> None:
-        assert self._map is not None
-        stop = min(self._pos + count, self._size)
-        self._map[self._pos:stop] = bytes(stop - self._pos)
+    def _close_spool(self) -> None:
+        """Under ``_lock``, in mapped mode: unmap, mark the spool closed and copy what is
+        left of it to the public file (which deletes it). ``_fd`` is None afterwards."""
+        fd, self._fd = self._fd, None
+        end = self._data_end()
+        if self._map is not None:
+            with contextlib.suppress(Exception):
+                self._map.close()
+            self._map = None
+        if fd is None:
+            return
+        with contextlib.suppress(OSError):
+            os.ftruncate(fd, end)
+        with contextlib.suppress(OSError):
+            line_spool.mark_closed(fd)
+        with contextlib.suppress(OSError):
+            os.close(fd)
+        line_spool.copy_spool(self._path, max_bytes=1 << 62)
+
+    def _to_public(self, exc: OSError | None) -> None:
+        """Under ``_lock``: leave the spool (its lines copied) and write the public file."""
+        if self._path == self._public:
+            return  # writing it already
+        self._close_spool()
+        if exc is not None:
+            self._fallback = f"{type(exc).__name__}: {exc}"
+        self._path = self._public
+        self._fd = self._open_public(self._public)
+        self._end = os.fstat(self._fd).st_size
 
     def unmap(self) -> None:
-        """Cut the file to its data and append with write() from now on.
-
-        For a process about to exit: whatever is logged after this point (other
-        exit handlers) still lands, and the file holds no reserved tail.
+        """Copy the spool's lines to the public file, delete it, and write the public
+        file from now on: for a process about to exit, whose later lines (other exit
+        handlers) must still land, with no spool left to copy.
         """
         with self._lock:
-            if self._map is not None:
-                self._fall_back(None)
+            if self._fd is not None:
+                self._to_public(None)
 
     def _forked(self) -> None:
         """In a forked child: the parent keeps writing its mapping, so the child moves.
 
-        Its lines go, with plain writes, to ``<name>.fork-<pid><suffix>`` next to the
+        Its lines go, with plain writes, to ``<name>.fork-<pid>.jsonl`` next to the
         parent's file (readers glob ``*.jsonl``), until the owner reconfigures.
         """
         self._let_go_after_fork()
-        path = self._path.with_name(f"{self._path.stem}.fork-{os.getpid()}{self._path.suffix}")
+        public = self._public
+        path = public.with_name(f"{public.name[:-len(public.suffix)]}.fork-{os.getpid()}"
+                                f"{public.suffix}")
+        self._path = self._public = path
         try:
-            self._fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+            self._fd = self._open_public(path)
             self._end = os.fstat(self._fd).st_size
             self._forked_path = str(path)
         except OSError:
             self._fd = None
 
     def close(self) -> None:
-        """Unmap and cut the file to its data (only the owner process may cut it)."""
+        """Copy the spool's lines to the public file and delete it (only the owner
+        process may: a forked child has let go of it)."""
         with self._lock:
-            fd, self._fd = self._fd, None
-            mapping, self._map = self._map, None
-            end = self._base + self._pos if mapping is not None else self._end
-            if mapping is not None:
-                with contextlib.suppress(Exception):
-                    mapping.close()
-            if fd is None:
-                return
-            with contextlib.suppress(OSError):
-                os.ftruncate(fd, end)
-            with contextlib.suppress(OSError):
-                os.close(fd)
+            if self._path != self._public:
+                self._close_spool()
+            else:
+                fd, self._fd = self._fd, None
+                if fd is None:
+                    return
+                with contextlib.suppress(OSError):
+                    os.close(fd)
         live_writers.discard(self)
 
     def statistics(self) -> AppendFileStatistics:
         with self._lock:
             mapped = self._map is not None
-            length = self._data_end()
-            reserved = self._base + self._size if mapped else length
-            return AppendFileStatistics(str(self._path), mapped, length, reserved,
-                                        self._remaps, self._fallback, self._forked_path)
+            if mapped:
+                length = self._data_end() - line_spool.HEADER_BYTES
+                reserved = self._base + self._size - line_spool.HEADER_BYTES
+            else:
+                length = reserved = self._end
+            return AppendFileStatistics(str(self._public), mapped, length, reserved,
+                                        self._remaps, self._fallback, self._forked_path,
+                                        str(self._path) if mapped else "")
 
     def __repr__(self) -> str:
         stats = self.statistics()

@@ -120,11 +120,18 @@ def test_filelog_reads_the_tracedray_log_volume(collector, compose):
         seen = (PurePosixPath(collector_mounts[volume]) / temp_dir.relative_to(node_mount)
                 / "session_2026-01-01_00-00-00_7" / "logs" / "worker-1234.jsonl")
         assert any(seen.match(pattern) for pattern in includes), (name, seen)
-    operators = [op["type"] for op in collector["receivers"]["filelog/tracedray"]["operators"]]
-    assert operators == ["json_parser", "trace_parser"]
-    parser = collector["receivers"]["filelog/tracedray"]["operators"][0]
+    operators = collector["receivers"]["filelog/tracedray"]["operators"]
+    assert [op["type"] for op in operators[:2]] == ["json_parser", "trace_parser"]
+    parser = operators[0]
     assert parser["timestamp"]["parse_from"] == "attributes.timestamp"
     assert parser["severity"]["parse_from"] == "attributes.level"
+    # The process's identity is the record's resource, under its spans' keys (what the
+    # fields mean is checked with a real collector: tests/integration/test_otel_filelog.py).
+    moved = {op["to"]: op["from"] for op in operators if op["type"] == "move"}
+    assert moved["body"] == "attributes.event"
+    assert {moved['resource["service.name"]'], moved['resource["host.name"]'],
+            moved['resource["process.pid"]']} == {"attributes.service", "attributes.host",
+                                                  "attributes.pid"}
 
 
 def test_dockerfile_builds_the_image_compose_uses(compose):

@@ -1,4 +1,4 @@
-"""AppendFile: mapped appends survive SIGKILL, grow, close cleanly, and readers skip the tail."""
+"""AppendFile: mapped appends survive SIGKILL and grow; the public file holds only whole lines."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from fork_support import run_in_forked_child
 
-from tracedray.telemetry import append_file
+from tracedray.telemetry import append_file, line_spool
 from tracedray.telemetry.append_file import (
     AppendFile,
     complete_length,
@@ -21,17 +21,23 @@ from tracedray.telemetry.append_file import (
 from tracedray.telemetry.otlp_json import end_offsets, scan_trace_file
 
 
-def test_mapped_file_reserves_ahead_and_close_cuts_to_the_data(tmp_path: Path) -> None:
+def test_lines_are_mapped_into_a_spool_and_the_public_file_gets_whole_lines(
+        tmp_path: Path) -> None:
     path = tmp_path / "x.jsonl"
     appender = AppendFile(path)
     appender.append(b'{"a":1}\n')
     stats = appender.statistics()
-    assert stats.mapped and stats.length == 8 and stats.reserved >= append_file.FIRST_CHUNK_BYTES
-    raw = path.read_bytes()
-    assert len(raw) == stats.reserved and raw[8:] == bytes(len(raw) - 8)
-    assert read_data(path) == b'{"a":1}\n'
-    appender.close()
+    spool = tmp_path / "x.spool"
+    assert stats.mapped and stats.length == 8 and stats.spool == str(spool)
+    assert stats.reserved >= append_file.FIRST_CHUNK_BYTES - line_spool.HEADER_BYTES
+    assert path.read_bytes() == b""  # created at once (readers find it), written later
+    raw = spool.read_bytes()  # the private spool is the padded one
+    assert raw[line_spool.HEADER_BYTES:][8:] == bytes(len(raw) - line_spool.HEADER_BYTES - 8)
+    assert read_data(path) == b'{"a":1}\n'  # a reader copies first
     assert path.read_bytes() == b'{"a":1}\n'
+    appender.append(b'{"b":2}\n')
+    appender.close()
+    assert path.read_bytes() == b'{"a":1}\n{"b":2}\n' and not spool.exists()
 
 
 def test_lines_larger_than_a_chunk_and_many_remaps(tmp_path: Path) -> None:
@@ -69,11 +75,14 @@ def test_threads_never_interleave_inside_a_line(tmp_path: Path) -> None:
         assert all(line.endswith("x" * (int(line.split(":")[1]) % 50)) for line in mine)
 
 
-def test_reopening_continues_after_the_data_and_drops_a_torn_line(tmp_path: Path) -> None:
+def test_reopening_copies_the_earlier_spool_and_never_its_torn_line(tmp_path: Path) -> None:
     path = tmp_path / "x.jsonl"
+    path.write_bytes(b'{"a":1}\n')
     # What a writer killed mid-copy leaves: whole lines, a torn one, the reserved tail.
-    path.write_bytes(b'{"a":1}\n{"b":2}\n{"tor' + bytes(5000))
+    (tmp_path / "x.spool").write_bytes(line_spool.header_bytes(1, len(path.read_bytes()))
+                                       + b'{"b":2}\n{"tor' + bytes(5000))
     appender = AppendFile(path)
+    assert path.read_bytes() == b'{"a":1}\n{"b":2}\n'
     appender.append(b'{"c":3}\n')
     assert read_data(path) == b'{"a":1}\n{"b":2}\n{"c":3}\n'
     appender.close()
@@ -86,7 +95,8 @@ def test_write_mode_and_unmap_leave_a_plain_file(tmp_path: Path, mapped: bool) -
     appender = AppendFile(path, mapped=mapped)
     appender.append(b"one\n")
     appender.unmap()
-    assert path.read_bytes() == b"one\n"  # no reserved tail once unmapped
+    assert path.read_bytes() == b"one\n"  # the spool's lines copied, without a reader
+    assert not (tmp_path / "x.spool").exists()
     appender.append(b"two\n")
     assert path.read_bytes() == b"one\ntwo\n" and not appender.statistics().mapped
     appender.close()
@@ -102,12 +112,18 @@ def test_reader_helpers_stop_at_the_first_nul() -> None:
     assert complete_length(b"\0\0\0") == 0
 
 
-def test_trace_reader_skips_the_reserved_tail_of_a_live_file(tmp_path: Path) -> None:
+def test_trace_reader_skips_a_reserved_tail_and_a_growing_last_line(tmp_path: Path) -> None:
     traces = tmp_path / "traces"
-    appender = AppendFile(traces / "worker-1.jsonl")
+    traces.mkdir()
     line = b'{"resourceSpans":[]}\n'
-    appender.append(line)
+    (traces / "worker-1.jsonl").write_bytes(line + b'{"resour' + bytes(100))  # older files
     warnings: list[str] = []
+    objects, offset = scan_trace_file(traces / "worker-1.jsonl", warnings=warnings)
+    assert objects == [{"resourceSpans": []}] and offset == len(line)
+    (traces / "worker-1.jsonl").unlink()
+    appender = AppendFile(traces / "worker-1.jsonl", mapped=False)
+    appender.append(line)
+    warnings = []
     objects, offset = scan_trace_file(traces / "worker-1.jsonl", warnings=warnings)
     assert objects == [{"resourceSpans": []}] and offset == len(line) and warnings == []
     assert end_offsets(traces) == {"worker-1.jsonl": len(line)}
@@ -143,6 +159,7 @@ def test_a_forked_child_writes_beside_the_parent_not_into_its_mapping(tmp_path: 
     appender.append(b"parent-after\n")
     appender.close()
     assert path.read_bytes() == b"parent-before\nparent-after\n"
+    assert not (tmp_path / "driver-1.spool").exists()  # the child left it to the parent
     assert (tmp_path / f"driver-1.fork-{pid}.jsonl").read_bytes() == b"child\n"
 
 
@@ -161,6 +178,68 @@ def test_a_full_disk_at_remap_falls_back_to_writes(tmp_path: Path,
         appender.append(line)
     stats = appender.statistics()
     assert not stats.mapped and "No space left" in stats.fallback_reason
-    assert path.read_bytes() == line * count  # cut to the data, nothing lost or doubled
+    assert path.read_bytes() == line * count  # the spool copied, nothing lost or doubled
+    assert not (tmp_path / "x.spool").exists()
     appender.close()
     assert path.read_bytes() == line * count
+
+
+def test_the_public_file_never_shows_a_nul_or_a_partial_line_while_lines_are_added(
+        tmp_path: Path) -> None:
+    path = tmp_path / "x.jsonl"
+    appender = AppendFile(path)
+    count = 3000
+
+    def writer() -> None:
+        for i in range(count):
+            appender.append(json.dumps({"i": i, "pad": "p" * (i * 7 % 3000)}).encode() + b"\n")
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    looks = 0
+    while thread.is_alive() or looks < 3:
+        line_spool.copy_spool(tmp_path / "x.spool")  # what the agent does
+        data = path.read_bytes()
+        assert b"\0" not in data and (not data or data.endswith(b"\n"))
+        looks += 1
+    thread.join()
+    appender.close()
+    numbers = [json.loads(line)["i"] for line in path.read_bytes().splitlines()]
+    assert numbers == list(range(count))
+
+
+def test_a_copier_killed_between_its_write_and_its_mark_doubles_nothing(tmp_path: Path) -> None:
+    path = tmp_path / "x.jsonl"
+    appender = AppendFile(path)
+    spool = tmp_path / "x.spool"
+    appender.append(b'{"a":1}\n{"b":2}\n')
+    # A copier that wrote all of it, or a torn part of it, then died before recording it.
+    with open(path, "ab") as out:
+        out.write(b'{"a":1}\n{"b')
+    appender.append(b'{"c":3}\n')
+    line_spool.copy_spool(spool)
+    assert path.read_bytes() == b'{"a":1}\n{"b":2}\n{"c":3}\n'
+    # A log tool truncated (rotated) the public file: copying goes on from there.
+    path.write_bytes(b"")
+    appender.append(b'{"d":4}\n')
+    line_spool.copy_spool(spool)
+    assert path.read_bytes() == b'{"d":4}\n'
+    appender.close()
+
+
+def test_a_read_only_spool_is_read_without_being_changed(tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "x.jsonl"
+    appender = AppendFile(path)
+    appender.append(b'{"a":1}\n{"b"')
+    real_open = line_spool.os.open
+
+    def no_write(file: Any, flags: int, *args: Any) -> int:
+        if str(file).endswith(".spool") and flags & os.O_RDWR:
+            raise PermissionError(13, "Permission denied")
+        return real_open(file, flags, *args)
+
+    monkeypatch.setattr(line_spool.os, "open", no_write)
+    assert read_data(path) == b'{"a":1}\n' and path.read_bytes() == b""
+    monkeypatch.undo()
+    appender.close()

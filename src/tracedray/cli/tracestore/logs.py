@@ -1,9 +1,9 @@
 """Read the session's structlog JSON lines from every process, merged in time order.
 
-Files are written line by line by processes that may be SIGKILLed, so the last
-line of a file can be half-written: it is reported as a warning, never raised. A
-live or killed writer reserves its file ahead of the data (NUL bytes, see
-tracedray/telemetry/append_file.py): the data ends at the first NUL.
+Each file is read with ``read_data``, which first copies the complete lines of its
+writer's private spool into it (telemetry/line_spool.py), so a reader sees every line
+that was logged, a SIGKILLed process's too. A last line without its newline (one still
+being written) is reported as a warning, never raised, and read once complete.
 """
 
 from __future__ import annotations

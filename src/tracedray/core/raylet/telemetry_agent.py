@@ -2,10 +2,11 @@
 
 Every process of the node records its spans in a spool (telemetry/spool_format.py);
 this process, started by the raylet, converts them into the ``traces/*.jsonl`` files
-every ``--interval`` seconds — or, while other processes keep a quarter or more of the
-machine's CPU busy, up to ``--max-defer`` seconds later (conversion_policy.py: even
-at the lowest priority its work slowed a burst of tasks). It runs at the lowest CPU
-priority: ``SCHED_IDLE``
+(and copies the complete lines of every log spool into ``logs/*.jsonl``,
+telemetry/line_spool.py) every ``--interval`` seconds — or, while other processes
+keep a quarter or more of the machine's CPU busy, up to ``--max-defer`` seconds later
+(conversion_policy.py: even at the lowest priority its work slowed a burst of tasks).
+It runs at the lowest CPU priority: ``SCHED_IDLE``
 where the OS has it (Linux; it then never preempts a runtime process when it wakes
 and gets a core only when nothing else wants it), and nice 19. While
 tasks keep every core busy it falls behind, and readers convert what it has not
@@ -54,6 +55,7 @@ from tracedray import config, logs
 from tracedray.core.process import process_alive, terminate
 from tracedray.core.raylet.conversion_policy import CpuMeter, conversion_due
 from tracedray.telemetry import export_config
+from tracedray.telemetry.line_spool import has_uncopied, sync_lines_dir
 from tracedray.telemetry.spool_convert import (
     MAX_BYTES_PER_ROUND,
     has_unconverted,
@@ -88,8 +90,13 @@ class SpoolConverter:
     """The agent's loop, apart from the process around it (tests drive it directly)."""
 
     def __init__(self, traces_dir: Path, interval_s: float = DEFAULT_INTERVAL_S, *,
-                 max_defer_s: float = 0.0, meter: CpuMeter | None = None) -> None:
+                 max_defer_s: float = 0.0, meter: CpuMeter | None = None,
+                 logs_dir: Path | None = None) -> None:
         self.traces_dir = traces_dir
+        # Log spools beside it: their complete lines are copied to logs/*.jsonl
+        # (telemetry/line_spool.py), the only way those files are written while a
+        # process runs mapped.
+        self.logs_dir = logs_dir if logs_dir is not None else traces_dir.parent / "logs"
         self.interval_s = interval_s
         self.max_defer_s = max_defer_s
         self._meter = meter if meter is not None else CpuMeter()
@@ -100,6 +107,9 @@ class SpoolConverter:
         # The final (blocking) pass runs when the node stops: nothing waits on it then.
         result = sync_traces_dir(self.traces_dir, blocking=blocking, max_bytes=(
             MAX_BYTES_PER_ROUND if blocking else AGENT_BYTES_PER_ROUND))
+        copied = sync_lines_dir(self.logs_dir, blocking=blocking, max_bytes=(
+            MAX_BYTES_PER_ROUND if blocking else AGENT_BYTES_PER_ROUND))
+        result.warnings.extend(copied.warnings)
         with self._lock:
             self._stats.rounds += 1
             self._stats.spans_converted += result.spans
@@ -128,7 +138,8 @@ class SpoolConverter:
                 busy = self._meter.busy_fraction()
                 due = conversion_due(busy, 0.0, max_defer_s=self.max_defer_s)
                 if not due:  # a busy machine: how long have spans waited?
-                    if not has_unconverted(self.traces_dir):
+                    if not (has_unconverted(self.traces_dir)
+                            or has_uncopied(self.logs_dir)):
                         waiting_since = None
                     elif waiting_since is None:
                         waiting_since = now
