@@ -68,6 +68,20 @@ REMOTE_DRIVER = textwrap.dedent('''
     ray.shutdown()
 ''')
 
+LOCAL_MODE_DRIVER = textwrap.dedent('''
+    import json
+    import tracedray as ray
+
+    info = ray.init(local_mode=True)
+
+    @ray.remote
+    def leaf(x):
+        return x + 1
+
+    assert ray.get([leaf.remote(i) for i in range(10)]) == list(range(1, 11))
+    print(json.dumps({"session_dir": info["session_dir"]}), flush=True)
+''')
+
 TIMED_EXIT = textwrap.dedent('''
     import tracedray as ray
 
@@ -197,6 +211,21 @@ def test_a_driver_whose_node_runs_no_agent_for_it_has_its_spans_exported(
     assert received == set(files)
     assert {s.resource["tracedray.component"] for s in sink.spans} == {"driver"}
     assert len([s for s in sink.spans if s.name == "task.submit"]) == 30
+
+
+def test_a_local_mode_driver_has_its_spans_exported(
+        tmp_path: Path, collector: tuple[OtlpSink, int]) -> None:
+    """No raylet, no node agent: the driver starts one for its own files."""
+    sink, port = collector
+    done = subprocess.run(
+        [sys.executable, "-c", LOCAL_MODE_DRIVER], capture_output=True, text=True,
+        timeout=120, check=False,
+        env=_env(tmp_path / "root", OTEL_EXPORTER_OTLP_ENDPOINT=f"http://127.0.0.1:{port}"))
+    assert done.returncode == 0, done.stderr
+    session = Path(json.loads(done.stdout.splitlines()[-1])["session_dir"])
+    files, received = _wait_exported(session, sink)
+    assert received == set(files)
+    assert len([s for s in sink.spans if s.name == "task.submit"]) == 10
 
 
 def _timed_exit(root: Path, **extra: str) -> tuple[float, str]:

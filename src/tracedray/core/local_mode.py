@@ -483,6 +483,7 @@ def start_local_mode(namespace: str) -> _Cluster:
                         session_id=paths.session_id)
     logs.configure("driver", session_dir=paths.root, node_id=node_id,
                    session_id=paths.session_id, config={"local_mode": True})
+    _export_spans(paths)
     ns = namespace or f"anonymous-{job_id.hex()}"
     worker = LocalWorker(node_id=node_id, worker_id=ids.new_worker_id(), job_id=job_id,
                          namespace=ns)
@@ -491,3 +492,13 @@ def start_local_mode(namespace: str) -> _Cluster:
     log.info("driver.local_mode", job_id=job_id.hex(), session=str(paths.root),
              started_at=time.time())
     return _Cluster(worker, None, paths, LOCAL_ADDRESS, ns)
+
+
+def _export_spans(paths: session.SessionPaths) -> None:
+    """No raylet, so no node agent: one exports this driver's files to the configured
+    OTLP endpoint (if any) while it runs and after it ends; a dead endpoint is said once."""
+    from tracedray.core.raylet.telemetry_agent import start_for_driver
+    from tracedray.telemetry import endpoint_check
+
+    endpoint_check.check_in_background(log=lambda event, fields: log.warning(event, **fields))
+    start_for_driver(paths.root)
