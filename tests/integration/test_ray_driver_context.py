@@ -57,3 +57,32 @@ def test_a_module_beside_the_driver_script_imports_in_workers(tmp_path: Path,
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "result 42" in done.stdout
+
+
+@tracedray.remote
+def two() -> int:
+    return 2
+
+
+def test_refs_and_handles_of_an_earlier_cluster_fail_at_once(no_leaks: None) -> None:
+    from tracedray import exceptions
+
+    tracedray.init(num_cpus=1)
+    try:
+        actor = Counter.remote()
+        assert tracedray.get(actor.add.remote(1)) == 1
+        ref = two.remote()
+        assert tracedray.get(ref) == 2
+    finally:
+        tracedray.shutdown()
+    tracedray.init(num_cpus=1)
+    try:
+        with pytest.raises(exceptions.OwnerDiedError, match="from a different cluster"):
+            tracedray.get(ref, timeout=30)
+        with pytest.raises(exceptions.OwnerDiedError, match="from a different cluster"):
+            tracedray.wait([ref], timeout=30)
+        with pytest.raises(exceptions.RayActorError,
+                           match="It might be dead or it's from a different cluster"):
+            tracedray.get(actor.add.remote(1), timeout=30)
+    finally:
+        tracedray.shutdown()

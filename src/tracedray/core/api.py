@@ -21,6 +21,7 @@ from tracedray.exceptions import (
     ClusterConnectionError,
     ConfigError,
     GetTimeoutError,
+    OwnerDiedError,
     RaySystemError,
 )
 from tracedray.telemetry import attributes as A
@@ -313,6 +314,7 @@ def get(object_refs: ObjectRef | Sequence[ObjectRef], *, timeout: float | None =
     if hasattr(worker, "local_get"):
         values = [worker.local_get(r) for r in refs]
         return values[0] if single else values
+    _refuse_stale(refs, worker)
     ids_ = [r.binary() for r in refs]
     first_hex = refs[0].hex() if refs else ""
     size: int | None = None  # known once every value is in
@@ -348,6 +350,16 @@ def get(object_refs: ObjectRef | Sequence[ObjectRef], *, timeout: float | None =
     return values[0] if single else values
 
 
+def _refuse_stale(refs: Sequence[ObjectRef], worker: Any) -> None:
+    """A ref made by an earlier connection of this process (before ``shutdown()`` and a
+    new ``init()``) names an object nothing here will ever produce: fail at once."""
+    for ref in refs:
+        made_by = ref._worker
+        if made_by is not None and made_by is not worker:
+            raise OwnerDiedError(ref.hex(), "it was made before this process's last "
+                                 "init(): it might be dead or it's from a different cluster")
+
+
 def wait(object_refs: Sequence[ObjectRef], *, num_returns: int = 1,
          timeout: float | None = None, fetch_local: bool = True
          ) -> tuple[list[ObjectRef], list[ObjectRef]]:
@@ -365,6 +377,7 @@ def wait(object_refs: Sequence[ObjectRef], *, num_returns: int = 1,
     worker = global_worker()
     if hasattr(worker, "local_get"):
         return list(object_refs[:num_returns]), list(object_refs[num_returns:])
+    _refuse_stale(object_refs, worker)
     ready_ids = worker.wait_values([r.binary() for r in object_refs], num_returns, timeout)
     ready = [r for r in object_refs if r.binary() in ready_ids][:num_returns]
     chosen = set(ready)

@@ -38,6 +38,10 @@ SETTLED = ("ALIVE", "DEAD")
 # How long the GCS waits for a raylet to withdraw a dead actor's creation: a job's end
 # waits for it, and the driver gives FinishJob 10 s.
 WITHDRAW_TIMEOUT_S = 5.0
+# How long a wait for an actor id this GCS does not know lasts before it answers "not
+# found": an actor is registered before its handle exists, so only a handle from another
+# cluster (or an earlier one) waits that long.
+UNKNOWN_ACTOR_GRACE_S = 2.0
 INFEASIBLE_WARNING_INTERVAL_S = 60.0  # an actor that fits no node is warned of this often
 
 
@@ -112,13 +116,17 @@ class ActorManager:
         return info
 
     def get(self, request: gcs_pb2.GetActorRequest) -> gcs_pb2.ActorInfo | None:
-        deadline = time.monotonic() + request.timeout_s
+        started = time.monotonic()
+        deadline = started + request.timeout_s
         with self._cond:
             while True:
                 actor_id = request.actor_id or self._names.get((request.namespace, request.name))
                 info = self._actors.get(actor_id) if actor_id else None
                 if info is None and not request.wait_until_settled:
                     return None
+                if (info is None and request.actor_id
+                        and time.monotonic() - started >= UNKNOWN_ACTOR_GRACE_S):
+                    return None  # never created here: a handle from another cluster
                 settled = info is not None and (
                     info.state == "DEAD" or (info.state == "ALIVE"
                                              and info.num_restarts >= request.min_restarts))

@@ -131,9 +131,12 @@ class ActorSubmitter:
             channel.conn.send(task.spec)
 
     def _connect(self, channel: ActorChannel, min_restarts: int) -> None:
+        gcs = self._worker.gcs
         try:
-            info = self._worker.gcs.get_actor(actor_id=channel.actor_id, wait_until_settled=True,
-                                              timeout_s=3600.0, min_restarts=min_restarts)
+            info = gcs.find_actor(channel.actor_id, wait_until_settled=True, timeout_s=3600.0,
+                                  min_restarts=min_restarts)
+            cause = (f"Can't find actor {channel.actor_id.hex()}. It might be dead or it's from "
+                     f"a different cluster (the GCS at {gcs.address} never had it)")
         except RaySystemError as exc:
             info = None
             cause = f"the GCS could not be asked about the actor: {exc}"
