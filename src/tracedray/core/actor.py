@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import inspect
+import weakref
 from typing import Any
 
-from tracedray.core import ids
+from tracedray.core import arity, ids
 from tracedray.core import options as opts
 from tracedray.core.worker.retry_policy import RetryExceptions
 from tracedray.v1 import common_pb2, gcs_pb2
@@ -17,6 +18,7 @@ class ActorClass:
         self._options = opts.validate(options, opts.ACTOR_OPTIONS, f"actor class {cls.__name__}")
         self.__name__ = cls.__name__
         self.__doc__ = cls.__doc__
+        self._arity = arity.of_method(cls, "__init__")  # checked at .remote(), as in Ray
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         raise TypeError(f"actor class {self._cls.__name__} cannot be instantiated directly; "
@@ -41,6 +43,8 @@ class ActorClass:
         from tracedray.core.api import global_worker
         from tracedray.core.submission import build_task
 
+        if self._arity is not None:
+            self._arity.check(args, kwargs)
         worker = global_worker()
         options = self._options
         if hasattr(worker, "local_actor"):
@@ -76,7 +80,8 @@ class ActorClass:
             span.end()
             worker.references.remove_submitted(task.dep_ids)
         return ActorHandle(info.actor_id, self._cls.__qualname__, _methods(self._cls),
-                           actor_options.max_task_retries, method_retry_options(self._cls))
+                           actor_options.max_task_retries, method_retry_options(self._cls),
+                           method_arities(self._cls))
 
 
 def _resolve_now(worker: Any, task: Any) -> None:
@@ -103,6 +108,18 @@ def _methods(cls: type) -> dict[str, int]:
             continue
         out[name] = getattr(member, "__tracedray_num_returns__", 1)
     return out
+
+
+_ARITIES: weakref.WeakKeyDictionary[type, dict[str, arity.Arity]] = \
+    weakref.WeakKeyDictionary()
+
+
+def method_arities(cls: type) -> dict[str, arity.Arity]:
+    """Each method's arity (a handle checks its calls with them), once per class."""
+    found = _ARITIES.get(cls)
+    if found is None:
+        found = _ARITIES[cls] = arity.of_methods(cls, list(_methods(cls)))
+    return found
 
 
 # Every actor has them, as in Ray (the executor runs them: task_executor.py).
@@ -148,13 +165,17 @@ class ActorMethod:
 class ActorHandle:
     def __init__(self, actor_id: bytes, class_name: str, methods: dict[str, int],
                  max_task_retries: int,
-                 method_options: dict[str, dict[str, Any]] | None = None) -> None:
+                 method_options: dict[str, dict[str, Any]] | None = None,
+                 arities: dict[str, arity.Arity] | None = None) -> None:
         self._actor_id = actor_id
         self._class_name = class_name
         self._methods = methods
         self._max_task_retries = max_task_retries
         # Per-method retry defaults from @method (a call's .options() overrides them).
         self._method_options = method_options or {}
+        # Each method's signature, to check a call's arguments at .remote() (as Ray);
+        # a handle found by name has none, and its calls go unchecked.
+        self._arities = arities or {}
 
     @classmethod
     def _from_info(cls, info: gcs_pb2.ActorInfo) -> ActorHandle:
@@ -177,6 +198,9 @@ class ActorHandle:
         from tracedray.core.api import global_worker
         from tracedray.core.submission import build_task
 
+        checked = self._arities.get(method)
+        if checked is not None:
+            checked.check(args, kwargs)
         worker = global_worker()
         if hasattr(worker, "local_method"):
             return worker.local_method(self, method, args, kwargs, num_returns)
@@ -197,7 +221,7 @@ class ActorHandle:
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (ActorHandle, (self._actor_id, self._class_name, self._methods,
-                              self._max_task_retries, self._method_options))
+                              self._max_task_retries, self._method_options, self._arities))
 
     def __repr__(self) -> str:
         return f"Actor({self._class_name}, {self._actor_id.hex()})"

@@ -257,7 +257,7 @@ class LocalWorker:
 
     def local_actor(self, cls: type, args: Sequence[Any], kwargs: Mapping[str, Any],
                     options: Mapping[str, Any] | None = None) -> ActorHandle:
-        from tracedray.core.actor import ActorHandle, _methods
+        from tracedray.core.actor import ActorHandle, _methods, method_arities
 
         options = options or {}
         name = options.get("name") or ""
@@ -267,7 +267,8 @@ class LocalWorker:
             existing = self._named(name, namespace)
             if existing is not None:
                 if options.get("get_if_exists"):
-                    return ActorHandle(existing.actor_id, existing.class_name, _methods(cls), 0)
+                    return ActorHandle(existing.actor_id, existing.class_name, _methods(cls), 0,
+                                       arities=method_arities(cls))
                 raise ValueError(f"an actor named {name!r} already exists in namespace "
                                  f"{namespace!r}; pass get_if_exists=True to reuse it")
         actor = _LocalActor(ids.new_actor_id(), cls.__qualname__, name, namespace)
@@ -284,7 +285,8 @@ class LocalWorker:
             stored = self._objects.get(refs.binary())
         if stored is not None and isinstance(stored.error, RayTaskError):
             actor.death_cause = f"the actor's constructor raised: {stored.error.cause!r}"
-        return ActorHandle(actor.actor_id, actor.class_name, _methods(cls), 0)
+        return ActorHandle(actor.actor_id, actor.class_name, _methods(cls), 0,
+                           arities=method_arities(cls))
 
     def local_method(self, handle: ActorHandle, method: str, args: Sequence[Any],
                      kwargs: Mapping[str, Any], num_returns: int) -> Any:

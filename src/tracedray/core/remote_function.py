@@ -6,6 +6,7 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
+from tracedray.core import arity
 from tracedray.core import options as opts
 from tracedray.core.worker.retry_policy import RetryExceptions
 from tracedray.v1 import common_pb2
@@ -19,6 +20,7 @@ class RemoteFunction:
         self._options = opts.validate(options, opts.TASK_OPTIONS,
                                       f"remote function {function.__qualname__}")
         self._name = f"{function.__module__}.{function.__qualname__}"
+        self._arity = arity.of_function(function)  # checked at every .remote(), as in Ray
         functools.update_wrapper(self, function)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -37,6 +39,8 @@ class RemoteFunction:
         from tracedray.core.api import global_worker
         from tracedray.core.submission import build_task
 
+        if self._arity is not None:
+            self._arity.check(args, kwargs)
         worker = global_worker()
         options = self._options
         num_returns = options.get("num_returns", 1)
