@@ -3,30 +3,15 @@ arrival after the end, and in Redis after a restart (a GCS in this process, no n
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from tracedray.core.gcs.server import Gcs
-from tracedray.core.gcs.storage import FlushPolicy
 from tracedray.testing.redis_server import RedisServer
 from tracedray.v1 import common_pb2, gcs_pb2
 
 JOB, OTHER_JOB = b"\x01\x00\x00\x00", b"\x02\x00\x00\x00"
 NODE = "node-with-the-driver"
-
-
-@pytest.fixture
-def gcs(tmp_path: Path) -> Iterator[Gcs]:
-    # Every finished entry leaves memory at the first flush.
-    server = Gcs(session_dir=tmp_path, storage_url="memory",
-                 flush_policy=FlushPolicy(interval_s=60, max_hot_entries=0, min_age_s=0))
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 def register(gcs: Gcs, job_id: bytes) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+from typing import Any
 
 import pytest
 
@@ -28,9 +29,9 @@ def verdict(of: gcs_pb2.JobInfo = DIED) -> job_tasks.Verdict:
     return found
 
 
-def event(state: str, time: float, attempt: int = 0, **fields: object) -> gcs_pb2.TaskEvent:
+def event(state: str, time: float, attempt: int = 0, **fields: Any) -> gcs_pb2.TaskEvent:
     return gcs_pb2.TaskEvent(task_id=b"t" * 8, job_id=JOB, state=state, time=time,
-                             attempt=attempt, function_name="mod.f", **fields)  # type: ignore[arg-type]
+                             attempt=attempt, function_name="mod.f", **fields)
 
 
 def record_of(*events: gcs_pb2.TaskEvent) -> gcs_pb2.TaskRecord:
