@@ -40,8 +40,8 @@ ACTOR_CREATION_TASK = "ACTOR_CREATION_TASK"
 ACTOR_TASK = "ACTOR_TASK"
 # How far up its parents a task is followed to find a detached actor that submitted it.
 MAX_ANCESTORS = 8
-# Events kept per task record; a terminal one is kept beyond it (one per attempt at
-# most), so that the event that ended the task is always shown.
+# Events kept per task record; a terminal one is kept beyond it (an attempt ends once,
+# or twice with a verdict), so that the event that ended the task is always shown.
 MAX_EVENTS_PER_TASK = 32
 
 
