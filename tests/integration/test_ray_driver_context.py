@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import cloudpickle
@@ -84,5 +86,23 @@ def test_refs_and_handles_of_an_earlier_cluster_fail_at_once(no_leaks: None) -> 
         with pytest.raises(exceptions.RayActorError,
                            match="It might be dead or it's from a different cluster"):
             tracedray.get(actor.add.remote(1), timeout=30)
+    finally:
+        tracedray.shutdown()
+
+
+@tracedray.remote
+class Napper:
+    async def nap(self) -> str:
+        await asyncio.sleep(0.2)
+        return "awake"
+
+
+def test_async_actor_in_local_mode() -> None:
+    tracedray.init(local_mode=True)
+    try:
+        actor = Napper.remote()
+        started = time.monotonic()
+        assert tracedray.get(actor.nap.remote()) == "awake"
+        assert time.monotonic() - started >= 0.2  # it was awaited, not returned unrun
     finally:
         tracedray.shutdown()

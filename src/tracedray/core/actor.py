@@ -55,7 +55,8 @@ class ActorClass:
         actor_options = common_pb2.ActorOptions(
             max_restarts=options.get("max_restarts", 0),
             max_task_retries=options.get("max_task_retries", 0),
-            max_concurrency=options.get("max_concurrency", 1), name=name, namespace=namespace,
+            # 0: the default, which depends on the class (1, or 1,000 for an async actor).
+            max_concurrency=options.get("max_concurrency", 0), name=name, namespace=namespace,
             detached=options.get("lifetime") == "detached", class_name=self._cls.__qualname__)
         if options.get("get_if_exists") and name:
             try:

@@ -14,7 +14,9 @@ or ``get`` sees.
 
 from __future__ import annotations
 
+import asyncio
 import collections
+import inspect
 import os
 import threading
 import time
@@ -422,7 +424,10 @@ def _call_method(actor: _LocalActor, method: str, args: Sequence[Any],
     with actor.lock:
         if builtin is not None:
             return builtin(actor.instance, *args, **kwargs)
-        return getattr(actor.instance, method)(*args, **kwargs)
+        output = getattr(actor.instance, method)(*args, **kwargs)
+    if inspect.iscoroutine(output):  # an async actor's method: run serially, as all here
+        return asyncio.run(output)
+    return output
 
 
 def _split(name: str, output: Any, num_returns: int) -> list[Any]:

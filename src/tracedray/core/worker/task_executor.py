@@ -2,15 +2,18 @@
 
 Normal workers run one task at a time in arrival order. An actor runs its calls
 one at a time in submission order per caller, or on a thread pool when
-``max_concurrency > 1``. A task that blocks in ``get`` hands the tasks queued
+``max_concurrency > 1``; an async actor's coroutines run on its event loop
+(async_actor.py). A task that blocks in ``get`` hands the tasks queued
 behind it back to their caller (they might be what it is waiting for).
 """
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import contextvars
 import ctypes
+import inspect
 import os
 import threading
 import time
@@ -23,6 +26,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from tracedray import logs, telemetry
 from tracedray.core import code_source, ids, trace_context
 from tracedray.core.serialization import serialize
+from tracedray.core.worker.async_actor import ActorEventLoop, actor_concurrency, is_async_actor
 from tracedray.core.worker.pending_task import error_value
 from tracedray.exceptions import RayError, RayTaskError, TaskCancelledError
 from tracedray.telemetry import attributes as A
@@ -73,6 +77,7 @@ class TaskExecutor:
         self._queue: collections.deque[tuple[common_pb2.TaskSpec, Respond]] = collections.deque()
         self._cond = threading.Condition()
         self._pool: ThreadPoolExecutor | None = None
+        self._event_loop: ActorEventLoop | None = None  # an async actor's (async_actor.py)
         self.actor_instance: Any = None
         self.actor_id: bytes = b""
         self._running: dict[bytes, int] = {}  # task id -> thread ident
@@ -273,7 +278,10 @@ class TaskExecutor:
         kwargs = dict(zip(spec.kwarg_names, values[len(values) - n_kwargs:], strict=True))
         if spec.kind == common_pb2.ACTOR_CREATION:
             self.actor_id = spec.actor_id
-            concurrency = spec.actor_options.max_concurrency
+            is_async = is_async_actor(target)
+            if is_async:
+                self._event_loop = ActorEventLoop()
+            concurrency = actor_concurrency(spec.actor_options.max_concurrency, is_async)
             if concurrency > 1:
                 self._pool = ThreadPoolExecutor(concurrency, thread_name_prefix="tracedray-actor")
             self.actor_instance = target(*args, **kwargs)
@@ -290,6 +298,9 @@ class TaskExecutor:
                 output = builtin(self.actor_instance, *args, **kwargs)
             else:
                 output = getattr(self.actor_instance, spec.method_name)(*args, **kwargs)
+            if inspect.iscoroutine(output):
+                loop = self._event_loop
+                output = loop.run(output) if loop is not None else asyncio.run(output)
         else:
             output = target(*args, **kwargs)
         if spec.num_returns <= 1:
