@@ -68,7 +68,10 @@ def store_stats_row(stats: raylet_pb2.NodeStats) -> Row:
     return {"node_id": stats.node_id, "ip": stats.ip, "store_used": stats.store_used,
             "store_capacity": stats.store_capacity, "objects": stats.num_objects,
             "spilled_bytes": stats.spilled_bytes, "spilled_objects": stats.spilled_count,
-            "restored_bytes": stats.restored_bytes, "restored_objects": stats.restored_count}
+            "restored_bytes": stats.restored_bytes, "restored_objects": stats.restored_count,
+            "freed_objects": stats.freed_count, "freed_bytes": stats.freed_bytes,
+            # why they went: "released", "owner exited", "owner died"
+            "freed_by_reason": dict(sorted(stats.freed_by_reason.items()))}
 
 
 def check_units(units: str) -> str:

@@ -39,6 +39,9 @@ OBJECT_LOCATION = "tracedray.object.location"  # inline | shm | spilled
 OBJECT_CALL_SITE = "tracedray.object.call_site"
 OBJECT_COUNT = "tracedray.object.count"  # get/wait over several refs
 OBJECT_COPY = "tracedray.object.copy"  # primary | secondary (object.seal)
+# Why an object left the store (object.free): released (its owner let go of the last
+# reference) | owner exited | owner died
+OBJECT_FREE_REASON = "tracedray.object.free_reason"
 STORE_USED = "tracedray.store.used"  # bytes in the node's store after the event
 STORE_CAPACITY = "tracedray.store.capacity"
 SPILL_PATH = "tracedray.spill.path"

@@ -1,4 +1,5 @@
 from tracedray.v1 import common_pb2 as _common_pb2
+from tracedray.v1 import debug_pb2 as _debug_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
@@ -139,16 +140,18 @@ class NotifyBlockedRequest(_message.Message):
     def __init__(self, worker_id: _Optional[str] = ..., blocked: _Optional[bool] = ...) -> None: ...
 
 class SealObjectRequest(_message.Message):
-    __slots__ = ("object_id", "size", "owner", "call_site")
+    __slots__ = ("object_id", "size", "owner", "call_site", "owner_address")
     OBJECT_ID_FIELD_NUMBER: _ClassVar[int]
     SIZE_FIELD_NUMBER: _ClassVar[int]
     OWNER_FIELD_NUMBER: _ClassVar[int]
     CALL_SITE_FIELD_NUMBER: _ClassVar[int]
+    OWNER_ADDRESS_FIELD_NUMBER: _ClassVar[int]
     object_id: bytes
     size: int
     owner: str
     call_site: str
-    def __init__(self, object_id: _Optional[bytes] = ..., size: _Optional[int] = ..., owner: _Optional[str] = ..., call_site: _Optional[str] = ...) -> None: ...
+    owner_address: _common_pb2.Address
+    def __init__(self, object_id: _Optional[bytes] = ..., size: _Optional[int] = ..., owner: _Optional[str] = ..., call_site: _Optional[str] = ..., owner_address: _Optional[_Union[_common_pb2.Address, _Mapping]] = ...) -> None: ...
 
 class SealObjectReply(_message.Message):
     __slots__ = ("ok", "error", "store_used", "store_capacity")
@@ -185,26 +188,40 @@ class LocateObjectReply(_message.Message):
     def __init__(self, found: _Optional[bool] = ..., path: _Optional[str] = ..., spilled: _Optional[bool] = ..., size: _Optional[int] = ..., error: _Optional[str] = ...) -> None: ...
 
 class FreeObjectsRequest(_message.Message):
-    __slots__ = ("object_ids",)
+    __slots__ = ("object_ids", "reason")
     OBJECT_IDS_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
     object_ids: _containers.RepeatedScalarFieldContainer[bytes]
-    def __init__(self, object_ids: _Optional[_Iterable[bytes]] = ...) -> None: ...
+    reason: str
+    def __init__(self, object_ids: _Optional[_Iterable[bytes]] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class OwnerExitingRequest(_message.Message):
+    __slots__ = ("owner",)
+    OWNER_FIELD_NUMBER: _ClassVar[int]
+    owner: _common_pb2.Address
+    def __init__(self, owner: _Optional[_Union[_common_pb2.Address, _Mapping]] = ...) -> None: ...
 
 class PullObjectRequest(_message.Message):
-    __slots__ = ("object_id", "to_node_id")
+    __slots__ = ("object_id", "to_node_id", "to_raylet")
     OBJECT_ID_FIELD_NUMBER: _ClassVar[int]
     TO_NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    TO_RAYLET_FIELD_NUMBER: _ClassVar[int]
     object_id: bytes
     to_node_id: str
-    def __init__(self, object_id: _Optional[bytes] = ..., to_node_id: _Optional[str] = ...) -> None: ...
+    to_raylet: _common_pb2.Address
+    def __init__(self, object_id: _Optional[bytes] = ..., to_node_id: _Optional[str] = ..., to_raylet: _Optional[_Union[_common_pb2.Address, _Mapping]] = ...) -> None: ...
 
 class ObjectChunk(_message.Message):
-    __slots__ = ("total_size", "data")
+    __slots__ = ("total_size", "data", "owner", "call_site")
     TOTAL_SIZE_FIELD_NUMBER: _ClassVar[int]
     DATA_FIELD_NUMBER: _ClassVar[int]
+    OWNER_FIELD_NUMBER: _ClassVar[int]
+    CALL_SITE_FIELD_NUMBER: _ClassVar[int]
     total_size: int
     data: bytes
-    def __init__(self, total_size: _Optional[int] = ..., data: _Optional[bytes] = ...) -> None: ...
+    owner: _common_pb2.Address
+    call_site: str
+    def __init__(self, total_size: _Optional[int] = ..., data: _Optional[bytes] = ..., owner: _Optional[_Union[_common_pb2.Address, _Mapping]] = ..., call_site: _Optional[str] = ...) -> None: ...
 
 class GetWorkerExitRequest(_message.Message):
     __slots__ = ("worker_id", "timeout_s")
@@ -279,7 +296,7 @@ class StoredObjectRow(_message.Message):
     def __init__(self, object_id: _Optional[bytes] = ..., size: _Optional[int] = ..., owner: _Optional[str] = ..., call_site: _Optional[str] = ..., spilled: _Optional[bool] = ..., pinned: _Optional[bool] = ..., primary: _Optional[bool] = ...) -> None: ...
 
 class NodeStats(_message.Message):
-    __slots__ = ("node_id", "ip", "pid", "resources_total", "resources_available", "store_used", "store_capacity", "num_objects", "spilled_bytes", "spilled_count", "restored_bytes", "restored_count", "workers", "pending_leases", "infeasible_leases", "objects", "reference_tables", "session_dir", "leases_reclaimed")
+    __slots__ = ("node_id", "ip", "pid", "resources_total", "resources_available", "store_used", "store_capacity", "num_objects", "spilled_bytes", "spilled_count", "restored_bytes", "restored_count", "workers", "pending_leases", "infeasible_leases", "objects", "reference_tables", "session_dir", "leases_reclaimed", "freed_count", "freed_bytes", "freed_by_reason")
     class ResourcesTotalEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -294,6 +311,13 @@ class NodeStats(_message.Message):
         key: str
         value: float
         def __init__(self, key: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
+    class FreedByReasonEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
     NODE_ID_FIELD_NUMBER: _ClassVar[int]
     IP_FIELD_NUMBER: _ClassVar[int]
     PID_FIELD_NUMBER: _ClassVar[int]
@@ -313,6 +337,9 @@ class NodeStats(_message.Message):
     REFERENCE_TABLES_FIELD_NUMBER: _ClassVar[int]
     SESSION_DIR_FIELD_NUMBER: _ClassVar[int]
     LEASES_RECLAIMED_FIELD_NUMBER: _ClassVar[int]
+    FREED_COUNT_FIELD_NUMBER: _ClassVar[int]
+    FREED_BYTES_FIELD_NUMBER: _ClassVar[int]
+    FREED_BY_REASON_FIELD_NUMBER: _ClassVar[int]
     node_id: str
     ip: str
     pid: int
@@ -332,7 +359,10 @@ class NodeStats(_message.Message):
     reference_tables: _containers.RepeatedScalarFieldContainer[bytes]
     session_dir: str
     leases_reclaimed: int
-    def __init__(self, node_id: _Optional[str] = ..., ip: _Optional[str] = ..., pid: _Optional[int] = ..., resources_total: _Optional[_Mapping[str, float]] = ..., resources_available: _Optional[_Mapping[str, float]] = ..., store_used: _Optional[int] = ..., store_capacity: _Optional[int] = ..., num_objects: _Optional[int] = ..., spilled_bytes: _Optional[int] = ..., spilled_count: _Optional[int] = ..., restored_bytes: _Optional[int] = ..., restored_count: _Optional[int] = ..., workers: _Optional[_Iterable[_Union[WorkerRow, _Mapping]]] = ..., pending_leases: _Optional[int] = ..., infeasible_leases: _Optional[int] = ..., objects: _Optional[_Iterable[_Union[StoredObjectRow, _Mapping]]] = ..., reference_tables: _Optional[_Iterable[bytes]] = ..., session_dir: _Optional[str] = ..., leases_reclaimed: _Optional[int] = ...) -> None: ...
+    freed_count: int
+    freed_bytes: int
+    freed_by_reason: _containers.ScalarMap[str, int]
+    def __init__(self, node_id: _Optional[str] = ..., ip: _Optional[str] = ..., pid: _Optional[int] = ..., resources_total: _Optional[_Mapping[str, float]] = ..., resources_available: _Optional[_Mapping[str, float]] = ..., store_used: _Optional[int] = ..., store_capacity: _Optional[int] = ..., num_objects: _Optional[int] = ..., spilled_bytes: _Optional[int] = ..., spilled_count: _Optional[int] = ..., restored_bytes: _Optional[int] = ..., restored_count: _Optional[int] = ..., workers: _Optional[_Iterable[_Union[WorkerRow, _Mapping]]] = ..., pending_leases: _Optional[int] = ..., infeasible_leases: _Optional[int] = ..., objects: _Optional[_Iterable[_Union[StoredObjectRow, _Mapping]]] = ..., reference_tables: _Optional[_Iterable[bytes]] = ..., session_dir: _Optional[str] = ..., leases_reclaimed: _Optional[int] = ..., freed_count: _Optional[int] = ..., freed_bytes: _Optional[int] = ..., freed_by_reason: _Optional[_Mapping[str, int]] = ...) -> None: ...
 
 class KillWorkerRequest(_message.Message):
     __slots__ = ("worker_id", "force")

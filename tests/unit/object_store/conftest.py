@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from tracedray.core.address import Address
 from tracedray.core.object_store.client import write_object
 from tracedray.core.object_store.store import ObjectStore
 
@@ -36,12 +37,14 @@ def make_store(tmp_path: Path) -> Iterator[StoreFactory]:
 
 
 def _put(store: ObjectStore, object_id: str, value: object, *, owner: str = "driver",
-         call_site: str = "test.py:1 in test", primary: bool = True) -> int:
+         call_site: str = "test.py:1 in test", primary: bool = True,
+         owner_address: Address | None = None) -> int:
     """What a core worker does: serialize, write the file, ask the raylet to seal it."""
     buffers: list[pickle.PickleBuffer] = []
     inband = pickle.dumps(value, protocol=5, buffer_callback=buffers.append)
     size = write_object(store.object_path(object_id), inband, buffers)
-    store.seal(object_id, size, owner=owner, call_site=call_site, primary=primary)
+    store.seal(object_id, size, owner=owner, call_site=call_site, primary=primary,
+               owner_address=owner_address)
     return size
 
 

@@ -11,6 +11,10 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from tracedray.core.address import Address
 
 
 @dataclass(frozen=True)
@@ -23,6 +27,7 @@ class StoredObject:
     owner: str
     call_site: str
     spilled: bool  # lives in the spill folder, not in shared memory (takes no capacity)
+    owner_address: Address | None = None  # the process it goes with (owner_death.py)
 
 
 @dataclass(frozen=True)

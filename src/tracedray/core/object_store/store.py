@@ -25,6 +25,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Literal
 
+from tracedray.core.address import Address
 from tracedray.core.object_store import files
 from tracedray.core.object_store.client import map_object
 from tracedray.core.object_store.policy import (
@@ -41,6 +42,11 @@ from tracedray.telemetry import attributes as attr
 from tracedray.telemetry import record_span, span
 
 remove_orphans = files.remove_orphans
+
+# Why an object leaves the store (the object.free span says it, statistics() counts it):
+# its owner let go of its last reference. The raylet's other reasons are its owner's
+# exit or death (raylet/owner_death.py).
+FREE_RELEASED = "released"
 
 _log = get_logger(__name__)
 
@@ -65,6 +71,7 @@ class StoredObjectInfo:
     pinned: bool
     primary: bool
     created_at: float  # wall-clock seconds since the epoch
+    owner_address: Address | None = None
 
 
 @dataclass(frozen=True)
@@ -85,6 +92,7 @@ class ObjectStoreStatistics:
     evicted_bytes: int
     freed_count: int
     freed_bytes: int
+    freed_by_reason: dict[str, int]  # FREE_RELEASED, "owner exited", "owner died"
     rejected_count: int  # seals refused with ObjectStoreFullError
 
 
@@ -113,7 +121,10 @@ class ObjectStore:
         self._restored_count = self._restored_bytes = 0
         self._evicted_count = self._evicted_bytes = 0
         self._freed_count = self._freed_bytes = 0
+        self._freed_by_reason: dict[str, int] = {}
         self._rejected_count = 0
+        # Owner (worker id) -> the ids of the objects it owns here: what goes with it.
+        self._by_owner: dict[str, set[str]] = {}
         self._warn_if_shm_smaller_than_capacity()
 
     # ------------------------------------------------------------------ paths
@@ -128,8 +139,9 @@ class ObjectStore:
     # ------------------------------------------------------------ admission
 
     def seal(self, object_id: str, size: int, *, owner: str, call_site: str = "",
-             primary: bool = True) -> None:
-        """Take over the file a writer created at :meth:`object_path`.
+             primary: bool = True, owner_address: Address | None = None) -> None:
+        """Take over the file a writer created at :meth:`object_path`. ``owner`` (a
+        worker id; its ``owner_address`` when known) is the process the object goes with.
 
         Makes room by evicting secondary copies and spilling unpinned primaries
         when needed; when the object cannot fit, its file is removed and
@@ -150,13 +162,14 @@ class ObjectStore:
                 return
             self._check_file_size(path, size)
             evicted = self._admit(object_id, size, path)
-            self._add(object_id, size, owner=owner, call_site=call_site, primary=primary)
+            self._add(object_id, size, owner=owner, call_site=call_site, primary=primary,
+                      owner_address=owner_address)
             entered = (self._used, time.time_ns())
         self._record_seal(object_id, size, call_site, primary, start_ns, entered)
         self._notify_evicted(evicted)
 
     def receive(self, object_id: str, size: int, chunks: Iterable[bytes], *, owner: str,
-                call_site: str = "") -> None:
+                call_site: str = "", owner_address: Address | None = None) -> None:
         """Store a secondary copy pulled from another node, chunk by chunk.
 
         The bytes go to a temporary file that is renamed into place only after
@@ -179,7 +192,8 @@ class ObjectStore:
                 return
             evicted = self._admit(object_id, size, temporary)
             os.replace(temporary, final)
-            self._add(object_id, size, owner=owner, call_site=call_site, primary=False)
+            self._add(object_id, size, owner=owner, call_site=call_site, primary=False,
+                      owner_address=owner_address)
             entered = (self._used, time.time_ns())
         self._record_seal(object_id, size, call_site, False, start_ns, entered)
         self._notify_evicted(evicted)
@@ -316,19 +330,23 @@ class ObjectStore:
 
     # ------------------------------------------------------------- freeing
 
-    def free(self, object_ids: Iterable[str]) -> int:
+    def free(self, object_ids: Iterable[str], reason: str = FREE_RELEASED) -> int:
         """Remove the objects (shared memory and spill files); returns the bytes freed.
-        Unknown ids are skipped: an object may be freed by several owners' messages."""
+        ``reason`` says why (the span's ``tracedray.object.free_reason``, counted by
+        :meth:`statistics`). Unknown ids are skipped: an object may be freed by several
+        owners' messages."""
         freed = 0
         with self._lock:
             for object_id in object_ids:
-                obj = self._objects.pop(object_id, None)
+                obj = self._objects.get(object_id)
                 if obj is None:
                     continue
+                self._drop(object_id)
                 self._pins.pop(object_id, None)
-                self._created_at.pop(object_id, None)
                 used_after = self._used if obj.spilled else self._used - obj.size
-                with span("object.free", self._attributes(obj, used_after=used_after)):
+                attributes = {**self._attributes(obj, used_after=used_after),
+                              attr.OBJECT_FREE_REASON: reason}
+                with span("object.free", attributes):
                     if obj.spilled:
                         files.unlink_quietly(self._spill_path(object_id))
                     else:
@@ -336,9 +354,11 @@ class ObjectStore:
                     self._used = used_after
                     self._freed_count += 1
                     self._freed_bytes += obj.size
+                    self._freed_by_reason[reason] = self._freed_by_reason.get(reason, 0) + 1
                 freed += obj.size
                 _log.debug("object freed", object_id=object_id, size=obj.size,
-                           spilled=obj.spilled, node_id=self._node_id, store_used=self._used)
+                           spilled=obj.spilled, node_id=self._node_id, store_used=self._used,
+                           reason=reason)
         return freed
 
     def shutdown(self) -> None:
@@ -356,6 +376,7 @@ class ObjectStore:
             self._objects.clear()
             self._pins.clear()
             self._created_at.clear()
+            self._by_owner.clear()
             self._used = 0
             # Files written but never sealed, and interrupted transfers.
             orphans = files.remove_orphans(self._shm_dir, self._prefix)
@@ -366,12 +387,25 @@ class ObjectStore:
 
     def objects(self) -> list[StoredObjectInfo]:
         with self._lock:
-            return [
-                StoredObjectInfo(object_id=o.object_id, size=o.size, owner=o.owner,
-                                 call_site=o.call_site, spilled=o.spilled, pinned=o.pinned,
-                                 primary=o.primary, created_at=self._created_at[o.object_id])
-                for o in self._objects.values()
-            ]
+            return [self._info(o) for o in self._objects.values()]
+
+    def describe(self, object_id: str) -> StoredObjectInfo | None:
+        """The object's row, or ``None`` when this node does not hold it."""
+        with self._lock:
+            obj = self._objects.get(object_id)
+            return None if obj is None else self._info(obj)
+
+    def owners(self) -> dict[str, Address | None]:
+        """Each owner (worker id) of an object held here, with its address if known."""
+        with self._lock:
+            return {owner: self._objects[next(iter(ids))].owner_address
+                    for owner, ids in self._by_owner.items()}
+
+    def owned_by(self, owners: Iterable[str]) -> dict[str, list[str]]:
+        """The ids of the objects held here that each of ``owners`` owns (those with any)."""
+        with self._lock:
+            return {owner: sorted(self._by_owner[owner]) for owner in owners
+                    if owner in self._by_owner}
 
     def statistics(self) -> ObjectStoreStatistics:
         with self._lock:
@@ -393,6 +427,7 @@ class ObjectStore:
                 evicted_bytes=self._evicted_bytes,
                 freed_count=self._freed_count,
                 freed_bytes=self._freed_bytes,
+                freed_by_reason=dict(self._freed_by_reason),
                 rejected_count=self._rejected_count,
             )
 
@@ -450,8 +485,7 @@ class ObjectStore:
                   spill_path=str(source), store_used=self._used, store_capacity=self._capacity)
 
     def _evict(self, object_id: str) -> None:
-        obj = self._objects.pop(object_id)
-        self._created_at.pop(object_id, None)
+        obj = self._drop(object_id)
         with span("object.evict", self._attributes(obj, used_after=self._used - obj.size)):
             files.unlink_quietly(self.object_path(object_id))
             self._used -= obj.size
@@ -463,12 +497,33 @@ class ObjectStore:
     # ------------------------------------------------------------- helpers
 
     def _add(self, object_id: str, size: int, *, owner: str, call_site: str,
-             primary: bool) -> None:
+             primary: bool, owner_address: Address | None) -> None:
         self._objects[object_id] = StoredObject(
             object_id=object_id, size=size, primary=primary, pinned=False,
-            last_access=time.monotonic(), owner=owner, call_site=call_site, spilled=False)
+            last_access=time.monotonic(), owner=owner, call_site=call_site, spilled=False,
+            owner_address=owner_address)
         self._created_at[object_id] = time.time()
+        if owner:
+            self._by_owner.setdefault(owner, set()).add(object_id)
         self._used += size
+
+    def _drop(self, object_id: str) -> StoredObject:
+        """Forget a stored object's bookkeeping (not its pins, nor the bytes it used)."""
+        obj = self._objects.pop(object_id)
+        self._created_at.pop(object_id, None)
+        owned = self._by_owner.get(obj.owner)
+        if owned is not None:
+            owned.discard(object_id)
+            if not owned:
+                del self._by_owner[obj.owner]
+        return obj
+
+    def _info(self, obj: StoredObject) -> StoredObjectInfo:
+        return StoredObjectInfo(object_id=obj.object_id, size=obj.size, owner=obj.owner,
+                                call_site=obj.call_site, spilled=obj.spilled,
+                                pinned=obj.pinned, primary=obj.primary,
+                                created_at=self._created_at[obj.object_id],
+                                owner_address=obj.owner_address)
 
     def _state(self) -> StoreState:
         # A read-only view, not a copy: plan_admission runs under the lock.

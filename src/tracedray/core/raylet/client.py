@@ -9,7 +9,7 @@ import grpc
 
 from tracedray.core import rpc
 from tracedray.exceptions import RaySystemError
-from tracedray.v1 import raylet_pb2, raylet_pb2_grpc
+from tracedray.v1 import common_pb2, raylet_pb2, raylet_pb2_grpc
 
 
 class LeaseCall:
@@ -86,13 +86,24 @@ class RayletClient:
                       ) -> raylet_pb2.LocateObjectReply:
         return self._call("LocateObject", request, timeout=600.0)  # type: ignore[return-value]
 
-    def free_objects(self, object_ids: list[bytes]) -> None:
-        self._call("FreeObjects", raylet_pb2.FreeObjectsRequest(object_ids=object_ids))
+    def free_objects(self, object_ids: list[bytes], *, reason: str = "",
+                     timeout: float = 60.0) -> None:
+        """Free the objects there (and the copies pulled from there); ``reason``: why,
+        empty for "released"."""
+        self._call("FreeObjects", raylet_pb2.FreeObjectsRequest(object_ids=object_ids,
+                                                                reason=reason), timeout=timeout)
 
-    def pull_object(self, object_id: bytes, to_node_id: str) -> Iterator[raylet_pb2.ObjectChunk]:
+    def owner_exiting(self, owner: common_pb2.Address, timeout: float) -> None:
+        """``owner`` shuts down: every object it owns there goes."""
+        self._call("OwnerExiting", raylet_pb2.OwnerExitingRequest(owner=owner), timeout=timeout)
+
+    def pull_object(self, object_id: bytes, to_node_id: str,
+                    to_raylet: common_pb2.Address | None = None
+                    ) -> Iterator[raylet_pb2.ObjectChunk]:
         with rpc.translate("raylet", self.address):
             yield from self._stub.PullObject(
-                raylet_pb2.PullObjectRequest(object_id=object_id, to_node_id=to_node_id),
+                raylet_pb2.PullObjectRequest(object_id=object_id, to_node_id=to_node_id,
+                                             to_raylet=to_raylet),
                 timeout=600.0)
 
     def get_worker_exit(self, worker_id: str, timeout_s: float) -> raylet_pb2.WorkerExitInfo:

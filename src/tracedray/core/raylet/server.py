@@ -23,14 +23,16 @@ from tracedray.core import rpc, trace_context
 from tracedray.core.address import Address
 from tracedray.core.gcs import node_health
 from tracedray.core.gcs.client import GcsClient
-from tracedray.core.object_store.store import ObjectStore
+from tracedray.core.object_store.store import FREE_RELEASED, ObjectStore
 from tracedray.core.raylet import driver_watch as dw
 from tracedray.core.raylet import lease_reclaim as lr
+from tracedray.core.raylet import owner_death as od
 from tracedray.core.raylet import scheduler
 from tracedray.core.raylet import worker_pool as wp
 from tracedray.core.raylet.client import RayletClient
 from tracedray.core.raylet.early_withdrawals import EarlyWithdrawals
 from tracedray.core.raylet.heartbeats import Heartbeats, HeartbeatStatistics
+from tracedray.core.raylet.object_frees import ObjectFrees, ObjectFreeStatistics
 from tracedray.core.raylet.telemetry_agent import start_agent, stop_agent
 from tracedray.core.raylet.transfers import TransferTable
 from tracedray.core.worker.flight_recorder import read_slot
@@ -71,6 +73,8 @@ class RayletStatistics:
     workers: wp.WorkerPoolStatistics
     resources_available: dict[str, float]
     heartbeats: HeartbeatStatistics
+    frees: ObjectFreeStatistics
+    freed_by_reason: dict[str, int]  # the store's: "released", "owner exited", "owner died"
 
 
 class Raylet:
@@ -117,6 +121,8 @@ class Raylet:
             reregister=lambda: self.gcs.register_node(self._node_info()),
             clock_skew_s=_clock_skew())
         self.transfers = TransferTable()
+        self.frees = ObjectFrees(store=self.store, node_id=node_id, background=self._bg,
+                                 local_alive=self._local_processes, dead_nodes=self._dead_nodes)
         self._agent: subprocess.Popen[bytes] | None = None
         # Read here so that a malformed value fails the node's start, naming the variable.
         self.idle_worker_timeout_s = config.IDLE_WORKER_TIMEOUT_S.get()
@@ -252,7 +258,8 @@ class Raylet:
                 pending_leases=self._queued(), infeasible_leases=self._infeasible(),
                 leases_granted=self._granted, leases_reclaimed=self._reclaimed,
                 workers=self.pool.statistics(), resources_available=dict(self.available),
-                heartbeats=self.heartbeats.statistics())
+                heartbeats=self.heartbeats.statistics(), frees=self.frees.statistics(),
+                freed_by_reason=self.store.statistics().freed_by_reason)
 
     # --- leasing
     def _queued(self) -> int:
@@ -561,6 +568,7 @@ class Raylet:
                 self._drivers.pop(driver.worker_id, None)  # nothing to ask it any more
         for driver, why in judgement.dead:
             self._bg.submit(self._report_driver_death, driver, why)
+            self.frees.owner_gone(od.died(driver.address, f"its driver process died: {why}"))
         return [driver.worker_id for driver, _ in judgement.dead]
 
     def _report_driver_death(self, driver: dw.WatchedDriver, why: str) -> None:
@@ -597,6 +605,7 @@ class Raylet:
             reclaim_at = time.monotonic() + lr.RECLAIM_INTERVAL_S
             _survive(self.reclaim_orphaned_leases, "lease.reclaim_failed")
             _survive(self.check_drivers, "driver.check_failed")
+            _survive(self.frees.check_owners, "objects.owner_check_failed")
 
     def kill_unregistered_workers(self) -> list[int]:
         """Kill the workers stuck at start: not registered ``register_timeout_s`` after
@@ -637,11 +646,9 @@ class Raylet:
                     and not w.kill_intended]
         if not held:
             return []
-        dead_nodes = {node_id for node_id, peer in self._peers.items()
-                      if peer.info.state == "DEAD"}
         lessees = lr.distinct_lessees(held)
         probe = functools.partial(lr.probe_lessee, local_node_id=self.node_id,
-                                  dead_nodes=dead_nodes)
+                                  dead_nodes=self._dead_nodes())
         verdicts = dict(zip(lessees, self._bg.map(probe, lessees), strict=True))
         orphaned = lr.orphaned_leases(held, verdicts)
         reclaimed = []
@@ -654,6 +661,17 @@ class Raylet:
                 self._reclaim(worker, lease.lessee, verdict)
                 reclaimed.append(lease.lease_id)
         return reclaimed
+
+    def _dead_nodes(self) -> set[str]:
+        """The nodes the GCS declared dead, as this raylet last heard."""
+        return {node_id for node_id, peer in self._peers.items() if peer.info.state == "DEAD"}
+
+    def _local_processes(self) -> set[str]:
+        """The worker ids of this node's processes not known to have exited: its
+        workers, and the drivers registered here (whose deaths the driver watch tells)."""
+        with self._lock:
+            return ({w.worker_id for w in self.pool.workers.values() if w.state != wp.DEAD}
+                    | set(self._drivers))
 
     def _reclaim(self, worker: wp.WorkerProcess, lessee: Address, verdict: lr.Verdict) -> None:
         """Kill a leased worker whose lessee died (the caller holds the lock); its exit
@@ -771,6 +789,9 @@ class Raylet:
             rpc.drop_channel(self.pool.address_of(worker).target)  # the reaper's probe channel
         if wp.exit_concerns_the_gcs(worker) and not self._stopped.is_set():
             self._bg.submit(self._report_actor_death, worker)
+        if not self._stopped.is_set():
+            self.frees.owner_gone(od.after_worker_exit(
+                self.pool.address_of(worker), worker.exit_code, worker.exit_meaning))
 
     def _mark_dead(self, worker: wp.WorkerProcess) -> None:
         with self._lock:
@@ -858,17 +879,23 @@ class Raylet:
         with telemetry.span("object.transfer", {A.OBJECT_ID: object_id.hex(),
                                                 A.TRANSFER_FROM_NODE: source.node_id,
                                                 A.TRANSFER_TO_NODE: self.node_id}) as span:
-            chunks = RayletClient(source.target).pull_object(object_id, self.node_id)
+            chunks = RayletClient(source.target).pull_object(object_id, self.node_id,
+                                                             self.address.to_proto())
             first = next(chunks)
             total = first.total_size
+            # The copy goes with its owner, as the primary does.
+            owner = Address.from_proto(first.owner) if first.HasField("owner") else None
 
             def data() -> Any:
                 yield first.data
                 for chunk in chunks:
                     yield chunk.data
 
-            self.store.receive(object_id.hex(), total, data(), owner="")
+            self.store.receive(object_id.hex(), total, data(),
+                               owner=owner.worker_id if owner is not None else "",
+                               owner_address=owner, call_site=first.call_site)
             span.set_attribute(A.TRANSFER_BYTES, total)
+        self.frees.after_pull(object_id.hex(), started)
         log.info("object.transfer", object_id=object_id.hex(), bytes=total,
                  from_node=source.node_id, duration_s=round(time.monotonic() - started, 6))
 
@@ -882,7 +909,9 @@ class Raylet:
                 spilled_bytes=stats.spilled_bytes, spilled_count=stats.spilled_count,
                 restored_bytes=stats.restored_bytes, restored_count=stats.restored_count,
                 pending_leases=self._queued(), infeasible_leases=self._infeasible(),
-                leases_reclaimed=self._reclaimed, session_dir=str(self.session_dir))
+                leases_reclaimed=self._reclaimed, session_dir=str(self.session_dir),
+                freed_count=stats.freed_count, freed_bytes=stats.freed_bytes,
+                freed_by_reason=stats.freed_by_reason)
             for worker in self.pool.workers.values():
                 reply.workers.add(worker_id=worker.worker_id, pid=worker.pid, state=worker.state,
                                   actor_id=worker.actor_id.hex(), exit_code=worker.exit_code,
@@ -998,9 +1027,11 @@ class _Servicer(raylet_pb2_grpc.RayletServiceServicer):
 
     def SealObject(self, request: Any, context: Any) -> Any:
         store = self._r.store
+        owner = (Address.from_proto(request.owner_address)
+                 if request.HasField("owner_address") else None)
         try:
             store.seal(request.object_id.hex(), request.size, owner=request.owner,
-                       call_site=request.call_site)
+                       call_site=request.call_site, owner_address=owner)
         except ObjectStoreFullError as exc:
             stats = store.statistics()
             return raylet_pb2.SealObjectReply(ok=False, error=str(exc), store_used=stats.used,
@@ -1013,18 +1044,32 @@ class _Servicer(raylet_pb2_grpc.RayletServiceServicer):
         return self._r.locate(request)
 
     def FreeObjects(self, request: Any, context: Any) -> Any:
-        self._r.store.free(oid.hex() for oid in request.object_ids)
+        self._r.frees.free([oid.hex() for oid in request.object_ids],
+                           request.reason or FREE_RELEASED)
+        return common_pb2.Empty()
+
+    def OwnerExiting(self, request: Any, context: Any) -> Any:
+        self._r.frees.owner_gone(od.exited(Address.from_proto(request.owner), "it shut down"))
         return common_pb2.Empty()
 
     def PullObject(self, request: Any, context: Any) -> Any:
         store = self._r.store
         object_hex = request.object_id.hex()
-        location = store.locate(object_hex)
-        if location is None:
+        info = store.describe(object_hex)
+        if info is None:
             context.abort(grpc.StatusCode.NOT_FOUND, f"object {object_hex} is not on this node")
             return
-        for chunk in store.read_chunks(object_hex):
-            yield raylet_pb2.ObjectChunk(total_size=location.size, data=bytes(chunk))
+        if request.HasField("to_raylet"):  # a free of the object here is passed on to it
+            self._r.frees.copy_holders.add(object_hex, Address.from_proto(request.to_raylet))
+        first = raylet_pb2.ObjectChunk(total_size=info.size, call_site=info.call_site)
+        if info.owner_address is not None:
+            first.owner.CopyFrom(info.owner_address.to_proto())
+        for index, chunk in enumerate(store.read_chunks(object_hex)):
+            if index == 0:
+                first.data = bytes(chunk)
+                yield first
+            else:
+                yield raylet_pb2.ObjectChunk(total_size=info.size, data=bytes(chunk))
 
     def GetWorkerExit(self, request: Any, context: Any) -> Any:
         return self._r.worker_exit_info(request.worker_id, request.timeout_s)

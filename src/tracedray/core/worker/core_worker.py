@@ -29,6 +29,7 @@ from tracedray.core.functions import FunctionManager, driver_import_paths
 from tracedray.core.gcs.client import GcsClient
 from tracedray.core.raylet.client import RayletClient
 from tracedray.core.worker import reference_table as rt
+from tracedray.core.worker import slow_tasks, stack_dump
 from tracedray.core.worker.actor_submitter import ActorSubmitter
 from tracedray.core.worker.exit_blockers import WorkState, exit_blockers
 from tracedray.core.worker.flight_recorder import FlightRecorder
@@ -51,6 +52,10 @@ from tracedray.v1 import common_pb2, core_worker_pb2, core_worker_pb2_grpc
 
 log = logs.get_logger(__name__)
 FLUSH_INTERVAL_S = 0.1
+# How long a process shutting down waits for each raylet holding its objects to free
+# them (it tells them all at once); one that does not answer frees them once it sees
+# the process gone (raylet/owner_death.py).
+OWNER_EXIT_TIMEOUT_S = 2.0
 
 
 def _parse_delay(text: str) -> float:
@@ -128,6 +133,8 @@ class CoreWorker:
         self.submitter = TaskSubmitter(self)
         self.actor_submitter = ActorSubmitter(self)
         self.executor: TaskExecutor | None = TaskExecutor(self) if mode == "worker" else None
+        self.slow_tasks = (slow_tasks.start_watch(self, self.executor, self._stopped)
+                           if self.executor is not None else None)
         self._flusher = threading.Thread(target=self._flush_loop, daemon=True,
                                          name="tracedray-flusher")
         self._flusher.start()
@@ -210,10 +217,17 @@ class CoreWorker:
         the node and then asks the owner again until it hands out the new copy.
         """
         object_id, node_id = value.object_id, value.store_node_id
-        if not node_id or node_id == self.node_id:
-            return None
         entry = self.references.get(object_id)
         if entry is None or (not entry.owned and entry.owner is None):
+            return None
+        if not entry.owned:
+            assert entry.owner is not None
+            # Its owner may be gone, and every copy with it: then say so (OwnerDiedError)
+            # at once, rather than wait for a verdict on a node that is alive.
+            answer = self._owner_answer(object_id, entry.owner)
+            if answer is not None and answer != value:
+                return answer  # an error (the owner died, or freed it), or another copy
+        if not node_id or node_id == self.node_id:
             return None
         if not self.recovery.await_verdict(node_id):
             return None
@@ -223,6 +237,15 @@ class CoreWorker:
         self.wait_values([object_id], 1, None)
         fresh = self.memory_store.get_if_ready(object_id)
         return None if fresh is None or _still_on(fresh, node_id) else fresh
+
+    def _owner_answer(self, object_id: bytes, owner: Address) -> common_pb2.ObjectValue | None:
+        """What the owner of a borrowed object says of it now, without waiting for it
+        to be ready: its value (maybe another copy), or an error value when the owner
+        does not answer (OwnerDiedError) or no longer has it; None: not ready."""
+        try:
+            return self.fetch_from_owner(object_id, owner, timeout_s=0)
+        except GetTimeoutError:
+            return None
 
     def _rebuilt_by_owner(self, object_id: bytes, owner: Address,
                           dead_node: str) -> common_pb2.ObjectValue | None:
@@ -348,9 +371,7 @@ class CoreWorker:
         except grpc.RpcError as exc:
             from tracedray.core.worker.pending_task import error_value
 
-            return error_value(object_id, OwnerDiedError(
-                object_id.hex(), f"its owner (pid {owner.pid} on {owner.ip}) is unreachable: "
-                f"{exc.code().name}; an object dies with the process that created it"))
+            return error_value(object_id, owner_died_error(object_id, owner, exc.code().name))
         if reply.status == core_worker_pb2.GetObjectReply.PENDING:
             raise GetTimeoutError(f"object {object_id.hex()} was not ready in {timeout_s}s")
         if reply.status == core_worker_pb2.GetObjectReply.UNKNOWN:
@@ -508,6 +529,7 @@ class CoreWorker:
         if self._stopped.is_set():
             return
         self.flush_background_work()
+        self._exit_as_owner()
         self._stopped.set()
         self.submitter.fail_all(RaySystemError("tracedray is shutting down"))
         self.actor_submitter.close()
@@ -515,6 +537,26 @@ class CoreWorker:
         if self.task_stream is not None:
             self.task_stream.stop()
         self._pool.shutdown(wait=False, cancel_futures=True)
+
+    def _exit_as_owner(self) -> None:
+        """Every object this process owns goes with it, on every node, as in Ray (its
+        borrowers' get() raises OwnerDiedError): tell the raylets holding them, and the
+        local one, which also frees the returns of its tasks sealed from now on."""
+        nodes = {entry.store_node_id for _, entry in self.references.snapshot()
+                 if entry.owned and entry.store_node_id}
+        raylets = {self.raylet.address: self.raylet}
+        for node_id in nodes:
+            client = self.raylet_for_node(node_id)
+            raylets[client.address] = client
+        owner = self.address_proto
+
+        def tell(raylet: RayletClient) -> None:
+            try:
+                raylet.owner_exiting(owner, timeout=OWNER_EXIT_TIMEOUT_S)
+            except RaySystemError as exc:
+                log.warning("objects.owner_exit_unheard", raylet=raylet.address, error=str(exc))
+
+        list(self._pool.map(tell, raylets.values()))
 
     def statistics(self) -> dict[str, Any]:
         return {"references": self.references.statistics(),
@@ -578,6 +620,15 @@ class _Blocked:
 
 def _stub(address: Address) -> core_worker_pb2_grpc.CoreWorkerServiceStub:
     return core_worker_pb2_grpc.CoreWorkerServiceStub(rpc.channel(address.target))
+
+
+def owner_died_error(object_id: bytes, owner: Address, answer: str) -> OwnerDiedError:
+    """A borrowed object whose owner does not answer (``answer``: the RPC's status)."""
+    return OwnerDiedError(
+        object_id.hex(), f"its owner has exited or died: the process that created it with "
+        f"put() or .remote() (pid {owner.pid}, worker {owner.worker_id}, node "
+        f"{owner.node_id} at {owner.ip}) does not answer ({answer}). An object lives only as "
+        f"long as its owner; its logs: `tracedray logs --worker {owner.pid}`")
 
 
 def _free(client: RayletClient, object_ids: list[bytes]) -> None:
@@ -654,6 +705,9 @@ class _Servicer(core_worker_pb2_grpc.CoreWorkerServiceServicer):
                 stream.write(f"{prefix} {line.line}\n")
             sys.stdout.flush()
         return common_pb2.Empty()
+
+    def DumpStacks(self, request: Any, context: grpc.ServicerContext) -> Any:
+        return stack_dump.dump_process(self._w)
 
 
 def echo_name(function_name: str, kind: int) -> str:

@@ -24,8 +24,11 @@ class ObjectIO:
         self.inline_threshold = config.INLINE_THRESHOLD.get()
 
     def to_value(self, object_id: bytes, serialized: Serialized, *, call_site: str,
-                 is_error: bool = False) -> common_pb2.ObjectValue:
-        """Package a serialized value: inline, or sealed into the local store."""
+                 is_error: bool = False, owner: common_pb2.Address | None = None
+                 ) -> common_pb2.ObjectValue:
+        """Package a serialized value: inline, or sealed into the local store for its
+        ``owner`` (a task's caller for its returns; by default this process), with
+        which it goes (raylet/owner_death.py)."""
         size = serialized.size
         value = common_pb2.ObjectValue(object_id=object_id, size=size)
         if is_error or size < self.inline_threshold:
@@ -33,17 +36,19 @@ class ObjectIO:
             value.inline_value.buffers.extend(bytes(b) for b in serialized.buffers)
             value.inline_value.is_error = is_error
         else:
-            value.size = self._write_to_store(object_id, serialized, call_site)
+            value.size = self._write_to_store(object_id, serialized, call_site,
+                                              owner or self._worker.address_proto)
             value.store_node_id = self._worker.node_id
             value.store_raylet.CopyFrom(self._worker.raylet_address.to_proto())
         for ref in serialized.contained_refs:
-            owner = ref.owner_address
+            inner_owner = ref.owner_address
             info = value.contained_refs.add(object_id=ref.binary(), call_site=ref.call_site)
-            if owner is not None:
-                info.owner.CopyFrom(owner.to_proto())
+            if inner_owner is not None:
+                info.owner.CopyFrom(inner_owner.to_proto())
         return value
 
-    def _write_to_store(self, object_id: bytes, serialized: Serialized, call_site: str) -> int:
+    def _write_to_store(self, object_id: bytes, serialized: Serialized, call_site: str,
+                        owner: common_pb2.Address) -> int:
         """Write and seal; returns the stored size (layout header and alignment included)."""
         from tracedray.core.object_store import client as store_client
 
@@ -51,7 +56,8 @@ class ObjectIO:
         path = worker.object_path(object_id)
         size = store_client.write_object(path, serialized.inband, serialized.buffers)
         reply = worker.raylet.seal_object(raylet_pb2.SealObjectRequest(
-            object_id=object_id, size=size, owner=worker.worker_id, call_site=call_site))
+            object_id=object_id, size=size, owner=owner.worker_id, call_site=call_site,
+            owner_address=owner))
         if not reply.ok:
             raise ObjectStoreFullError(reply.error)
         return size
