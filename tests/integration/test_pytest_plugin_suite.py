@@ -199,7 +199,8 @@ def test_tests_that_start_their_own_cluster_keep_working(
     result = _run(pytester, monkeypatch, root)
     result.assert_outcomes(passed=5, errors=1)
     # the last test asks for the shared cluster and starts its own: told what to do
-    result.stdout.fnmatch_lines(["*called twice*", "*tracedray_isolated*"])
+    result.stdout.fnmatch_lines(["*called twice*", "*- tracedray -*",
+                                 "*shared cluster*mark it @pytest.mark.tracedray_isolated*"])
     result.stdout.fnmatch_lines(["tracedray: 2 shared cluster start(s) for 3 test(s)*"])
     # shared, its own, the marked test's own, the isolated fixture's, shared again
     assert len(_sessions(root)) == 5, _sessions(root)
