@@ -110,9 +110,9 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[Any]:
     outcome: Any = yield
     excinfo = call.excinfo
-    if excinfo is None or "called twice" not in str(excinfo.value):
+    if excinfo is None or excinfo.typename != "RaySystemError":
         return
-    if excinfo.typename == "RaySystemError" and _state(item.config).cluster.running():
+    if "called twice" in str(excinfo.value) and _state(item.config).cluster.running():
         outcome.get_result().sections.append(("tracedray", _DOUBLE_INIT_HINT))
 
 
