@@ -57,6 +57,7 @@ _LAZY = {
     "shutdown": "tracedray.core.api",
     "wait": "tracedray.core.api",
     "util": "tracedray.util",
+    "actor": "tracedray.core.actor",  # as ray.actor: exit_actor, ActorClass, ActorHandle
 }
 
 
@@ -65,7 +66,7 @@ def __getattr__(name: str) -> Any:
     if module_name is None:
         raise AttributeError(f"module 'tracedray' has no attribute {name!r}")
     module = importlib.import_module(module_name)
-    value = module if name == "util" else getattr(module, name)
+    value = module if name in ("util", "actor") else getattr(module, name)
     globals()[name] = value
     return value
 

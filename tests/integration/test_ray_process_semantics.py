@@ -90,3 +90,39 @@ def test_builtin_actor_methods(shared_ray: Any) -> None:
     actor.add.remote(4)
     assert shared_ray.get(actor.__ray_call__.remote(lambda self, k: self.value * k, 10)) == 40
     shared_ray.kill(actor)
+
+
+@tracedray.remote
+class Quitter:
+    def __init__(self) -> None:
+        self.value = 0
+
+    def add(self, n: int) -> int:
+        self.value += n
+        return self.value
+
+    def leave(self) -> None:
+        tracedray.actor.exit_actor()
+
+
+def test_exit_actor_ends_the_actor_for_good(shared_ray: Any) -> None:
+    actor = Quitter.options(max_restarts=3, max_task_retries=3).remote()
+    assert shared_ray.get(actor.add.remote(1)) == 1
+    with pytest.raises(exceptions.RayActorError, match="exit_actor"):
+        shared_ray.get(actor.leave.remote(), timeout=60)
+    with pytest.raises(exceptions.ActorDiedError, match="exit_actor"):
+        shared_ray.get(actor.add.remote(1), timeout=60)  # not restarted
+
+
+def test_ray_terminate_runs_after_the_calls_before_it(shared_ray: Any) -> None:
+    actor = Quitter.remote()
+    before = actor.add.remote(5)
+    actor.__ray_terminate__.remote()
+    assert shared_ray.get(before, timeout=60) == 5
+    with pytest.raises(exceptions.ActorDiedError, match="__ray_terminate__"):
+        shared_ray.get(actor.add.remote(1), timeout=60)
+
+
+def test_exit_actor_outside_an_actor_is_a_type_error() -> None:
+    with pytest.raises(TypeError, match="outside an actor"):
+        tracedray.actor.exit_actor()

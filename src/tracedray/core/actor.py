@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import inspect
 import weakref
-from typing import Any
+from typing import Any, NoReturn
 
 from tracedray.core import arity, ids
 from tracedray.core import options as opts
@@ -124,7 +124,22 @@ def method_arities(cls: type) -> dict[str, arity.Arity]:
 
 
 # Every actor has them, as in Ray (the executor runs them: task_executor.py).
-BUILTIN_METHODS = frozenset({"__ray_ready__", "__ray_call__"})
+BUILTIN_METHODS = frozenset({"__ray_ready__", "__ray_call__", "__ray_terminate__"})
+
+
+def exit_actor() -> NoReturn:
+    """End the current actor for good, from one of its methods (Ray's
+    ``ray.actor.exit_actor``): this call and every call after it fail with
+    ``ActorDiedError``; the actor is not restarted."""
+    from tracedray.core import runtime
+    from tracedray.core.worker.task_executor import ActorExit
+
+    worker = runtime.current()
+    executor = getattr(worker, "executor", None)
+    if getattr(executor, "actor_instance", None) is None:
+        raise TypeError("exit_actor() was called outside an actor: only an actor's methods "
+                        "(in a cluster, not in local mode) can end their actor")
+    raise ActorExit()
 
 
 def method_retry_options(cls: type) -> dict[str, dict[str, Any]]:

@@ -252,12 +252,14 @@ class ListActorsReply(_message.Message):
     def __init__(self, actors: _Optional[_Iterable[_Union[ActorInfo, _Mapping]]] = ...) -> None: ...
 
 class KillActorRequest(_message.Message):
-    __slots__ = ("actor_id", "no_restart")
+    __slots__ = ("actor_id", "no_restart", "cause")
     ACTOR_ID_FIELD_NUMBER: _ClassVar[int]
     NO_RESTART_FIELD_NUMBER: _ClassVar[int]
+    CAUSE_FIELD_NUMBER: _ClassVar[int]
     actor_id: bytes
     no_restart: bool
-    def __init__(self, actor_id: _Optional[bytes] = ..., no_restart: _Optional[bool] = ...) -> None: ...
+    cause: str
+    def __init__(self, actor_id: _Optional[bytes] = ..., no_restart: _Optional[bool] = ..., cause: _Optional[str] = ...) -> None: ...
 
 class WorkerDeath(_message.Message):
     __slots__ = ("node_id", "worker_id", "actor_id", "exit_code", "signal", "meaning", "intended")

@@ -106,9 +106,9 @@ class GcsClient:
     def list_actors(self) -> list[gcs_pb2.ActorInfo]:
         return list(self._call(self._stub.ListActors, gcs_pb2.ListActorsRequest()).actors)
 
-    def kill_actor(self, actor_id: bytes, no_restart: bool) -> None:
-        self._call(self._stub.KillActor, gcs_pb2.KillActorRequest(actor_id=actor_id,
-                                                                  no_restart=no_restart))
+    def kill_actor(self, actor_id: bytes, no_restart: bool, cause: str = "") -> None:
+        self._call(self._stub.KillActor, gcs_pb2.KillActorRequest(
+            actor_id=actor_id, no_restart=no_restart, cause=cause))
 
     def report_worker_death(self, death: gcs_pb2.WorkerDeath) -> None:
         self._call(self._stub.ReportWorkerDeath, death)

@@ -529,7 +529,10 @@ class _Servicer(gcs_pb2_grpc.GcsServiceServicer):
         return gcs_pb2.ListActorsReply(actors=self._g.actors.list())
 
     def KillActor(self, request: Any, context: Any) -> Any:
-        self._g.actors.kill(request.actor_id, request.no_restart)
+        if request.cause:
+            self._g.actors.kill(request.actor_id, request.no_restart, request.cause)
+        else:
+            self._g.actors.kill(request.actor_id, request.no_restart)
         return common_pb2.Empty()
 
     def ReportWorkerDeath(self, request: Any, context: Any) -> Any:

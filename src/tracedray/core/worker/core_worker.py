@@ -453,6 +453,18 @@ class CoreWorker:
     def became_actor(self, spec: common_pb2.TaskSpec) -> None:
         logs.set_process_context(actor_id=spec.actor_id.hex())
 
+    def exit_actor_soon(self, actor_id: bytes, cause: str) -> None:
+        """End this actor for good: the GCS records it dead (no restart) and has the
+        raylet stop this worker; this process also leaves by itself, as after a kill."""
+        def _exit() -> None:
+            try:
+                self.gcs.kill_actor(actor_id, no_restart=True, cause=cause)
+            except RaySystemError as exc:
+                log.warning("actor.exit_report_failed", error=str(exc))
+            self.exit_soon("exit_actor")
+
+        threading.Thread(target=_exit, daemon=True, name="tracedray-actor-exit").start()
+
     def exit_soon(self, reason: str, code: int = 0) -> None:
         def _exit() -> None:
             time.sleep(0.05)  # let the reply go out

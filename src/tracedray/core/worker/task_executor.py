@@ -28,7 +28,7 @@ from tracedray.core import code_source, ids, trace_context
 from tracedray.core.serialization import serialize
 from tracedray.core.worker.async_actor import ActorEventLoop, actor_concurrency, is_async_actor
 from tracedray.core.worker.pending_task import error_value
-from tracedray.exceptions import RayError, RayTaskError, TaskCancelledError
+from tracedray.exceptions import ActorDiedError, RayError, RayTaskError, TaskCancelledError
 from tracedray.telemetry import attributes as A
 from tracedray.v1 import common_pb2
 
@@ -78,6 +78,7 @@ class TaskExecutor:
         self._cond = threading.Condition()
         self._pool: ThreadPoolExecutor | None = None
         self._event_loop: ActorEventLoop | None = None  # an async actor's (async_actor.py)
+        self._exit_cause = ""  # set once the actor asked to exit (exit_actor())
         self.actor_instance: Any = None
         self.actor_id: bytes = b""
         self._running: dict[bytes, int] = {}  # task id -> thread ident
@@ -145,18 +146,21 @@ class TaskExecutor:
     # --- execution
     def _run_and_respond(self, spec: common_pb2.TaskSpec, respond: Respond) -> None:
         try:
-            result = self.run(spec)
+            if self._exit_cause:  # the actor is leaving: what came after that fails
+                result = _error_result(spec, ActorDiedError(self._exit_cause,
+                                                            self.actor_id.hex()))
+            else:
+                result = self.run(spec)
         except TaskInterrupt:  # a cancel delivered while run() handled another error
             result = _cancelled_result(spec)
         except BaseException as exc:  # noqa: BLE001 - a bug here must still answer the caller
             log.error("task.executor_bug", task_id=spec.task_id.hex(), error=repr(exc))
-            result = common_pb2.TaskResult(task_id=spec.task_id, attempt=spec.attempt,
-                                           is_application_error=True)
-            result.returns.extend(error_value(object_id, exc)
-                                  for object_id in _return_ids(spec))
+            result = _error_result(spec, exc)
         self._worker.flush_reference_updates()  # borrowers registered before the caller hears
         self._worker.flush_output()  # what the task printed reaches the driver before its result
         respond(result)
+        if self._exit_cause:
+            self._worker.exit_actor_soon(self.actor_id, self._exit_cause)
 
     def run(self, spec: common_pb2.TaskSpec) -> common_pb2.TaskResult:
         worker = self._worker
@@ -207,7 +211,9 @@ class TaskExecutor:
                                       worker_id=worker.worker_id, worker_pid=worker.address.pid)
         except BaseException as exc:  # noqa: BLE001 - user code may raise anything
             self._failed += 1
-            if isinstance(exc, SystemExit):
+            if isinstance(exc, ActorExit) and self.actor_instance is not None:
+                exc = self._begin_actor_exit(spec, exc)
+            elif isinstance(exc, SystemExit):
                 self._exit_process(spec, span, exc)  # as in Ray: the process exits
             if isinstance(exc, KeyboardInterrupt):  # a cancel, or the task's own: as Ray
                 exc = TaskCancelledError(task_hex)
@@ -241,6 +247,18 @@ class TaskExecutor:
             worker.flight_recorder.clear()
             span.end()
         return result
+
+    def _begin_actor_exit(self, spec: common_pb2.TaskSpec, exc: ActorExit) -> ActorDiedError:
+        """``exit_actor()`` (or ``__ray_terminate__``): the actor ends for good, after this
+        call's answer is out; the call itself, and every call after it, fails with
+        ``ActorDiedError``, as in Ray."""
+        cause = (f"the actor exited by calling {exc.how} in "
+                 f"{spec.function_name}" if exc.how == "exit_actor()" else
+                 "the actor was terminated with __ray_terminate__")
+        self._exit_cause = cause
+        log.info("actor.exit_requested", actor_id=self.actor_id.hex(), how=exc.how,
+                 task_id=spec.task_id.hex())
+        return ActorDiedError(cause, self.actor_id.hex())
 
     def _exit_process(self, spec: common_pb2.TaskSpec, span: Any, exc: SystemExit) -> NoReturn:
         """``sys.exit()`` in a task or actor method ends the worker, as in Ray: its caller
@@ -292,9 +310,8 @@ class TaskExecutor:
         if spec.kind == common_pb2.ACTOR_METHOD:
             if self.actor_instance is None:
                 raise RayError("this worker hosts no actor (creation failed?)")
-            if spec.method_name == "__tracedray_terminate__":
-                worker.exit_soon("exit_actor")
-                return [None]
+            if spec.method_name == "__ray_terminate__":
+                raise ActorExit("__ray_terminate__")
             builtin = BUILTIN_ACTOR_METHODS.get(spec.method_name)
             if builtin is not None:
                 output = builtin(self.actor_instance, *args, **kwargs)
@@ -375,6 +392,14 @@ BUILTIN_ACTOR_METHODS: dict[str, Callable[..., Any]] = {
 }
 
 
+class ActorExit(SystemExit):
+    """Raised by ``exit_actor()``: ends the actor for good once the call has answered."""
+
+    def __init__(self, how: str = "exit_actor()") -> None:
+        super().__init__(0)
+        self.how = how
+
+
 def exit_code(exc: SystemExit) -> int:
     """The process exit status ``sys.exit(code)`` asks for, as Python computes it."""
     if exc.code is None:
@@ -386,6 +411,13 @@ def _tail(text: str, limit: int) -> str:
     """The end of ``text`` (where a traceback names the failing line), at most ``limit``
     characters."""
     return text if len(text) <= limit else "..." + text[-limit:]
+
+
+def _error_result(spec: common_pb2.TaskSpec, exc: BaseException) -> common_pb2.TaskResult:
+    result = common_pb2.TaskResult(task_id=spec.task_id, attempt=spec.attempt,
+                                   is_application_error=True)
+    result.returns.extend(error_value(object_id, exc) for object_id in _return_ids(spec))
+    return result
 
 
 def _cancelled_result(spec: common_pb2.TaskSpec) -> common_pb2.TaskResult:
