@@ -92,6 +92,17 @@ def test_actor_constructor(any_ray: Any) -> None:
     assert any_ray.get(counter.add.remote(1)) == 12
 
 
+def test_get_if_exists_returns_an_existing_actor_whatever_the_arguments(any_ray: Any) -> None:
+    # As in Ray, the lookup comes first; only a creation checks the arguments.
+    named = Counter.options(name="existing", get_if_exists=True)
+    with pytest.raises(TypeError, match="missing a required argument: 'start'"):
+        named.remote()
+    first = named.remote(3)
+    again = named.remote()
+    assert any_ray.get(again.add.remote(1)) == 4
+    any_ray.kill(first)
+
+
 def test_actor_methods(any_ray: Any) -> None:
     counter = Counter.remote(0)
     with pytest.raises(TypeError) as raised:

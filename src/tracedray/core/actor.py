@@ -18,7 +18,7 @@ class ActorClass:
         self._options = opts.validate(options, opts.ACTOR_OPTIONS, f"actor class {cls.__name__}")
         self.__name__ = cls.__name__
         self.__doc__ = cls.__doc__
-        self._arity = arity.of_method(cls, "__init__")  # checked at .remote(), as in Ray
+        self._arity = constructor_arity(cls)  # checked at .remote(), as in Ray
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         raise TypeError(f"actor class {self._cls.__name__} cannot be instantiated directly; "
@@ -43,8 +43,6 @@ class ActorClass:
         from tracedray.core.api import global_worker
         from tracedray.core.submission import build_task
 
-        if self._arity is not None:
-            self._arity.check(args, kwargs)
         worker = global_worker()
         options = self._options
         if hasattr(worker, "local_actor"):
@@ -65,6 +63,10 @@ class ActorClass:
                     return ActorHandle._from_info(info)
             except Exception:  # noqa: BLE001 - not found: create it below
                 pass
+        # After get_if_exists found none, as in Ray: an existing actor is returned
+        # whatever the arguments.
+        if self._arity is not None:
+            self._arity.check(args, kwargs)
         function_id = worker.functions.export(self._cls, f"actor class {self._cls.__name__}")
         actor_id = ids.new_actor_id()
         # Actors hold 0 CPU while alive by default (as in Ray), 1 to be scheduled.
@@ -113,6 +115,17 @@ def _methods(cls: type) -> dict[str, int]:
 
 _ARITIES: weakref.WeakKeyDictionary[type, dict[str, arity.Arity]] = \
     weakref.WeakKeyDictionary()
+
+
+_CONSTRUCTORS: weakref.WeakKeyDictionary[type, arity.Arity | None] = \
+    weakref.WeakKeyDictionary()
+
+
+def constructor_arity(cls: type) -> arity.Arity | None:
+    """The arity of ``cls.__init__`` as ``Actor.remote(...)`` is called, once per class."""
+    if cls not in _CONSTRUCTORS:
+        _CONSTRUCTORS[cls] = arity.of_method(cls, "__init__")
+    return _CONSTRUCTORS[cls]
 
 
 def method_arities(cls: type) -> dict[str, arity.Arity]:

@@ -259,7 +259,7 @@ class LocalWorker:
 
     def local_actor(self, cls: type, args: Sequence[Any], kwargs: Mapping[str, Any],
                     options: Mapping[str, Any] | None = None) -> ActorHandle:
-        from tracedray.core.actor import ActorHandle, _methods, method_arities
+        from tracedray.core.actor import ActorHandle, _methods, constructor_arity, method_arities
 
         options = options or {}
         name = options.get("name") or ""
@@ -273,6 +273,9 @@ class LocalWorker:
                                        arities=method_arities(cls))
                 raise ValueError(f"an actor named {name!r} already exists in namespace "
                                  f"{namespace!r}; pass get_if_exists=True to reuse it")
+        checked = constructor_arity(cls)  # after get_if_exists, as in Ray
+        if checked is not None:
+            checked.check(args, kwargs)
         actor = _LocalActor(ids.new_actor_id(), cls.__qualname__, name, namespace)
         with self._lock:
             self._actors[actor.actor_id] = actor
