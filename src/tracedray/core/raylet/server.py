@@ -121,8 +121,9 @@ class Raylet:
             reregister=lambda: self.gcs.register_node(self._node_info()),
             clock_skew_s=_clock_skew())
         self.transfers = TransferTable()
-        self.frees = ObjectFrees(store=self.store, node_id=node_id, background=self._bg,
-                                 local_alive=self._local_processes, dead_nodes=self._dead_nodes)
+        self.frees = ObjectFrees(store=self.store, transfers=self.transfers, node_id=node_id,
+                                 background=self._bg, local_alive=self._local_processes,
+                                 dead_nodes=self._dead_nodes)
         self._agent: subprocess.Popen[bytes] | None = None
         # Read here so that a malformed value fails the node's start, naming the variable.
         self.idle_worker_timeout_s = config.IDLE_WORKER_TIMEOUT_S.get()
@@ -895,7 +896,7 @@ class Raylet:
                                owner=owner.worker_id if owner is not None else "",
                                owner_address=owner, call_site=first.call_site)
             span.set_attribute(A.TRANSFER_BYTES, total)
-        self.frees.after_pull(object_id.hex(), started)
+        self.frees.after_pull(object_id.hex())
         log.info("object.transfer", object_id=object_id.hex(), bytes=total,
                  from_node=source.node_id, duration_s=round(time.monotonic() - started, 6))
 
