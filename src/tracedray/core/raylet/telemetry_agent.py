@@ -68,6 +68,7 @@ AGENT_BYTES_PER_ROUND = 256 << 10  # ~700 spans, ~5 ms of CPU under one lock: a 
 # SCHED_IDLE agent holding a lock a reader waits on finishes that much, not more
 POLL_S = 0.05
 PARENT_CHECK_S = 0.5
+WRITERS_POLL_S = 0.25  # how often a stopped agent looks for what live writers added
 STOP_TIMEOUT_S = 15.0  # a final conversion of a long burst's backlog takes seconds
 
 if TYPE_CHECKING:
@@ -307,7 +308,7 @@ def main() -> None:
              run_time_s=round(time.monotonic() - started, 3))
     _say_converted()
     if export is not None:
-        _finish_export(export, args.linger)
+        _finish_export(export, converter, args.session_dir, args.linger, args.only_pid)
     logs.record_process_exit(0)
 
 
@@ -333,6 +334,23 @@ def _warn(event: str, fields: Mapping[str, object]) -> None:
     log.warning(event, **fields)
 
 
+def live_writers(session_dir: Path, only_pid: int = 0) -> list[int]:
+    """Pids of the live processes (other than this one) with a span or log spool in the
+    session: their spans and lines may still come. ``only_pid``: that one's alone."""
+    pids = set()
+    for folder in (session_dir / "traces", session_dir / "logs"):
+        with contextlib.suppress(OSError):
+            for entry in os.scandir(folder):
+                stem, _, suffix = entry.name.rpartition(".")
+                pid_text = stem.rpartition("-")[2]
+                if suffix == "spool" and pid_text.isdigit():
+                    pids.add(int(pid_text))
+    pids.discard(os.getpid())
+    if only_pid:
+        pids &= {only_pid}
+    return sorted(pid for pid in pids if process_alive(pid))
+
+
 def _say_converted() -> None:
     """Tell the raylet (stop_agent) that the last conversion is done."""
     with contextlib.suppress(OSError, ValueError):
@@ -344,9 +362,20 @@ def _say_converted() -> None:
         os.close(devnull)
 
 
-def _finish_export(export: ExportLoop, linger_s: float) -> None:
+def _finish_export(export: ExportLoop, converter: SpoolConverter, session_dir: Path,
+                   linger_s: float, only_pid: int) -> None:
+    """Export what is left, then what the session's other writers on this machine still
+    record (the GCS stops after the raylet; a driver may outlive a node), until none is
+    left or ``linger_s`` has passed."""
     started = time.monotonic()
-    drained = export.drain(started + linger_s)
+    deadline = started + linger_s
+    while True:
+        writers = live_writers(session_dir, only_pid)
+        converter.convert_once()
+        drained = export.drain(deadline)
+        if not drained or not writers:
+            break  # out of time, or everything the writers had ended was exported
+        time.sleep(WRITERS_POLL_S)
     stats = export.exporter.statistics()
     export.exporter.close()
     (log.info if drained else log.warning)(
