@@ -211,7 +211,9 @@ class CoreWorker:
         rebuilt value (or the error saying why it cannot be); None: nothing to do.
 
         The owner rebuilds (see recovery.py); a borrower waits for the same verdict on
-        the node and then asks the owner again until it hands out the new copy.
+        the node and then asks the owner again until it hands out the new copy. A
+        borrower first asks the owner at once: an owner gone (every copy went with it,
+        raylet/owner_death.py) answers nothing, which is an OwnerDiedError.
         """
         object_id, node_id = value.object_id, value.store_node_id
         entry = self.references.get(object_id)
