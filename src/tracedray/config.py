@@ -282,6 +282,18 @@ OTLP_EXPORT_LINGER_S: Variable[float] = Variable(
     "endpoint that is down or slow after its node stopped; what it could not send stays in "
     "the session files (and in its export cursors, for the next agent of the session).",
 )
+METRICS_ENABLED: Variable[bool] = Variable(
+    "TRACEDRAY_METRICS",
+    _parse_bool,
+    lambda: True,
+    "Whether raylets and the GCS serve Prometheus metrics on /metrics (true/false).",
+)
+METRICS_EXPORT_PORT: Variable[int] = Variable(
+    "TRACEDRAY_METRICS_EXPORT_PORT",
+    _parse_non_negative_int,
+    lambda: 0,
+    "Port of a raylet's /metrics when --metrics-export-port is not given (0: a free port).",
+)
 
 ALL_VARIABLES: tuple[Variable[Any], ...] = (
     TEMP_DIR,
@@ -310,4 +322,6 @@ ALL_VARIABLES: tuple[Variable[Any], ...] = (
     TELEMETRY_AGENT_INTERVAL_S,
     TELEMETRY_AGENT_MAX_DEFER_S,
     OTLP_EXPORT_LINGER_S,
+    METRICS_ENABLED,
+    METRICS_EXPORT_PORT,
 )

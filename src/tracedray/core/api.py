@@ -42,7 +42,7 @@ _GET_SHAPE = telemetry.SpanShape("object.get", (A.OBJECT_COUNT, A.OBJECT_ID, A.O
 RAY_ONLY_KEYWORDS = frozenset({
     "include_dashboard", "dashboard_host", "dashboard_port", "_system_config", "runtime_env",
     "configure_logging", "logging_level", "logging_format", "log_to_driver", "_temp_dir",
-    "num_gpus", "_node_ip_address", "_metrics_export_port", "storage", "_plasma_directory",
+    "num_gpus", "_node_ip_address", "storage", "_plasma_directory",
     "enable_object_reconstruction", "_redis_password", "job_config",
     "_enable_object_reconstruction",
 })
@@ -68,7 +68,8 @@ def is_initialized() -> bool:
 def init(address: str | None = None, *, num_cpus: float | None = None,
          resources: dict[str, float] | None = None, object_store_memory: int | None = None,
          namespace: str | None = None, object_spilling: bool = True, local_mode: bool = False,
-         ignore_reinit_error: bool = False, **kwargs: Any) -> dict[str, Any]:
+         ignore_reinit_error: bool = False, _metrics_export_port: int | None = None,
+         **kwargs: Any) -> dict[str, Any]:
     """Start a local cluster, or connect to one (``"auto"``, ``"host:port"``)."""
     global _cluster
     unknown = set(kwargs) - RAY_ONLY_KEYWORDS
@@ -105,7 +106,8 @@ def init(address: str | None = None, *, num_cpus: float | None = None,
                 processes = node.start_head(paths, num_cpus=num_cpus, resources=resources,
                                             object_store_memory=object_store_memory,
                                             spilling=object_spilling, parent_pid=os.getpid(),
-                                            storage=config.GCS_STORAGE.get())
+                                            storage=config.GCS_STORAGE.get(),
+                                            metrics_export_port=_metrics_export_port)
             except BaseException:
                 _forget_session(created)
                 raise
@@ -119,7 +121,8 @@ def init(address: str | None = None, *, num_cpus: float | None = None,
                 gcs_address = _normalize_address(address)
                 found = session.session_for_address(gcs_address)
             for given, name in ((num_cpus, "num_cpus"), (resources, "resources"),
-                                (object_store_memory, "object_store_memory")):
+                                (object_store_memory, "object_store_memory"),
+                                (_metrics_export_port, "_metrics_export_port")):
                 if given is not None:
                     raise ConfigError(f"{name} cannot be set when connecting to an existing "
                                       f"cluster at {gcs_address}; set it on `tracedray start`")

@@ -8,7 +8,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class NodeInfo(_message.Message):
-    __slots__ = ("node_id", "raylet", "resources_total", "state", "start_time", "end_time", "death_reason", "environment", "is_head", "object_store_capacity", "hostname", "clock_offset_s", "version_drift", "clock_rtt_s")
+    __slots__ = ("node_id", "raylet", "resources_total", "state", "start_time", "end_time", "death_reason", "environment", "is_head", "object_store_capacity", "hostname", "clock_offset_s", "version_drift", "clock_rtt_s", "metrics_export_port")
     class ResourcesTotalEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -37,6 +37,7 @@ class NodeInfo(_message.Message):
     CLOCK_OFFSET_S_FIELD_NUMBER: _ClassVar[int]
     VERSION_DRIFT_FIELD_NUMBER: _ClassVar[int]
     CLOCK_RTT_S_FIELD_NUMBER: _ClassVar[int]
+    METRICS_EXPORT_PORT_FIELD_NUMBER: _ClassVar[int]
     node_id: str
     raylet: _common_pb2.Address
     resources_total: _containers.ScalarMap[str, float]
@@ -51,7 +52,8 @@ class NodeInfo(_message.Message):
     clock_offset_s: float
     version_drift: _containers.RepeatedScalarFieldContainer[str]
     clock_rtt_s: float
-    def __init__(self, node_id: _Optional[str] = ..., raylet: _Optional[_Union[_common_pb2.Address, _Mapping]] = ..., resources_total: _Optional[_Mapping[str, float]] = ..., state: _Optional[str] = ..., start_time: _Optional[float] = ..., end_time: _Optional[float] = ..., death_reason: _Optional[str] = ..., environment: _Optional[_Mapping[str, str]] = ..., is_head: _Optional[bool] = ..., object_store_capacity: _Optional[int] = ..., hostname: _Optional[str] = ..., clock_offset_s: _Optional[float] = ..., version_drift: _Optional[_Iterable[str]] = ..., clock_rtt_s: _Optional[float] = ...) -> None: ...
+    metrics_export_port: int
+    def __init__(self, node_id: _Optional[str] = ..., raylet: _Optional[_Union[_common_pb2.Address, _Mapping]] = ..., resources_total: _Optional[_Mapping[str, float]] = ..., state: _Optional[str] = ..., start_time: _Optional[float] = ..., end_time: _Optional[float] = ..., death_reason: _Optional[str] = ..., environment: _Optional[_Mapping[str, str]] = ..., is_head: _Optional[bool] = ..., object_store_capacity: _Optional[int] = ..., hostname: _Optional[str] = ..., clock_offset_s: _Optional[float] = ..., version_drift: _Optional[_Iterable[str]] = ..., clock_rtt_s: _Optional[float] = ..., metrics_export_port: _Optional[int] = ...) -> None: ...
 
 class HeartbeatRequest(_message.Message):
     __slots__ = ("node_id", "resources_available", "sent_at", "store_used", "pending_leases", "infeasible_leases", "clock_offset_s", "clock_rtt_s", "has_clock_estimate")

@@ -82,6 +82,10 @@ def start(
     object_spilling: bool = typer.Option(True, "--object-spilling/--no-object-spilling",
                                          help="Spill to the session's spill/ folder when full."),
     block: bool = typer.Option(False, "--block", help="Stay in the foreground; Ctrl-C stops."),
+    metrics_export_port: int | None = typer.Option(
+        None, "--metrics-export-port", min=0,
+        help="Port of the node's Prometheus /metrics (default: "
+             f"${config.METRICS_EXPORT_PORT.name} or 0, a free port)."),
 ) -> None:
     """Start a head node, or join a node to a running cluster; returns once it is ready."""
     from tracedray.cli.output import fail
@@ -93,9 +97,9 @@ def start(
     try:
         extra = _parse_resources(resources)
         processes = _start_head(port, node_ip_address, num_cpus, extra, object_store_memory,
-                                gcs_storage, object_spilling) if head else \
+                                gcs_storage, object_spilling, metrics_export_port) if head else \
             _join(address or "", node_ip_address, num_cpus, extra, object_store_memory,
-                  object_spilling)
+                  object_spilling, metrics_export_port)
     except RayError as exc:
         raise fail(str(exc)) from exc
     _print_started(processes, head)
@@ -105,18 +109,20 @@ def start(
 
 def _start_head(port: int, host: str, num_cpus: float | None, resources: dict[str, float] | None,
                 object_store_memory: int | None, storage: str | None,
-                spilling: bool) -> NodeProcesses:
+                spilling: bool, metrics_export_port: int | None) -> NodeProcesses:
     from tracedray.core.node import start_head
     from tracedray.core.session import create_session
 
     session = create_session()
     return start_head(session, port=port, host=host, num_cpus=num_cpus, resources=resources,
                       object_store_memory=object_store_memory, spilling=spilling,
-                      storage=storage or config.GCS_STORAGE.get(), parent_pid=0, detach=True)
+                      storage=storage or config.GCS_STORAGE.get(), parent_pid=0, detach=True,
+                      metrics_export_port=metrics_export_port)
 
 
 def _join(address: str, host: str, num_cpus: float | None, resources: dict[str, float] | None,
-          object_store_memory: int | None, spilling: bool) -> NodeProcesses:
+          object_store_memory: int | None, spilling: bool,
+          metrics_export_port: int | None) -> NodeProcesses:
     from tracedray.cli.cluster_client import normalize_address
     from tracedray.core.node import join_node
     from tracedray.core.session import create_session, session_for_address
@@ -127,7 +133,7 @@ def _join(address: str, host: str, num_cpus: float | None, resources: dict[str, 
     session = session_for_address(gcs) or create_session()
     return join_node(session, gcs, host=host, num_cpus=num_cpus, resources=resources,
                      object_store_memory=object_store_memory, spilling=spilling,
-                     parent_pid=0, detach=True)
+                     parent_pid=0, detach=True, metrics_export_port=metrics_export_port)
 
 
 def _print_started(processes: NodeProcesses, head: bool) -> None:

@@ -80,8 +80,12 @@ class RayletStatistics:
 class Raylet:
     def __init__(self, *, node_id: str, ip: str, gcs_address: str, session_dir: Path,
                  resources: dict[str, float], object_store_memory: int, object_spilling: bool,
-                 is_head: bool, port: int = 0, listen_host: str = "127.0.0.1") -> None:
+                 is_head: bool, port: int = 0, listen_host: str = "127.0.0.1",
+                 metrics_export_port: int = 0) -> None:
         self.node_id = node_id
+        # Where this node's /metrics is served (metrics/), registered with the GCS for
+        # prometheus_sd.json; 0: not served.
+        self.metrics_export_port = metrics_export_port
         self.ip = ip
         self.session_dir = session_dir
         self.is_head = is_head
@@ -173,7 +177,8 @@ class Raylet:
                                 resources_total=self.total, state="ALIVE", start_time=time.time(),
                                 environment=environment_fingerprint(), is_head=self.is_head,
                                 object_store_capacity=self.store.statistics().capacity,
-                                hostname=os.uname().nodename)
+                                hostname=os.uname().nodename,
+                                metrics_export_port=self.metrics_export_port)
 
     def _version_drift(self, info: gcs_pb2.NodeInfo) -> list[str]:
         """How this node's versions differ from the head's (the GCS flags it too)."""

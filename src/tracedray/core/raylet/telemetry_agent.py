@@ -282,6 +282,11 @@ def main() -> None:
     converter = SpoolConverter(args.session_dir / "traces", args.interval,
                                max_defer_s=args.max_defer)
     export = _start_export(args.session_dir, args.interval, args.only_pid)
+    if not args.only_pid:  # the node's agent: its counts on the raylet's /metrics
+        from tracedray.metrics.agent_metrics import start_reporting
+
+        start_reporting(args.session_dir, args.node_id, converter.statistics,
+                        export.exporter.statistics if export is not None else None)
     started = time.monotonic()
     stop_requested = [False]
     signal.signal(signal.SIGTERM, lambda signum, frame: stop_requested.__setitem__(0, True))
