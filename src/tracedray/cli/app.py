@@ -25,6 +25,8 @@ COMMAND_MODULES = (
     "tracedray.cli.commands.memory",  # memory
     "tracedray.cli.commands.logs",  # logs
     "tracedray.cli.commands.state",  # list, get, summary
+    "tracedray.cli.commands.stack",  # stack
+    "tracedray.cli.commands.top",  # top
 )
 
 

@@ -41,7 +41,7 @@ class SummaryKind(str, Enum):
 # Columns without --detail: enough to find the row, short enough to fit a terminal.
 SHORT_COLUMNS: dict[str, tuple[str, ...]] = {
     "tasks": ("task_id", "name", "state", "attempt_number", "type", "node_id", "worker_pid",
-              "error_type"),
+              "error_type", "running_for_s", "slow"),
     "actors": ("actor_id", "class_name", "state", "name", "pid", "node_id", "num_restarts"),
     "objects": ("object_ref", "size", "reference_type", "type", "pid", "ip", "call_site",
                 "status"),

@@ -9,7 +9,7 @@ import grpc
 
 from tracedray.core import rpc
 from tracedray.exceptions import RaySystemError
-from tracedray.v1 import common_pb2, raylet_pb2, raylet_pb2_grpc
+from tracedray.v1 import common_pb2, debug_pb2, raylet_pb2, raylet_pb2_grpc
 
 
 class LeaseCall:
@@ -114,6 +114,10 @@ class RayletClient:
                    include_references: bool = False) -> raylet_pb2.NodeStats:
         return self._call("GetNodeStats", raylet_pb2.GetNodeStatsRequest(  # type: ignore[return-value]
             include_objects=include_objects, include_references=include_references))
+
+    def dump_node_stacks(self, request: debug_pb2.DumpStacksRequest,
+                         timeout: float) -> debug_pb2.NodeStackDumps:
+        return self._call("DumpNodeStacks", request, timeout)  # type: ignore[return-value]
 
     def kill_worker(self, worker_id: str, force: bool = True) -> None:
         self._call("KillWorker", raylet_pb2.KillWorkerRequest(worker_id=worker_id, force=force))

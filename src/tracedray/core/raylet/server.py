@@ -28,6 +28,7 @@ from tracedray.core.raylet import driver_watch as dw
 from tracedray.core.raylet import lease_reclaim as lr
 from tracedray.core.raylet import owner_death as od
 from tracedray.core.raylet import scheduler
+from tracedray.core.raylet import stack_dumps as sd
 from tracedray.core.raylet import worker_pool as wp
 from tracedray.core.raylet.client import RayletClient
 from tracedray.core.raylet.early_withdrawals import EarlyWithdrawals
@@ -44,6 +45,7 @@ from tracedray.v1 import (
     common_pb2,
     core_worker_pb2,
     core_worker_pb2_grpc,
+    debug_pb2,
     gcs_pb2,
     raylet_pb2,
     raylet_pb2_grpc,
@@ -907,6 +909,7 @@ class Raylet:
 
     def node_stats(self, request: raylet_pb2.GetNodeStatsRequest) -> raylet_pb2.NodeStats:
         stats = self.store.statistics()
+        host_use = _host_use()  # /proc reads, outside the lock
         with self._lock:
             reply = raylet_pb2.NodeStats(
                 node_id=self.node_id, ip=self.ip, pid=os.getpid(), resources_total=self.total,
@@ -918,6 +921,7 @@ class Raylet:
                 leases_reclaimed=self._reclaimed, session_dir=str(self.session_dir),
                 freed_count=stats.freed_count, freed_bytes=stats.freed_bytes,
                 freed_by_reason=stats.freed_by_reason)
+            reply.host_cpu_percent, reply.host_memory_percent = host_use
             for worker in self.pool.workers.values():
                 reply.workers.add(worker_id=worker.worker_id, pid=worker.pid, state=worker.state,
                                   actor_id=worker.actor_id.hex(), exit_code=worker.exit_code,
@@ -936,6 +940,28 @@ class Raylet:
                 if table is not None:
                     reply.reference_tables.append(table)
         return reply
+
+
+    def dump_stacks(self, request: debug_pb2.DumpStacksRequest) -> debug_pb2.NodeStackDumps:
+        """The stacks of this node's workers (and drivers, if asked), asked outside the lock."""
+        with self._lock:
+            targets = [sd.Target(w.worker_id, w.pid, "worker", w.state,
+                                 self.pool.address_of(w) if w.port else None, w.actor_id.hex())
+                       for w in self.pool.workers.values() if w.state not in (wp.DEAD,)]
+            if request.include_drivers:
+                targets += [sd.Target(a.worker_id, a.pid, "driver", "DRIVER", a)
+                            for a in self._drivers.values() if a.port]
+        return sd.dump_node(self.node_id, self.ip, targets, request)
+
+
+def _host_use() -> tuple[float, float]:
+    """The machine's CPU use since the previous call and its memory use, in percent."""
+    import psutil
+
+    try:
+        return psutil.cpu_percent(interval=None), psutil.virtual_memory().percent
+    except (OSError, RuntimeError):
+        return 0.0, 0.0
 
 
 def _reference_table(address: Address) -> bytes | None:
@@ -1122,6 +1148,10 @@ class _Servicer(raylet_pb2_grpc.RayletServiceServicer):
         for path in sorted(folder.glob("*.jsonl")):
             # Without the NUL tail a live writer reserves (telemetry/append_file.py).
             yield raylet_pb2.FileChunk(name=path.name, data=read_data(path))
+
+
+    def DumpNodeStacks(self, request: Any, context: Any) -> Any:
+        return self._r.dump_stacks(request)
 
 
 def _when_gone(context: Any, withdraw: Callable[[], None]) -> None:
