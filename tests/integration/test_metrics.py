@@ -9,11 +9,16 @@ import os
 import signal
 import socket
 import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+from opentelemetry.proto.collector.metrics.v1 import (
+    metrics_service_pb2,
+    metrics_service_pb2_grpc,
+)
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.integration.multinode_support import started_nodes, wait_for
@@ -202,3 +207,70 @@ def test_metrics_export_port_is_the_one_asked_for(no_leaks: None) -> None:
         assert "tracedray_object_store_used_bytes" in _scrape(f"127.0.0.1:{port}")[1]
     finally:
         tracedray.shutdown()
+
+
+class _MetricsSink(metrics_service_pb2_grpc.MetricsServiceServicer):
+    """An OTLP/gRPC metrics receiver: the last value of each (metric, attributes)."""
+
+    def __init__(self) -> None:
+        self.values: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
+        self.resources: list[dict[str, str]] = []
+
+    def Export(self, request: Any, context: Any) -> Any:  # noqa: N802 - gRPC method name
+        for resource_metrics in request.resource_metrics:
+            self.resources.append({a.key: a.value.string_value
+                                   for a in resource_metrics.resource.attributes})
+            for scope in resource_metrics.scope_metrics:
+                for metric in scope.metrics:
+                    points = (metric.sum.data_points if metric.HasField("sum")
+                              else metric.gauge.data_points)
+                    for point in points:
+                        key = tuple(sorted((a.key, a.value.string_value)
+                                           for a in point.attributes))
+                        value = point.as_double if point.HasField("as_double") else point.as_int
+                        self.values[(metric.name, key)] = value
+        return metrics_service_pb2.ExportMetricsServiceResponse()
+
+    def value(self, name: str, **labels: str) -> float:
+        return sum(v for (n, key), v in list(self.values.items())
+                   if n == name and all((k, labels[k]) in key for k in labels))
+
+
+def test_otel_metrics_exporter_otlp_sends_the_same_metrics(
+        monkeypatch: pytest.MonkeyPatch, no_leaks: None) -> None:
+    import grpc
+
+    import tracedray
+
+    sink = _MetricsSink()
+    server = grpc.server(ThreadPoolExecutor(max_workers=4))
+    metrics_service_pb2_grpc.add_MetricsServiceServicer_to_server(sink, server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    for name, value in {"OTEL_METRICS_EXPORTER": "otlp", "OTEL_TRACES_EXPORTER": "none",
+                        "OTEL_LOGS_EXPORTER": "none",
+                        "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT": f"http://127.0.0.1:{port}",
+                        "OTEL_EXPORTER_OTLP_METRICS_INSECURE": "true",
+                        "OTEL_METRIC_EXPORT_INTERVAL": "500"}.items():
+        monkeypatch.setenv(name, value)
+    tracedray.init(num_cpus=1, object_store_memory=128 << 20)
+    try:
+        node_id = tracedray.get_runtime_context().get_node_id()
+        held = tracedray.put(np.zeros(10 * MB, dtype=np.uint8))
+
+        @tracedray.remote
+        def one() -> int:
+            return 1
+
+        assert tracedray.get([one.remote() for _ in range(5)]) == [1] * 5
+        wait_for(lambda: sink.value("tracedray_object_store_used_bytes", node_id=node_id)
+                 >= 10 * MB and sink.value("tracedray_tasks", state="FINISHED") >= 5,
+                 30, "the store's bytes and the finished tasks over OTLP")
+        assert sink.value("tracedray_object_store_capacity_bytes", node_id=node_id) == 128 << 20
+        from tracedray.telemetry import attributes as A
+
+        assert {r.get(A.RESOURCE_COMPONENT) for r in sink.resources} == {"raylet", "gcs"}
+        del held
+    finally:
+        tracedray.shutdown()
+        server.stop(grace=None)

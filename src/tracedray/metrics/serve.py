@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 from tracedray import config, logs
 from tracedray.core.process import process_alive
-from tracedray.metrics import rpc_latency
+from tracedray.metrics import otlp, rpc_latency
 from tracedray.metrics.discovery import DiscoveryWriter, Target
 from tracedray.metrics.exposition import MetricsServer, SafeCollector, start_server
 from tracedray.metrics.snapshot import METRICS_DIR, SnapshotReader
@@ -37,6 +37,7 @@ def attach_raylet(server: MetricsServer, raylet: Raylet) -> None:
     reader = SnapshotReader(raylet.session_dir / METRICS_DIR / raylet.node_id, process_alive)
     collector = NodeCollector(raylet, reader, rpc_latency.install())
     server.register(SafeCollector("raylet", collector.collect))
+    otlp.start(server.registry, "raylet", raylet.node_id, raylet.session_dir.name)
     log.info("metrics.serving", component="raylet", address=f"{server.host}:{server.port}")
 
 
@@ -51,6 +52,7 @@ def attach_gcs(server: MetricsServer, gcs: Gcs, session_dir: Path) -> DiscoveryW
                                             "gcs"))
     writer.update()
     writer.start()
+    otlp.start(server.registry, "gcs", "", session_dir.name)
     log.info("metrics.serving", component="gcs", address=f"{server.host}:{server.port}",
              discovery=str(writer.path))
     return writer

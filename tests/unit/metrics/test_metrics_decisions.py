@@ -84,3 +84,23 @@ def test_a_failing_collector_costs_its_families_not_the_scrape() -> None:
     collector = SafeCollector("broken", broken)
     assert list(collector.collect()) == []
     assert collector.failures == 1
+
+
+def test_otlp_is_asked_for_by_otel_metrics_exporter() -> None:
+    from tracedray.metrics.otlp import protocol, wanted
+
+    assert wanted({"OTEL_METRICS_EXPORTER": "console, otlp"})
+    assert not wanted({"OTEL_METRICS_EXPORTER": "none"})
+    assert not wanted({})
+    assert protocol({}) == "grpc"
+    assert protocol({"OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
+                     "OTEL_EXPORTER_OTLP_METRICS_PROTOCOL": "grpc"}) == "grpc"
+
+
+def test_each_prometheus_family_becomes_observable_instruments() -> None:
+    from tracedray.metrics.otlp import instruments_of
+
+    assert instruments_of("counter", "x") == [("x_total", "counter", "_total")]
+    assert instruments_of("gauge", "y") == [("y", "gauge", "")]
+    assert [name for name, _, _ in instruments_of("histogram", "z")] == [
+        "z_bucket", "z_count", "z_sum"]
