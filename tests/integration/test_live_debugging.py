@@ -131,6 +131,15 @@ def test_stack_labels_a_stuck_task_and_an_actor_method_on_two_nodes(scene: Scene
     assert "marker_wait_for_file" in dumps[0]["stacks"]
 
 
+def test_native_frames_come_from_py_spy_or_say_why_not(scene: Scene) -> None:
+    rows = scene.stack("--native", "--task", scene.task_id)
+    [(_, process, thread)] = scene.threads_of(rows, scene.task_id)
+    if process.get("native_error"):  # py-spy may not read processes here (ptrace rules)
+        assert "py-spy" in process["native_error"]
+    else:
+        assert any("marker_wait_for_file" in frame for frame in thread["native_frames"])
+
+
 def test_stack_of_a_finished_task_says_so(scene: Scene) -> None:
     result = run("stack", "--address", scene.address, "--task", "ffffffff", code=1)
     assert "no running task" in result.stderr

@@ -13,8 +13,10 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+import sys
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -106,7 +108,8 @@ def native_frames(py_spy_json: Any) -> dict[int, list[str]]:
 
 
 def _add_native(row: debug_pb2.ProcessStackDump, timeout_s: float) -> None:
-    exe = shutil.which("py-spy")
+    beside = Path(sys.executable).parent / "py-spy"  # the extra's script, PATH or not
+    exe = str(beside) if beside.exists() else shutil.which("py-spy")
     if exe is None:
         row.native_error = "py-spy is not installed here (pip install 'tracedray[native]')"
         return
