@@ -135,8 +135,9 @@ IDLE_WORKER_SOFT_LIMIT: Variable[int | None] = Variable(
 NODE_DEATH_TIMEOUT_S: Variable[float] = Variable(
     "TRACEDRAY_NODE_DEATH_TIMEOUT_S",
     _parse_positive_float,
-    lambda: 5.0,
-    "A node whose heartbeats stop for this long is marked DEAD.",
+    lambda: 30.0,
+    "A node whose heartbeats stop for this long is marked DEAD (late ones first make it "
+    "SUSPECT in `tracedray status`; a refused raylet port is dead at once).",
 )
 JAEGER_URL: Variable[str] = Variable(
     "TRACEDRAY_JAEGER_URL",

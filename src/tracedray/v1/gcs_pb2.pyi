@@ -85,12 +85,16 @@ class HeartbeatRequest(_message.Message):
     def __init__(self, node_id: _Optional[str] = ..., resources_available: _Optional[_Mapping[str, float]] = ..., sent_at: _Optional[float] = ..., store_used: _Optional[int] = ..., pending_leases: _Optional[int] = ..., infeasible_leases: _Optional[int] = ..., clock_offset_s: _Optional[float] = ..., clock_rtt_s: _Optional[float] = ..., has_clock_estimate: _Optional[bool] = ...) -> None: ...
 
 class HeartbeatReply(_message.Message):
-    __slots__ = ("gcs_time", "unknown_node")
+    __slots__ = ("gcs_time", "unknown_node", "declared_dead", "death_reason")
     GCS_TIME_FIELD_NUMBER: _ClassVar[int]
     UNKNOWN_NODE_FIELD_NUMBER: _ClassVar[int]
+    DECLARED_DEAD_FIELD_NUMBER: _ClassVar[int]
+    DEATH_REASON_FIELD_NUMBER: _ClassVar[int]
     gcs_time: float
     unknown_node: bool
-    def __init__(self, gcs_time: _Optional[float] = ..., unknown_node: _Optional[bool] = ...) -> None: ...
+    declared_dead: bool
+    death_reason: str
+    def __init__(self, gcs_time: _Optional[float] = ..., unknown_node: _Optional[bool] = ..., declared_dead: _Optional[bool] = ..., death_reason: _Optional[str] = ...) -> None: ...
 
 class GetNodesRequest(_message.Message):
     __slots__ = ()

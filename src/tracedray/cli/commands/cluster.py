@@ -10,6 +10,7 @@ their shared memory. ``status`` asks the GCS and every alive raylet.
 from __future__ import annotations
 
 import json
+import time
 from typing import TYPE_CHECKING, Any
 
 import typer
@@ -188,6 +189,7 @@ def _workers_by_state(view: NodeView) -> dict[str, int]:
 
 def status_rows(views: list[NodeView]) -> list[dict[str, Any]]:
     """One JSON-ready row per node: its state row plus load, workers and reachability."""
+    from tracedray.core.gcs import node_health
     from tracedray.util._state_rows import node_row
 
     out = []
@@ -200,6 +202,11 @@ def status_rows(views: list[NodeView]) -> list[dict[str, Any]]:
         # Leases of processes that died holding them, taken back by the raylet.
         row["leases_reclaimed"] = view.stats.leases_reclaimed if view.stats else 0
         row["last_heartbeat"] = view.node.last_heartbeat or None
+        silent_s = time.time() - view.node.last_heartbeat if view.node.last_heartbeat else 0.0
+        # Late heartbeats: a stalled or partitioned node, not (yet) dead.
+        row["suspect"] = row["state"] == "ALIVE" and node_health.suspect(
+            silent_s, config.HEARTBEAT_INTERVAL_S.get())
+        row["silent_s"] = round(silent_s, 1)
         row["error"] = view.error if view.alive else ""
         out.append(row)
     return out
@@ -267,6 +274,8 @@ def _print_status(summary: dict[str, Any]) -> None:
         state = row["state"] + (" head" if row["is_head"] else "")
         if row["state"] != "ALIVE" and row["death_reason"]:
             state += f": {row['death_reason']}"
+        elif row["suspect"]:
+            state += f" SUSPECT: no heartbeat for {row['silent_s']:g}s"
         elif row["error"]:
             state += f" ({row['error']})"
         table.add_row(f"{row['node_id'][:12]} {row['ip']}", state, _used_of(row, "CPU"), others,

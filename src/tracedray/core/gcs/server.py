@@ -159,8 +159,11 @@ class Gcs:
         now = time.time()
         with self._lock:
             entry = self._nodes.get(request.node_id)
-            if entry is None or entry.info.state == "DEAD":
-                return gcs_pb2.HeartbeatReply(gcs_time=now, unknown_node=entry is None)
+            if entry is None:
+                return gcs_pb2.HeartbeatReply(gcs_time=now, unknown_node=True)
+            if entry.info.state == "DEAD":
+                return gcs_pb2.HeartbeatReply(gcs_time=now, declared_dead=True,
+                                              death_reason=entry.info.death_reason)
             entry.last_heartbeat = now
             entry.resources_available.clear()
             entry.resources_available.update(request.resources_available)

@@ -125,7 +125,7 @@ class Raylet:
             gcs=self.gcs, node_id=node_id, interval_s=config.HEARTBEAT_INTERVAL_S.get(),
             request=self._heartbeat_request, stopped=self._stopped,
             reregister=lambda: self.gcs.register_node(self._node_info()),
-            clock_skew_s=_clock_skew())
+            fence=self._fence, clock_skew_s=_clock_skew())
         self.transfers = TransferTable()
         self.frees = ObjectFrees(store=self.store, transfers=self.transfers, node_id=node_id,
                                  background=self._bg, local_alive=self._local_processes,
@@ -242,6 +242,18 @@ class Raylet:
             pending.reply = self._reply(decision, status=raylet_pb2.LeaseReply.SPILLBACK,
                                         spillback=Address.from_proto(peer.info.raylet))
             pending.done.set()
+
+    def _fence(self, death_reason: str) -> None:
+        """The GCS declared this node dead while it ran (a stall or a partition longer
+        than the death timeout): stop, killing the workers, so that nothing runs under the
+        dead node's identity; its work was already failed or retried elsewhere."""
+        if self._stopped.is_set():
+            return
+        log.error("node.fenced", node_id=self.node_id, death_reason=death_reason,
+                  action="the raylet stops and kills its workers; start the node again to "
+                         "rejoin the cluster as a new node")
+        threading.Thread(target=_shutdown_and_exit, args=(self, 1), daemon=True,
+                         name="tracedray-fence").start()
 
     def shutdown(self) -> None:
         if self._stopped.is_set():
@@ -1160,9 +1172,9 @@ def _when_gone(context: Any, withdraw: Callable[[], None]) -> None:
         withdraw()  # the RPC is over already
 
 
-def _shutdown_and_exit(raylet: Raylet) -> None:
+def _shutdown_and_exit(raylet: Raylet, code: int = 0) -> None:
     time.sleep(0.05)
     raylet.shutdown()
-    logs.record_process_exit(0)
+    logs.record_process_exit(code)
     telemetry.shutdown()
-    os._exit(0)
+    os._exit(code)
