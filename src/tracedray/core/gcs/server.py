@@ -38,6 +38,9 @@ from tracedray.v1 import common_pb2, gcs_pb2, gcs_pb2_grpc
 
 log = logs.get_logger(__name__)
 TABLES = ("nodes", "jobs", "kv", "actors", "tasks")
+# Written through to any storage, the embedded one too: a GCS SIGKILL must lose no node,
+# job, actor or function (they change rarely); the task table may stay flushed-behind.
+DURABLE_TABLES = frozenset({"nodes", "jobs", "kv", "actors"})
 TERMINAL = job_tasks.TERMINAL
 # Task records a job's end fails per hold of the lock: task events wait meanwhile.
 _FAIL_BATCH = 500
@@ -61,7 +64,8 @@ class Gcs:
         self.session_dir = session_dir
         self.storage = open_storage(storage_url, session_dir=session_dir)
         through = is_write_through(self.storage)
-        self.tables = {name: TieredTable(name, self.storage, write_through=through)
+        self.tables = {name: TieredTable(name, self.storage,
+                                         write_through=through or name in DURABLE_TABLES)
                        for name in TABLES}
         self.flusher = Flusher(self.tables, flush_policy or FlushPolicy(), enabled=flushing)
         self._lock = threading.RLock()
