@@ -149,6 +149,9 @@ def _print_started(processes: NodeProcesses, head: bool) -> None:
              f"Add a node:        tracedray start --address {gcs}",
              "Look at it:        tracedray status",
              "Stop it:           tracedray stop"]
+    if head:  # the GCS keeps it: every node's /metrics, for Prometheus (docs/metrics.md)
+        lines.append(f"Metrics:           {processes.session.root / 'prometheus_sd.json'} "
+                     "(Prometheus file_sd)")
     typer.echo("\n".join(lines))
 
 
