@@ -105,3 +105,21 @@ def test_rows_filters_and_text() -> None:
     assert "actor Waiter " + "aa" * 16 in text
     assert "not answering within 1s" in text
     assert "tracedray-flusher" in stack_view.render(rows, all_threads=True)
+
+
+def test_breakpoints_are_listed_oldest_first_and_chosen_by_index_or_id() -> None:
+    from tracedray.cli.commands.debug import breakpoint_rows, choose
+
+    dumps = debug_pb2.NodeStackDumps(node_id="n")
+    process = dumps.processes.add(pid=5)
+    process.dump.breakpoints.add(breakpoint_id="bbb111", since=20.0, filename="f.py", lineno=3)
+    process.dump.breakpoints.add(breakpoint_id="aaa222", since=10.0, function="m.g")
+    dumps.processes.add(pid=6, error="not answering")
+    rows = breakpoint_rows([stack_view.NodeAnswer("n", "ip", True, dumps),
+                            stack_view.NodeAnswer("m", "ip", False, None, "down")], 30.0)
+    assert [(r["index"], r["breakpoint_id"], r["waiting_s"]) for r in rows] == [
+        (0, "aaa222", 20.0), (1, "bbb111", 10.0)]
+    assert rows[1]["location"] == "f.py:3"
+    assert choose(rows, "1") is rows[1]
+    assert choose(rows, "AAA") is rows[0]
+    assert choose(rows, "7") is None and choose(rows, "c") is None

@@ -27,6 +27,7 @@ COMMAND_MODULES = (
     "tracedray.cli.commands.state",  # list, get, summary
     "tracedray.cli.commands.stack",  # stack
     "tracedray.cli.commands.top",  # top
+    "tracedray.cli.commands.debug",  # debug
 )
 
 

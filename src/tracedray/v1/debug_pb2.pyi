@@ -7,14 +7,54 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class DumpStacksRequest(_message.Message):
-    __slots__ = ("native", "timeout_s", "include_drivers")
+    __slots__ = ("native", "timeout_s", "include_drivers", "breakpoints_only")
     NATIVE_FIELD_NUMBER: _ClassVar[int]
     TIMEOUT_S_FIELD_NUMBER: _ClassVar[int]
     INCLUDE_DRIVERS_FIELD_NUMBER: _ClassVar[int]
+    BREAKPOINTS_ONLY_FIELD_NUMBER: _ClassVar[int]
     native: bool
     timeout_s: float
     include_drivers: bool
-    def __init__(self, native: _Optional[bool] = ..., timeout_s: _Optional[float] = ..., include_drivers: _Optional[bool] = ...) -> None: ...
+    breakpoints_only: bool
+    def __init__(self, native: _Optional[bool] = ..., timeout_s: _Optional[float] = ..., include_drivers: _Optional[bool] = ..., breakpoints_only: _Optional[bool] = ...) -> None: ...
+
+class Breakpoint(_message.Message):
+    __slots__ = ("breakpoint_id", "host", "port", "token", "task_id", "attempt", "function", "actor_id", "job_id", "pid", "worker_id", "node_id", "filename", "lineno", "since", "post_mortem", "error")
+    BREAKPOINT_ID_FIELD_NUMBER: _ClassVar[int]
+    HOST_FIELD_NUMBER: _ClassVar[int]
+    PORT_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_FIELD_NUMBER: _ClassVar[int]
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    FUNCTION_FIELD_NUMBER: _ClassVar[int]
+    ACTOR_ID_FIELD_NUMBER: _ClassVar[int]
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    PID_FIELD_NUMBER: _ClassVar[int]
+    WORKER_ID_FIELD_NUMBER: _ClassVar[int]
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    FILENAME_FIELD_NUMBER: _ClassVar[int]
+    LINENO_FIELD_NUMBER: _ClassVar[int]
+    SINCE_FIELD_NUMBER: _ClassVar[int]
+    POST_MORTEM_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    breakpoint_id: str
+    host: str
+    port: int
+    token: str
+    task_id: str
+    attempt: int
+    function: str
+    actor_id: str
+    job_id: str
+    pid: int
+    worker_id: str
+    node_id: str
+    filename: str
+    lineno: int
+    since: float
+    post_mortem: bool
+    error: str
+    def __init__(self, breakpoint_id: _Optional[str] = ..., host: _Optional[str] = ..., port: _Optional[int] = ..., token: _Optional[str] = ..., task_id: _Optional[str] = ..., attempt: _Optional[int] = ..., function: _Optional[str] = ..., actor_id: _Optional[str] = ..., job_id: _Optional[str] = ..., pid: _Optional[int] = ..., worker_id: _Optional[str] = ..., node_id: _Optional[str] = ..., filename: _Optional[str] = ..., lineno: _Optional[int] = ..., since: _Optional[float] = ..., post_mortem: _Optional[bool] = ..., error: _Optional[str] = ...) -> None: ...
 
 class StackFrame(_message.Message):
     __slots__ = ("filename", "lineno", "function", "line")
@@ -65,7 +105,7 @@ class ThreadStack(_message.Message):
     def __init__(self, thread_id: _Optional[int] = ..., name: _Optional[str] = ..., daemon: _Optional[bool] = ..., frames: _Optional[_Iterable[_Union[StackFrame, _Mapping]]] = ..., native_frames: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class StackDump(_message.Message):
-    __slots__ = ("worker_id", "pid", "component", "job_id", "actor_id", "actor_class", "dumped_at", "threads", "tasks")
+    __slots__ = ("worker_id", "pid", "component", "job_id", "actor_id", "actor_class", "dumped_at", "threads", "tasks", "breakpoints")
     WORKER_ID_FIELD_NUMBER: _ClassVar[int]
     PID_FIELD_NUMBER: _ClassVar[int]
     COMPONENT_FIELD_NUMBER: _ClassVar[int]
@@ -75,6 +115,7 @@ class StackDump(_message.Message):
     DUMPED_AT_FIELD_NUMBER: _ClassVar[int]
     THREADS_FIELD_NUMBER: _ClassVar[int]
     TASKS_FIELD_NUMBER: _ClassVar[int]
+    BREAKPOINTS_FIELD_NUMBER: _ClassVar[int]
     worker_id: str
     pid: int
     component: str
@@ -84,7 +125,8 @@ class StackDump(_message.Message):
     dumped_at: float
     threads: _containers.RepeatedCompositeFieldContainer[ThreadStack]
     tasks: _containers.RepeatedCompositeFieldContainer[RunningTask]
-    def __init__(self, worker_id: _Optional[str] = ..., pid: _Optional[int] = ..., component: _Optional[str] = ..., job_id: _Optional[str] = ..., actor_id: _Optional[str] = ..., actor_class: _Optional[str] = ..., dumped_at: _Optional[float] = ..., threads: _Optional[_Iterable[_Union[ThreadStack, _Mapping]]] = ..., tasks: _Optional[_Iterable[_Union[RunningTask, _Mapping]]] = ...) -> None: ...
+    breakpoints: _containers.RepeatedCompositeFieldContainer[Breakpoint]
+    def __init__(self, worker_id: _Optional[str] = ..., pid: _Optional[int] = ..., component: _Optional[str] = ..., job_id: _Optional[str] = ..., actor_id: _Optional[str] = ..., actor_class: _Optional[str] = ..., dumped_at: _Optional[float] = ..., threads: _Optional[_Iterable[_Union[ThreadStack, _Mapping]]] = ..., tasks: _Optional[_Iterable[_Union[RunningTask, _Mapping]]] = ..., breakpoints: _Optional[_Iterable[_Union[Breakpoint, _Mapping]]] = ...) -> None: ...
 
 class ProcessStackDump(_message.Message):
     __slots__ = ("worker_id", "pid", "component", "state", "dump", "error", "native_error", "actor_id")

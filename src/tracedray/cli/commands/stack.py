@@ -23,7 +23,7 @@ RAYLET_MARGIN_S = 5.0
 
 
 def collect(client: ClusterClient, *, node: str | None, timeout_s: float, drivers: bool,
-            native: bool) -> list[NodeAnswer]:
+            native: bool, breakpoints_only: bool = False) -> list[NodeAnswer]:
     """Every alive node's answer (or why it gave none), the head first."""
     from tracedray.cli.stack_view import NodeAnswer
     from tracedray.core.raylet.client import RayletClient
@@ -39,7 +39,7 @@ def collect(client: ClusterClient, *, node: str | None, timeout_s: float, driver
             raise ConfigError(f"--node {node}: no alive node's id starts with it "
                               f"(nodes: {known}); see `tracedray list nodes`")
     request = debug_pb2.DumpStacksRequest(timeout_s=timeout_s, include_drivers=drivers,
-                                          native=native)
+                                          native=native, breakpoints_only=breakpoints_only)
 
     def ask(n: object) -> NodeAnswer:
         info = n.info  # type: ignore[attr-defined]

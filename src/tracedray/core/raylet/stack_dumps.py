@@ -55,7 +55,8 @@ def not_answering(timeout_s: float) -> str:
             f"native code)")
 
 
-def ask(target: Target, timeout_s: float, native: bool) -> debug_pb2.ProcessStackDump:
+def ask(target: Target, timeout_s: float, native: bool,
+        breakpoints_only: bool = False) -> debug_pb2.ProcessStackDump:
     row = debug_pb2.ProcessStackDump(worker_id=target.worker_id, pid=target.pid,
                                      component=target.component, state=target.state,
                                      actor_id=target.actor_id)
@@ -64,7 +65,8 @@ def ask(target: Target, timeout_s: float, native: bool) -> debug_pb2.ProcessStac
         return row
     try:
         stub = core_worker_pb2_grpc.CoreWorkerServiceStub(rpc.channel(target.address.target))
-        row.dump.CopyFrom(stub.DumpStacks(debug_pb2.DumpStacksRequest(), timeout=timeout_s))
+        row.dump.CopyFrom(stub.DumpStacks(
+            debug_pb2.DumpStacksRequest(breakpoints_only=breakpoints_only), timeout=timeout_s))
     except grpc.RpcError as exc:
         code = exc.code() if hasattr(exc, "code") else None
         row.error = (not_answering(timeout_s) if code == grpc.StatusCode.DEADLINE_EXCEEDED
@@ -84,10 +86,13 @@ def dump_node(node_id: str, ip: str, targets: list[Target],
     pool = ThreadPoolExecutor(max_workers=min(MAX_PARALLEL, len(targets)),
                               thread_name_prefix="tracedray-stacks")
     try:
-        rows = list(pool.map(lambda t: ask(t, timeout_s, request.native), targets))
+        rows = list(pool.map(lambda t: ask(t, timeout_s, request.native,
+                                           request.breakpoints_only), targets))
     finally:
         pool.shutdown(wait=False)
     reply.processes.extend(rows)
+    if request.breakpoints_only:
+        return reply
     log.info("node.stack_dump", processes=len(rows),
              not_answering=sum(1 for r in rows if r.error))
     return reply

@@ -29,7 +29,7 @@ from tracedray.core.functions import FunctionManager, driver_import_paths
 from tracedray.core.gcs.client import GcsClient
 from tracedray.core.raylet.client import RayletClient
 from tracedray.core.worker import reference_table as rt
-from tracedray.core.worker import slow_tasks, stack_dump
+from tracedray.core.worker import remote_debugger, slow_tasks, stack_dump
 from tracedray.core.worker.actor_submitter import ActorSubmitter
 from tracedray.core.worker.exit_blockers import WorkState, exit_blockers
 from tracedray.core.worker.flight_recorder import FlightRecorder
@@ -135,6 +135,8 @@ class CoreWorker:
         self.executor: TaskExecutor | None = TaskExecutor(self) if mode == "worker" else None
         self.slow_tasks = (slow_tasks.start_watch(self, self.executor, self._stopped)
                            if self.executor is not None else None)
+        if self.executor is not None:
+            remote_debugger.install(self)  # breakpoint() waits for `tracedray debug`
         self._flusher = threading.Thread(target=self._flush_loop, daemon=True,
                                          name="tracedray-flusher")
         self._flusher.start()
@@ -721,7 +723,7 @@ class _Servicer(core_worker_pb2_grpc.CoreWorkerServiceServicer):
         return common_pb2.Empty()
 
     def DumpStacks(self, request: Any, context: grpc.ServicerContext) -> Any:
-        return stack_dump.dump_process(self._w)
+        return stack_dump.dump_process(self._w, request)
 
 
 def echo_name(function_name: str, kind: int) -> str:

@@ -130,15 +130,23 @@ def summary(stack_dump: debug_pb2.StackDump, limit: int = 16_000) -> str:
     return text if len(text) <= limit else text[:limit] + "..."
 
 
-def dump_process(worker: CoreWorker) -> debug_pb2.StackDump:
+def dump_process(worker: CoreWorker,
+                 request: debug_pb2.DumpStacksRequest | None = None) -> debug_pb2.StackDump:
     """This process's dump (the CoreWorkerService.DumpStacks answer), also logged as a
-    ``worker.stack_dump`` line."""
+    ``worker.stack_dump`` line; with ``breakpoints_only``, just its waiting breakpoints."""
+    from tracedray.core.worker import remote_debugger
+
     executor = worker.executor
+    if request is not None and request.breakpoints_only:
+        return debug_pb2.StackDump(worker_id=worker.worker_id, pid=os.getpid(),
+                                   component=worker.mode, dumped_at=time.time(),
+                                   breakpoints=remote_debugger.waiting())
     result = dump(worker_id=worker.worker_id, pid=os.getpid(), component=worker.mode,
                   job_id=worker.job_id, live=list(executor.live.values()) if executor else [],
                   actor_id=executor.actor_id if executor else b"",
                   actor_instance=executor.actor_instance if executor else None,
                   skip_thread=threading.get_ident())
+    result.breakpoints.extend(remote_debugger.waiting())
     log.info("worker.stack_dump", threads=len(result.threads),
              task_ids=[t.task_id for t in result.tasks],
              functions=[t.function for t in result.tasks], stacks=summary(result))

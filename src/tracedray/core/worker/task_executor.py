@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from tracedray import logs, telemetry
 from tracedray.core import code_source, ids, trace_context
 from tracedray.core.serialization import serialize
+from tracedray.core.worker import remote_debugger
 from tracedray.core.worker.async_actor import ActorEventLoop, actor_concurrency, is_async_actor
 from tracedray.core.worker.pending_task import error_value
 from tracedray.core.worker.slow_tasks import FunctionDurations
@@ -222,6 +223,9 @@ class TaskExecutor:
                 exc = self._begin_actor_exit(spec, exc)
             elif isinstance(exc, SystemExit):
                 self._exit_process(spec, span, exc)  # as in Ray: the process exits
+            if remote_debugger.post_mortem_enabled() and not isinstance(
+                    exc, KeyboardInterrupt | SystemExit):
+                remote_debugger.post_mortem(exc)  # waits for `tracedray debug` to detach
             if isinstance(exc, KeyboardInterrupt):  # a cancel, or the task's own: as Ray
                 exc = TaskCancelledError(task_hex)
             cancelled = isinstance(exc, TaskCancelledError)
