@@ -186,3 +186,12 @@ def test_a_stopped_worker_is_reported_without_holding_up_the_others(scene: Scene
     assert "not answering within 1s" in stopped["error"]
     assert stopped["actor_id"] == scene.actor_id  # the raylet still names its actor
     assert scene.threads_of(rows, scene.task_id)  # the other node answered in full
+
+
+def test_trace_tells_that_the_task_was_flagged_slow(scene: Scene) -> None:
+    scene.release_file.touch()
+    assert ray.get(scene.stuck, timeout=60) == 1
+    story = wait_for(lambda: (out := run("trace", scene.task_id, "--address", scene.address)
+                              .stdout) and "flagged slow" in out and out,
+                     30, "the task's story with its slow flag")
+    assert "its function's median" in story

@@ -51,6 +51,9 @@ def test_breakpoint_in_a_task_is_listed_and_a_session_continues_it(ray: Any) -> 
     [line] = [e for e in log_events(_session_dir(ray), "debugger.waiting")
               if e.get("task_id") == ref.task_id().hex()]
     assert line["breakpoint_id"] == waiting["breakpoint_id"]
+    wait_for(lambda: "paused at a breakpoint" in run("trace", ref.task_id().hex(),
+                                                     "--address", address).stdout,
+             30, "the task's story telling the breakpoint")
 
 
 def _attach_print_continue(address: str, which: str, expression: str, expected: str) -> None:
