@@ -207,6 +207,7 @@ def test_metrics_export_port_is_the_one_asked_for(no_leaks: None) -> None:
         assert "tracedray_object_store_used_bytes" in _scrape(f"127.0.0.1:{port}")[1]
     finally:
         tracedray.shutdown()
+    assert _targets(session_dir) == []  # a stopped cluster: nothing left to scrape
 
 
 class _MetricsSink(metrics_service_pb2_grpc.MetricsServiceServicer):

@@ -62,12 +62,18 @@ class DiscoveryWriter:
         self._nodes = nodes
         self._gcs = gcs
         self._stopped = threading.Event()
+        # update() and close() one at a time: no update lands after close's empty file.
+        self._lock = threading.Lock()
         self._written: list[dict[str, Any]] | None = None
         self._writes = 0
         self._failures = 0
 
     def update(self) -> bool:
         """Rewrite the file if its targets changed; never raises."""
+        with self._lock:
+            return False if self._stopped.is_set() else self._update()
+
+    def _update(self) -> bool:
         try:
             document = file_sd([self._gcs(), *node_targets(self._nodes())], self._session)
             if document == self._written:
@@ -88,6 +94,15 @@ class DiscoveryWriter:
 
     def stop(self) -> None:
         self._stopped.set()
+
+    def close(self) -> None:
+        """Stop, and leave the file with no target (the cluster is stopping)."""
+        with self._lock:
+            self.stop()
+            try:
+                write_atomically(self.path, [])
+            except OSError as exc:
+                log.warning("metrics.discovery_failed", path=str(self.path), error=str(exc))
 
     def _run(self) -> None:
         while not self._stopped.is_set():

@@ -104,3 +104,21 @@ def test_each_prometheus_family_becomes_observable_instruments() -> None:
     assert instruments_of("gauge", "y") == [("y", "gauge", "")]
     assert [name for name, _, _ in instruments_of("histogram", "z")] == [
         "z_bucket", "z_count", "z_sum"]
+
+
+def test_the_discovery_file_is_rewritten_on_change_and_emptied_at_the_end(tmp_path) -> None:
+    import json
+
+    from tracedray.metrics.discovery import DiscoveryWriter
+
+    nodes = [_node("b", "ALIVE", 9001)]
+    writer = DiscoveryWriter(tmp_path, lambda: nodes, lambda: Target("h", 9000, "a", "gcs"))
+    assert writer.update() is True
+    assert writer.update() is False  # nothing changed: not rewritten
+    nodes[0].info.state = "DEAD"
+    assert writer.update() is True
+    assert [g["labels"]["component"] for g in json.loads(writer.path.read_text())] == ["gcs"]
+    writer.close()
+    assert json.loads(writer.path.read_text()) == []
+    assert writer.update() is False
+    assert json.loads(writer.path.read_text()) == []

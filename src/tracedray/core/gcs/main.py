@@ -58,12 +58,18 @@ def main() -> None:
         # sys.exit, not raise SystemExit: process.exit can tell the code (logs/_exit_status).
         sys.exit(1)
     gcs.start()
+    on_exit = gcs.stop
     if endpoint is not None:
         from tracedray.metrics import serve as metrics
 
-        metrics.attach_gcs(endpoint, gcs, args.session_dir)
-    exit_on_sigterm(gcs.stop)
-    exit_with_parent(args.parent_pid, gcs.stop)
+        discovery = metrics.attach_gcs(endpoint, gcs, args.session_dir)
+
+        def on_exit() -> None:
+            gcs.stop()
+            discovery.close()  # a stopped cluster has no targets left to scrape
+
+    exit_on_sigterm(on_exit)
+    exit_with_parent(args.parent_pid, on_exit)
     tmp = args.ready_file.with_suffix(".tmp")
     tmp.write_text(json.dumps({"port": gcs.port}))
     tmp.replace(args.ready_file)
