@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import cloudpickle
+import pexpect
 import pytest
 from cli_support import run, run_json
 from multinode_support import Cluster, log_events, started_nodes, wait_for
@@ -163,7 +164,8 @@ def test_a_task_far_slower_than_its_siblings_is_flagged_with_its_stack(scene: Sc
     assert len(siblings) == 3 and not any(t["slow"] for t in siblings)
 
 
-def test_top_once_shows_the_running_functions(scene: Scene) -> None:
+def test_top_once_shows_the_running_functions(scene: Scene,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
     frame = run_json("top", "--address", scene.address, "--once")
     functions = {f["function"]: f for f in frame["functions"]}
     stuck = next(f for name, f in functions.items() if name.endswith("maybe_stuck"))
@@ -171,8 +173,32 @@ def test_top_once_shows_the_running_functions(scene: Scene) -> None:
     assert functions["Waiter.wait_here"]["running"] == 1
     assert {n["node_id"] for n in frame["nodes"]} == {scene.cluster.node_id("head"),
                                                       scene.cluster.node_id("b")}
+    monkeypatch.setenv("COLUMNS", "200")  # whole names on one line
     text = run("top", "--address", scene.address, "--once").stdout
     assert "Running tasks by function" in text and "Waiter.wait_here" in text
+
+
+def test_top_keys_show_the_selected_functions_stack(scene: Scene) -> None:
+    # By name, Waiter.wait_here (upper case) is row 1 and maybe_stuck row 2.
+    session = pexpect.spawn(sys.executable, ["-m", "tracedray.cli.app", "top", "--address",
+                                             scene.address, "--sort", "name",
+                                             "--interval", "1"],
+                            encoding="utf-8", timeout=60, dimensions=(60, 200))
+    try:
+        session.expect_exact("Running tasks by function")
+        session.expect_exact("k stack")
+        session.send("2")
+        session.send("k")
+        session.expect_exact(f"running test_live_debugging.maybe_stuck (task {scene.task_id}")
+        session.expect_exact("marker_wait_for_file")
+        session.expect_exact("press a key to go back to top")
+        session.send(" ")
+        session.expect_exact("Running tasks by function")
+        session.send("q")
+        session.expect(pexpect.EOF)
+    finally:
+        session.close(force=True)
+    assert session.exitstatus == 0, session.before
 
 
 def test_a_stopped_worker_is_reported_without_holding_up_the_others(scene: Scene) -> None:

@@ -63,3 +63,37 @@ def test_frame_renders() -> None:
     console.print(render(build_frame([_view("n1", head=True)], TASKS), title="top"))
     text = console.export_text()
     assert "m.slow" in text and "90.0s" in text and "KeyError" in text and "(head)" in text
+
+
+def test_keys_cycle_sort_and_filters_and_act_on_the_selected_row() -> None:
+    from tracedray.cli.top_view import Action, TopState, on_key
+
+    state = TopState()
+    kw: dict[str, Any] = {"nodes": ["n1", "n2"], "jobs": ["j1"], "rows": 2}
+    state, action = on_key(state, "s", **kw)
+    assert (state.sort, action) == ("running", Action.NONE)
+    state, _ = on_key(state, "s", **kw)
+    state, _ = on_key(state, "s", **kw)
+    assert state.sort == "longest"  # round again
+    nodes = []
+    for _ in range(3):
+        state, _ = on_key(state, "n", **kw)
+        nodes.append(state.node)
+    assert nodes == ["n1", "n2", None]
+    state, _ = on_key(state, "j", **kw)
+    assert state.job == "j1"
+    state, _ = on_key(state, "2", **kw)
+    assert state.selected == 1
+    state, _ = on_key(state, "3", **kw)  # no third row
+    assert state.selected == 1
+    assert on_key(state, "k", **kw)[1] is Action.STACK
+    assert on_key(state, "t", **kw)[1] is Action.TRACE
+    assert on_key(state, "k", **{**kw, "rows": 0})[1] is Action.NONE
+    assert on_key(state, "q", **kw)[1] is Action.QUIT
+    assert on_key(state, "x", **kw) == (state, Action.NONE)
+
+
+def test_frame_lists_every_node_and_job_for_the_filters() -> None:
+    frame = build_frame([_view("n1"), _view("n2")], TASKS, node="n1")
+    assert frame.node_ids == ["n1", "n2"] and frame.jobs == ["j1"]
+    assert [n["node_id"] for n in frame.nodes] == ["n1"]

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import collections
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from enum import Enum
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -30,6 +31,59 @@ class Frame:
     infeasible: int  # lease requests no node can ever grant (from the raylets)
     failures: list[Row]  # the latest failed tasks
     notes: list[str] = field(default_factory=list)
+    jobs: list[str] = field(default_factory=list)  # jobs with tasks, for the job filter
+    node_ids: list[str] = field(default_factory=list)  # every node, for the node filter
+
+
+class Action(Enum):
+    NONE = "none"
+    QUIT = "quit"
+    STACK = "stack"  # show the selected function's longest-running task's stack
+    TRACE = "trace"  # ... its story
+
+
+@dataclass(frozen=True)
+class TopState:
+    """What the live view's keys chose: the order, the filters, the selected row."""
+
+    sort: str = "longest"
+    node: str | None = None
+    job: str | None = None
+    selected: int = 0  # a row of the running functions
+
+
+KEYS_HELP = ("keys: s sort | n node | j job | 1-9 select | k stack | t trace | q quit")
+
+
+def _next(current: str | None, choices: Sequence[str]) -> str | None:
+    """The next filter value: none, then each choice in turn, then none again."""
+    if not choices:
+        return None
+    if current not in choices:
+        return choices[0]
+    index = choices.index(current) + 1
+    return choices[index] if index < len(choices) else None
+
+
+def on_key(state: TopState, key: str, *, nodes: Sequence[str], jobs: Sequence[str],
+           rows: int) -> tuple[TopState, Action]:
+    """The live view's state machine: a key pressed in ``state`` (pure)."""
+    if key in ("q", "\x03"):
+        return state, Action.QUIT
+    if key == "s":
+        order = SORT_KEYS[(SORT_KEYS.index(state.sort) + 1) % len(SORT_KEYS)]
+        return replace(state, sort=order, selected=0), Action.NONE
+    if key == "n":
+        return replace(state, node=_next(state.node, nodes), selected=0), Action.NONE
+    if key == "j":
+        return replace(state, job=_next(state.job, jobs), selected=0), Action.NONE
+    if key.isdigit() and 1 <= int(key) <= rows:
+        return replace(state, selected=int(key) - 1), Action.NONE
+    if key in ("k", "\r", "\n") and rows:
+        return state, Action.STACK
+    if key == "t" and rows:
+        return state, Action.TRACE
+    return state, Action.NONE
 
 
 def node_rows(views: Iterable[NodeView]) -> list[Row]:
@@ -96,6 +150,8 @@ def failure_rows(tasks: Iterable[Row], limit: int = RECENT_FAILURES) -> list[Row
 def build_frame(views: Sequence[NodeView], tasks: Sequence[Row], *, sort: str = "longest",
                 node: str | None = None, job: str | None = None) -> Frame:
     """What one refresh of ``top`` shows (pure). ``node``/``job``: id prefixes to keep."""
+    all_jobs = sorted({t["job_id"] for t in tasks if t.get("job_id")})
+    node_ids = [v.node_id for v in views]
     if node:
         views = [v for v in views if v.node_id.startswith(node)]
         tasks = [t for t in tasks if (t.get("node_id") or "").startswith(node)
@@ -107,15 +163,17 @@ def build_frame(views: Sequence[NodeView], tasks: Sequence[Row], *, sort: str = 
     return Frame(nodes=nodes, functions=function_rows(tasks, sort),
                  pending=dict(sorted(pending.items())),
                  infeasible=sum(n["infeasible_leases"] or 0 for n in nodes),
-                 failures=failure_rows(tasks))
+                 failures=failure_rows(tasks), jobs=all_jobs, node_ids=node_ids)
 
 
 def _percent(value: float | None) -> str:
     return "" if value is None else f"{value:.0f}%"
 
 
-def render(frame: Frame, *, title: str = "") -> Any:
-    """The frame as a Rich renderable (a group of tables)."""
+def render(frame: Frame, *, title: str = "", selected: int | None = None,
+           footer: str = "") -> Any:
+    """The frame as a Rich renderable (a group of tables); ``selected`` marks a row of
+    the running functions (the live view's keys act on it)."""
     from rich.console import Group
     from rich.table import Table
     from rich.text import Text
@@ -125,7 +183,7 @@ def render(frame: Frame, *, title: str = "") -> Any:
     nodes = Table(title="Nodes", title_justify="left", expand=False)
     for column in ("node", "ip", "CPUs used", "host CPU", "host mem", "store", "workers",
                    "queued", "infeasible"):
-        nodes.add_column(column)
+        nodes.add_column(column, overflow="fold")  # no hidden text
     for n in frame.nodes:
         name = n["node_id"][:12] + (" (head)" if n["is_head"] else "")
         if n["state"] != "ALIVE" or n["error"]:
@@ -137,20 +195,21 @@ def render(frame: Frame, *, title: str = "") -> Any:
                       _percent(n["host_cpu_percent"]), _percent(n["host_memory_percent"]),
                       store, workers, str(n["pending_leases"]), str(n["infeasible_leases"]))
     running = Table(title="Running tasks by function", title_justify="left")
-    for column in ("function", "type", "running", "longest", "slow", "longest task"):
-        running.add_column(column)
-    for f in frame.functions:
-        running.add_row(f["function"], f["type"], str(f["running"]), f"{f['longest_s']:.1f}s",
+    for column in ("#", "function", "type", "running", "longest", "slow", "longest task"):
+        running.add_column(column, overflow="fold")  # no hidden text
+    for index, f in enumerate(frame.functions):
+        running.add_row(str(index + 1), f["function"], f["type"], str(f["running"]),
+                        f"{f['longest_s']:.1f}s",
                         Text(str(f["slow"]), style="bold red") if f["slow"] else "0",
-                        f["longest_task_id"])
+                        f["longest_task_id"], style="reverse" if index == selected else None)
     if not frame.functions:
-        running.add_row("(no task is running)", "", "", "", "", "")
+        running.add_row("", "(no task is running)", "", "", "", "", "")
     pending = ", ".join(f"{k}: {v}" for k, v in frame.pending.items()) or "none"
     waiting = Text(f"Waiting to run: {pending}; infeasible lease requests: {frame.infeasible}",
                    style="yellow" if frame.infeasible else "")
     failures = Table(title="Recent failures", title_justify="left")
     for column in ("task", "function", "error type", "error", "node"):
-        failures.add_column(column)
+        failures.add_column(column, overflow="fold")  # no hidden text
     for f in frame.failures:
         failures.add_row(f["task_id"][:16], f["function"], f["error_type"], f["error"],
                          f["node_id"][:12])
@@ -159,4 +218,6 @@ def render(frame: Frame, *, title: str = "") -> Any:
     parts: list[Any] = [Text(title, style="bold")] if title else []
     parts += [nodes, running, waiting, failures]
     parts += [Text(note, style="yellow") for note in frame.notes]
+    if footer:
+        parts.append(Text(footer, style="dim"))
     return Group(*parts)
