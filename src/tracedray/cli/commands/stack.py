@@ -45,8 +45,9 @@ def collect(client: ClusterClient, *, node: str | None, timeout_s: float, driver
         info = n.info  # type: ignore[attr-defined]
         target = f"{info.raylet.ip}:{info.raylet.port}"
         try:
+            # With --native, py-spy may take another deadline after each dump.
             dumps = RayletClient(target).dump_node_stacks(
-                request, timeout=timeout_s + RAYLET_MARGIN_S)
+                request, timeout=timeout_s * (2 if native else 1) + RAYLET_MARGIN_S)
         except RayError as exc:
             return NodeAnswer(info.node_id, info.raylet.ip, info.is_head, None,
                               f"its raylet at {target} did not answer: {exc}")
