@@ -5,6 +5,7 @@ with its stack (and in `list tasks`); `top --once` shows the running function.""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import sys
@@ -49,6 +50,19 @@ class Waiter:
         self.event.set()
 
 
+@ray.remote
+class AsyncWaiter:
+    def __init__(self) -> None:
+        self.event = asyncio.Event()
+
+    async def wait_async(self) -> str:
+        await self.event.wait()
+        return "released"
+
+    async def release(self) -> None:
+        self.event.set()
+
+
 class Scene:
     def __init__(self, cluster: Cluster, release_file: Path) -> None:
         self.cluster = cluster
@@ -61,6 +75,9 @@ class Scene:
         self.stuck = maybe_stuck.remote(str(release_file))
         self.waiter = Waiter.options(resources={"head": 1}, max_concurrency=2).remote()
         self.waiting = self.waiter.wait_here.remote()
+        self.async_waiter = AsyncWaiter.options(resources={"head": 1}).remote()
+        self.waiting_async = self.async_waiter.wait_async.remote()
+        self.async_task_id = self.waiting_async.task_id().hex()
         self.task_id = self.stuck.task_id().hex()
         self.method_task_id = self.waiting.task_id().hex()
         self.actor_id = self.waiter._actor_id.hex()
@@ -82,18 +99,21 @@ def scene(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Scene]:
     with pytest.MonkeyPatch.context() as monkeypatch:
         # Inherited by every worker: an attempt is slow after 1 s (and 10x its siblings).
         monkeypatch.setenv("TRACEDRAY_HUNG_TASK_WARN_S", "1")
-        with started_nodes(monkeypatch, {"num_cpus": 1, "resources": {"head": 1}},
+        with started_nodes(monkeypatch, {"num_cpus": 2, "resources": {"head": 2}},
                            {"b": {"num_cpus": 1, "resources": {"b": 1}}}) as cluster:
             ray.init(address=cluster.address)
             try:
                 scene = Scene(cluster, folder / "release")
-                wait_for(lambda: len(scene.threads_of(scene.stack(), scene.task_id))
-                         and scene.threads_of(scene.stack(), scene.method_task_id),
-                         60, "the stuck task and the actor method running")
+                wait_for(lambda: all(scene.threads_of(rows, task) for rows in [scene.stack()]
+                                     for task in (scene.task_id, scene.method_task_id,
+                                                  scene.async_task_id)),
+                         60, "the stuck task and the actor methods running")
                 yield scene
                 scene.release_file.touch()
                 scene.waiter.release.remote()
-                assert ray.get([scene.stuck, scene.waiting], timeout=60) == [1, "released"]
+                scene.async_waiter.release.remote()
+                assert ray.get([scene.stuck, scene.waiting, scene.waiting_async],
+                               timeout=60) == [1, "released", "released"]
             finally:
                 ray.shutdown()
 
@@ -130,6 +150,13 @@ def test_stack_labels_a_stuck_task_and_an_actor_method_on_two_nodes(scene: Scene
                               if scene.task_id in e.get("task_ids", [])],
                      30, "a worker.stack_dump line naming the stuck task")
     assert "marker_wait_for_file" in dumps[0]["stacks"]
+
+
+def test_stack_shows_where_an_async_actor_call_awaits(scene: Scene) -> None:
+    threads = scene.threads_of(scene.stack(), scene.async_task_id)
+    [coroutine] = [t for _, _, t in threads if t["name"].endswith("(its coroutine)")]
+    assert [f["function"] for f in coroutine["frames"]][:2] == ["wait_async", "wait"]
+    assert coroutine["task"]["function"] == "AsyncWaiter.wait_async"
 
 
 def test_native_frames_come_from_py_spy_or_say_why_not(scene: Scene) -> None:
@@ -179,7 +206,9 @@ def test_top_once_shows_the_running_functions(scene: Scene,
 
 
 def test_top_keys_show_the_selected_functions_stack(scene: Scene) -> None:
-    # By name, Waiter.wait_here (upper case) is row 1 and maybe_stuck row 2.
+    names = [f["function"] for f in run_json("top", "--address", scene.address, "--once",
+                                             "--sort", "name")["functions"]]
+    row = next(i for i, name in enumerate(names, start=1) if name.endswith("maybe_stuck"))
     session = pexpect.spawn(sys.executable, ["-m", "tracedray.cli.app", "top", "--address",
                                              scene.address, "--sort", "name",
                                              "--interval", "1"],
@@ -187,7 +216,7 @@ def test_top_keys_show_the_selected_functions_stack(scene: Scene) -> None:
     try:
         session.expect_exact("Running tasks by function")
         session.expect_exact("k stack")
-        session.send("2")
+        session.send(str(row))
         session.send("k")
         session.expect_exact(f"running test_live_debugging.maybe_stuck (task {scene.task_id}")
         session.expect_exact("marker_wait_for_file")

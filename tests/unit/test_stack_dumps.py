@@ -123,3 +123,44 @@ def test_breakpoints_are_listed_oldest_first_and_chosen_by_index_or_id() -> None
     assert choose(rows, "1") is rows[1]
     assert choose(rows, "AAA") is rows[0]
     assert choose(rows, "7") is None and choose(rows, "c") is None
+
+
+async def _coroutine_marker(event: object) -> None:
+    import asyncio
+
+    assert isinstance(event, asyncio.Event)
+    await event.wait()
+
+
+def test_an_async_call_shows_where_its_coroutine_awaits() -> None:
+    import asyncio
+
+    from tracedray.core.worker.async_actor import ActorEventLoop
+
+    loop = ActorEventLoop()
+    event: asyncio.Event | None = None
+
+    async def make_event() -> asyncio.Event:
+        return asyncio.Event()
+
+    event = loop.run(make_event())
+    caller = threading.Thread(target=loop.run, args=(_coroutine_marker(event),), daemon=True)
+    caller.start()
+    try:
+        assert caller.ident is not None
+        spec = common_pb2.TaskSpec(task_id=b"\x05" * 16, function_name="A.m",
+                                   kind=common_pb2.ACTOR_METHOD)
+        for _ in range(100):  # until the caller waits in run()
+            dump = stack_dump.dump(worker_id="w", pid=1, component="worker", job_id=b"",
+                                   live=[stack_dump.LiveTask(spec, 0.0, caller.ident, None)])
+            if len(dump.threads) > 1 and dump.threads[1].name.endswith("(its coroutine)"):
+                break
+            threading.Event().wait(0.05)
+        first, second = dump.threads[0], dump.threads[1]
+        assert first.thread_id == second.thread_id == caller.ident
+        assert second.name.endswith("(its coroutine)")
+        assert [f.function for f in second.frames][:2] == ["_coroutine_marker", "wait"]
+    finally:
+        loop._loop.call_soon_threadsafe(event.set)
+        caller.join(10)
+        loop._loop.call_soon_threadsafe(loop._loop.stop)

@@ -80,6 +80,33 @@ def thread_stacks(frames: Mapping[int, FrameType], threads: Iterable[threading.T
     return out
 
 
+def awaited_by(frame: FrameType | None) -> Any:
+    """The coroutine an async actor's call waits for, if ``frame``'s stack is waiting in
+    ``ActorEventLoop.run`` (async_actor.py); else None."""
+    while frame is not None:
+        code = frame.f_code
+        if code.co_name == "run" and code.co_filename.endswith("async_actor.py"):
+            return frame.f_locals.get("coroutine")
+        frame = frame.f_back
+    return None
+
+
+def coroutine_frames(coroutine: Any, limit: int = MAX_FRAMES) -> list[debug_pb2.StackFrame]:
+    """A suspended coroutine's frames down its ``await`` chain, outermost first: where
+    an async call waits (the loop thread's own stack shows only the one running now)."""
+    out: list[debug_pb2.StackFrame] = []
+    while coroutine is not None and len(out) < limit:
+        frame = (getattr(coroutine, "cr_frame", None) or getattr(coroutine, "gi_frame", None)
+                 or getattr(coroutine, "ag_frame", None))
+        if frame is None:
+            break
+        out.extend(frames_of(frame, 1))
+        coroutine = (getattr(coroutine, "cr_await", None)
+                     or getattr(coroutine, "gi_yieldfrom", None)
+                     or getattr(coroutine, "ag_await", None))
+    return out
+
+
 def dump(*, worker_id: str, pid: int, component: str, job_id: bytes,
          live: Iterable[LiveTask], actor_id: bytes = b"", actor_instance: Any = None,
          skip_thread: int | None = None) -> debug_pb2.StackDump:
@@ -90,6 +117,15 @@ def dump(*, worker_id: str, pid: int, component: str, job_id: bytes,
     frames = {k: v for k, v in sys._current_frames().items() if k != skip_thread}
     threads = thread_stacks(frames, threading.enumerate())
     threads.sort(key=lambda t: (t.thread_id not in task_threads, t.name))
+    for index in range(len(threads) - 1, -1, -1):  # backwards: inserting shifts the rest
+        thread = threads[index]
+        coroutine = awaited_by(frames.get(thread.thread_id)) if (
+            thread.thread_id in task_threads) else None
+        if coroutine is not None:
+            # Labelled with the same task (same thread id), right after its thread.
+            threads.insert(index + 1, debug_pb2.ThreadStack(
+                thread_id=thread.thread_id, name=f"{thread.name} (its coroutine)",
+                daemon=thread.daemon, frames=coroutine_frames(coroutine)))
     return debug_pb2.StackDump(
         worker_id=worker_id, pid=pid, component=component, job_id=job_id.hex(),
         actor_id=actor_id.hex(),
