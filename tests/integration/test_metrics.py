@@ -21,6 +21,7 @@ from opentelemetry.proto.collector.metrics.v1 import (
 )
 from prometheus_client.parser import text_string_to_metric_families
 
+from tests.integration.cli_support import run_json
 from tests.integration.multinode_support import started_nodes, wait_for
 from tests.integration.prometheus_support import prometheus_binary, prometheus_scraping
 
@@ -104,7 +105,9 @@ def test_every_target_in_the_discovery_file_serves_the_metrics(ray: Any) -> None
         found = {c: _samples(_scrape(g["targets"][0])[1]) for c, g in targets.items()}
         done = (_value(found["gcs"], "tracedray_tasks", state="FINISHED") >= 50
                 and _value(found["raylet"], "squares", kind="int") >= 50
-                and _value(found["raylet"], "driver_events") >= 3)
+                and _value(found["raylet"], "driver_events") >= 3
+                # The agent runs at the lowest priority: its first report may come late.
+                and "tracedray_spans_converted" in found["raylet"])
         return found if done else None
 
     found = wait_for(scraped, 30, "the workload's numbers on both endpoints")
@@ -127,6 +130,11 @@ def test_every_target_in_the_discovery_file_serves_the_metrics(ray: Any) -> None
     histogram = {s.labels["le"]: s.value for s in raylet["square_input"]
                  if s.name.endswith("_bucket")}
     assert histogram == {"10.0": 11, "100.0": 50, "+Inf": 50}
+    # `tracedray status` shows the numbers the endpoint serves: one source (GetNodeStats).
+    [row] = run_json("status")["nodes"]
+    assert (row["object_store_used"], row["object_store_capacity"]) == (
+        _value(raylet, "tracedray_object_store_used_bytes"),
+        _value(raylet, "tracedray_object_store_capacity_bytes"))
     rpc = {s.labels["method"] for s in raylet["tracedray_rpc_server_latency_seconds"]}
     assert "RequestWorkerLease" in rpc
     # OpenMetrics when asked for, Prometheus text otherwise.
@@ -194,6 +202,7 @@ def test_metrics_export_port_is_the_one_asked_for(no_leaks: None) -> None:
         sock.listen()
         with pytest.raises(RaySystemError, match=f"127.0.0.1:{taken}.*port is in use"):
             tracedray.init(num_cpus=1, _metrics_export_port=taken)
+            tracedray.shutdown()  # not reached when the port is refused, as it must be
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]

@@ -70,4 +70,5 @@ def start_reporting(session_dir: Path, node_id: str, agent: Callable[[], Any],
                 continue
 
     report(metrics, agent(), export() if export is not None else None)
+    metrics.write()  # the families are there from the node's first scrape on
     threading.Thread(target=run, daemon=True, name="tracedray-agent-metrics").start()
