@@ -284,3 +284,35 @@ def test_otel_metrics_exporter_otlp_sends_the_same_metrics(
     finally:
         tracedray.shutdown()
         server.stop(grace=None)
+
+
+def test_a_process_counts_outlive_it(ray: Any) -> None:
+    """An actor counts, then its worker is stopped (SIGTERM, at once: before its periodic
+    write): the node's endpoint still serves its counts."""
+    from tracedray.core.session import current_session_dir
+
+    @ray.remote
+    class Counting:
+        def count(self, n: int) -> int:
+            from tracedray.util.metrics import Counter
+
+            for _ in range(n):
+                Counter("actor_steps").inc()
+            return os.getpid()
+
+    pid = ray.get(Counting.remote().count.remote(7))
+    os.kill(pid, signal.SIGTERM)
+    session_dir = current_session_dir()
+    assert session_dir is not None
+    [target] = [g["targets"][0] for g in _targets(session_dir)
+                if g["labels"]["component"] == "raylet"]
+
+    def exited_and_counted() -> bool:
+        from tracedray.core.process import process_alive
+
+        return (not process_alive(pid)
+                and _value(_samples(_scrape(target)[1]), "actor_steps") == 7)
+
+    wait_for(exited_and_counted, 20, "the exited actor's 7 steps on its node's endpoint")
+    # Counted once, whatever the scrapes since.
+    assert _value(_samples(_scrape(target)[1]), "actor_steps") == 7

@@ -150,6 +150,9 @@ class ProcessMetrics:
         self._writes = 0
         self._write_failures = 0
         self._destination: Callable[[], Path | None] = _worker_destination
+        # The file last written: a driver's final write (at exit, after shutdown()) goes
+        # there, though the process no longer knows its cluster.
+        self._last_path: Path | None = None
 
     def declare(self, name: str, kind: str, help: str, label_names: Labels,
                 boundaries: tuple[float, ...] = ()) -> Family:
@@ -211,9 +214,10 @@ class ProcessMetrics:
             payload = {"pid": os.getpid(), "written_at": time.time(),
                        "families": [f.to_json() for f in self._families.values()]}
         try:
-            path = self._destination()
+            path = self._destination() or self._last_path
             if path is None:
                 return False
+            self._last_path = path
             path.parent.mkdir(parents=True, exist_ok=True)
             tmp = path.with_name(f".{path.name}.tmp")
             tmp.write_text(json.dumps(payload))
@@ -275,6 +279,12 @@ def process_metrics() -> ProcessMetrics:
             if _process_metrics is None:
                 _process_metrics = ProcessMetrics()
     return _process_metrics
+
+
+def flush_process_metrics() -> None:
+    """Write this process's snapshot now if it has metrics (before an ``os._exit``)."""
+    if _process_metrics is not None:
+        _process_metrics.write()
 
 
 # --- the reading side: the raylet -----------------------------------------------------------

@@ -116,3 +116,19 @@ def test_a_bad_file_is_counted_and_skipped(tmp_path: Path) -> None:
     _write(tmp_path, 3, counter)
     result = SnapshotReader(tmp_path, lambda pid: True).read()
     assert (result.bad_files, result.families["c"].series[()].value) == (1, 1)
+
+
+def test_the_last_write_goes_where_the_others_went(tmp_path: Path) -> None:
+    """A driver's final write at exit comes after shutdown(): it no longer knows its
+    cluster, and still writes its last counts to its node's folder."""
+    metrics = ProcessMetrics()
+    where: list[Path | None] = [tmp_path / "driver-1.json"]
+    metrics.set_destination(lambda: where[0])
+    counter = metrics.declare("c", COUNTER, "", ())
+    metrics.add(counter, (), 1)
+    metrics.write()
+    where[0] = None
+    metrics.add(counter, (), 1)
+    assert metrics.write() is True
+    [family] = json.loads((tmp_path / "driver-1.json").read_text())["families"]
+    assert Family.from_json(family).series[()].value == 2
