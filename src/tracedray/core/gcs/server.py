@@ -23,7 +23,7 @@ from opentelemetry.trace import Status, StatusCode
 from tracedray import config, logs, telemetry
 from tracedray.core import rpc
 from tracedray.core.environment import drift
-from tracedray.core.gcs import job_end, job_tasks, node_health
+from tracedray.core.gcs import job_end, job_tasks, node_health, tasks_backpressure
 from tracedray.core.gcs.actor_manager import ActorManager
 from tracedray.core.gcs.storage import (
     Flusher,
@@ -55,6 +55,9 @@ class GcsStatistics:
     watch_stalls_total: int
     watch_stalled_s_total: float
     longest_watch_stall_s: float
+    # Task-event batches that found the hot set over its high-water mark and flushed it
+    # before answering: the producers waited instead of the GCS's memory growing.
+    backpressure_flushes_total: int = 0
 
 
 class Gcs:
@@ -67,7 +70,13 @@ class Gcs:
         self.tables = {name: TieredTable(name, self.storage,
                                          write_through=through or name in DURABLE_TABLES)
                        for name in TABLES}
-        self.flusher = Flusher(self.tables, flush_policy or FlushPolicy(), enabled=flushing)
+        policy = flush_policy or FlushPolicy()
+        self.flusher = Flusher(self.tables, policy, enabled=flushing)
+        # A burst the flusher thread cannot keep up with (a starved machine) is flushed
+        # by the batches that grow the hot set past twice its bound, each half-bound of
+        # growth once: the producers wait for it rather than the GCS's memory growing.
+        self._backpressure = (tasks_backpressure.Backpressure(policy.max_hot_entries)
+                              if flushing and policy.max_hot_entries > 0 else None)
         self._lock = threading.RLock()
         self._nodes: dict[str, gcs_pb2.NodeWithLoad] = {}
         self._head_env: dict[str, str] = {}
@@ -245,7 +254,9 @@ class Gcs:
                 nodes_alive=states.count("ALIVE"), nodes_dead=states.count("DEAD"),
                 watch_stalls_total=self._stalls_total,
                 watch_stalled_s_total=self._stalled_s_total,
-                longest_watch_stall_s=self._longest_stall_s)
+                longest_watch_stall_s=self._longest_stall_s,
+                backpressure_flushes_total=(self._backpressure.flushes
+                                            if self._backpressure is not None else 0))
 
     def _mark_dead(self, verdicts: dict[str, tuple[float, str]]) -> list[gcs_pb2.NodeInfo]:
         """``verdicts``: node id -> (the last heartbeat the verdict saw, why it is dead)."""
@@ -419,6 +430,9 @@ class Gcs:
                     if self._verdicts else [])
         # Tasks of a job that has ended: their reports came after the job's end.
         self._fail_tasks(late)
+        if self._backpressure is not None and self._backpressure.due(table.hot_count()):
+            self.flusher.flush_now()
+            self._backpressure.flushed(table.hot_count())
 
     def get_tasks(self, request: gcs_pb2.GetTasksRequest) -> gcs_pb2.GetTasksReply:
         table = self.tables["tasks"]
