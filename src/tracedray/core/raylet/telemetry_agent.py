@@ -55,6 +55,7 @@ from tracedray import config, logs
 from tracedray.core.process import process_alive, terminate
 from tracedray.core.raylet.conversion_policy import CpuMeter, conversion_due
 from tracedray.telemetry import export_config
+from tracedray.telemetry._host import advertise_ip
 from tracedray.telemetry.line_spool import has_uncopied, sync_lines_dir
 from tracedray.telemetry.spool_convert import (
     MAX_BYTES_PER_ROUND,
@@ -167,7 +168,7 @@ class SpoolConverter:
 
 
 def start_agent(session_dir: Path, node_id: str, *,
-                only_pid: int = 0) -> subprocess.Popen[bytes]:
+                only_pid: int = 0, ip: str = "") -> subprocess.Popen[bytes]:
     """Start this node's agent as a child of the calling (raylet) process.
 
     Its stdout is a pipe on which it says when its last conversion is done
@@ -179,17 +180,18 @@ def start_agent(session_dir: Path, node_id: str, *,
     # and export; the blocked signal waits for the handler instead.
     blocked = signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGTERM])
     try:
-        process = _spawn_agent(session_dir, node_id, only_pid)
+        process = _spawn_agent(session_dir, node_id, only_pid, ip)
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
     lower_priority(process.pid)  # from its first instruction, not once it has started
     return process
 
 
-def _spawn_agent(session_dir: Path, node_id: str, only_pid: int) -> subprocess.Popen[bytes]:
+def _spawn_agent(session_dir: Path, node_id: str, only_pid: int,
+                 ip: str) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
         [sys.executable, "-m", "tracedray.core.raylet.telemetry_agent",
-         "--session-dir", str(session_dir), "--node-id", node_id,
+         "--session-dir", str(session_dir), "--node-id", node_id, "--ip", ip,
          "--parent-pid", str(os.getpid()),
          "--interval", str(config.TELEMETRY_AGENT_INTERVAL_S.get()),
          "--max-defer", str(config.TELEMETRY_AGENT_MAX_DEFER_S.get()),
@@ -271,7 +273,9 @@ def main() -> None:
     parser.add_argument("--max-defer", type=float, default=0.0)
     parser.add_argument("--linger", type=float, default=0.0)
     parser.add_argument("--only-pid", type=int, default=0)
+    parser.add_argument("--ip", default="")  # the node's advertised address, for its lines
     args = parser.parse_args()
+    advertise_ip(args.ip)
     policy = lower_priority(0)  # before any thread starts: threads inherit it
     # Logs only: the agent records no spans of its own (it would feed its own input).
     logs.configure("agent", session_dir=args.session_dir, node_id=args.node_id,
