@@ -59,9 +59,11 @@ from tracedray.telemetry._host import advertise_ip
 from tracedray.telemetry.line_spool import has_uncopied, sync_lines_dir
 from tracedray.telemetry.spool_convert import (
     MAX_BYTES_PER_ROUND,
+    MAX_ROUNDS_PER_SYNC,
     has_unconverted,
     sync_traces_dir,
 )
+from tracedray.telemetry.trace_index import IndexWriter, create_index
 
 DEFAULT_INTERVAL_S = 0.5
 NICENESS = 19
@@ -86,6 +88,7 @@ class AgentStatistics:
     spans_converted: int = 0
     busiest_round_spans: int = 0
     warnings: int = 0
+    lines_indexed: int = 0  # lines entered in the session's trace index (trace_index.py)
 
 
 class SpoolConverter:
@@ -104,6 +107,9 @@ class SpoolConverter:
         self._meter = meter if meter is not None else CpuMeter()
         self._stats = AgentStatistics()
         self._lock = threading.Lock()
+        # After each round, the lines it wrote go into the session's index, here, at the
+        # agent's priority: no reader or runtime process waits for it.
+        self._index = IndexWriter(traces_dir.parent)
 
     def convert_once(self, *, blocking: bool = False) -> int:
         # The final (blocking) pass runs when the node stops: nothing waits on it then.
@@ -112,7 +118,9 @@ class SpoolConverter:
         copied = sync_lines_dir(self.logs_dir, blocking=blocking, max_bytes=(
             MAX_BYTES_PER_ROUND if blocking else AGENT_BYTES_PER_ROUND))
         result.warnings.extend(copied.warnings)
+        lines_indexed = self._update_index(blocking, result.warnings)
         with self._lock:
+            self._stats.lines_indexed += lines_indexed
             self._stats.rounds += 1
             self._stats.spans_converted += result.spans
             self._stats.busiest_round_spans = max(self._stats.busiest_round_spans,
@@ -121,6 +129,21 @@ class SpoolConverter:
         for warning in result.warnings[:5]:  # a corrupt spool repeats itself each round
             log.warning("telemetry.spool_warning", detail=warning)
         return result.spans
+
+    def _update_index(self, blocking: bool, warnings: list[str]) -> int:
+        """Index what this round wrote, AGENT_BYTES_PER_ROUND per transaction (one write
+        lock another node's agent may wait on), as many as a sync converts; the last
+        pass (``blocking``) indexes everything."""
+        budget = MAX_BYTES_PER_ROUND if blocking else AGENT_BYTES_PER_ROUND
+        lines = 0
+        for _ in range(1 << 30 if blocking else MAX_ROUNDS_PER_SYNC):
+            update = self._index.update(max_bytes=budget)
+            lines += update.lines
+            if update.error:
+                warnings.append(update.error)
+            if not update.pending or not update.lines or update.error:
+                break
+        return lines
 
     def run(self, should_stop: Callable[[], bool]) -> None:
         """Convert every interval until ``should_stop()``; then convert what is left.
@@ -175,6 +198,10 @@ def start_agent(session_dir: Path, node_id: str, *,
     (:func:`stop_agent` waits for that). ``only_pid``: export that process's files only
     (a driver's own agent, in a session of its own: see :func:`start_for_driver`).
     """
+    if not only_pid:
+        warning = create_index(session_dir)
+        if warning:
+            log.warning("telemetry.index_unavailable", detail=warning)
     # SIGTERM blocked from its first instruction until its handler is in place (main):
     # a node stopped while its agent still imports would lose that agent's conversion
     # and export; the blocked signal waits for the handler instead.
