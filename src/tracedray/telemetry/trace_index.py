@@ -32,12 +32,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 INDEX_NAME = "trace_index.sqlite"
-SCHEMA_VERSION = "1"
+SCHEMA_VERSION = "2"
 TRACES = "traces"
 LOGS = "logs"
 KINDS = (TRACES, LOGS)
 CLOCK_KEY = "clock"  # log lines tracestore.clock needs: offsets, each process's first node line
 OFFSET_EVENT = b'"event":"node.clock_offset"'
+# Span-name families a line is keyed under (``name:object.``): `memory --timeline` reads
+# the object store's events alone.
+NAME_FAMILIES = ("object.",)
 DEFAULT_MAX_BYTES = 256 << 10  # what one agent round indexes at most (one write lock)
 
 _SPAN_ID_ATTR = re.compile(
@@ -81,6 +84,8 @@ def key(kind: str, value: str) -> str:
 def span_line_keys(raw: bytes) -> set[str]:
     keys = {f"{m[1].decode()}:{m[2].decode().lower()}" for m in _SPAN_ID_ATTR.finditer(raw)}
     keys.update(f"trace:{m[1].decode().lower()}" for m in _SPAN_TRACE.finditer(raw))
+    keys.update(f"name:{family}" for family in NAME_FAMILIES
+                if b'"name":"' + family.encode() in raw)
     return keys
 
 

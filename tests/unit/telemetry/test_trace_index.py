@@ -44,6 +44,8 @@ def test_span_line_keys_name_every_id_and_the_trace() -> None:
     keys = ti.span_line_keys(span_line(TASK_A.upper()).encode())
     assert keys == {f"task:{TASK_A}", f"actor:{'cc' * 8}", f"trace:{TRACE}"}
     assert ti.span_line_times(span_line(TASK_A, start=5, end=9).encode()) == (5, 9)
+    store = span_line(TASK_A).replace('"name":"task.execute"', '"name":"object.seal"')
+    assert "name:object." in ti.span_line_keys(store.encode())
 
 
 def test_log_line_keys_and_clock_lines() -> None:

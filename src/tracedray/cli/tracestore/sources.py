@@ -34,6 +34,9 @@ class SpanQuery:
     trace_id: str = ""
     start_min_ns: int | None = None
     start_max_ns: int | None = None
+    # Only spans whose name starts with this (one of trace_index.NAME_FAMILIES is read
+    # from the index alone).
+    name_prefix: str = ""
 
 
 @dataclass(frozen=True)
@@ -106,7 +109,8 @@ class SessionFileSource:
         # The folder is one session already: the time window is a hint for backends that
         # hold many sessions, and clocks of other nodes may be skewed, so it is not applied.
         selected = tuple(span for span in spans
-                         if not query.trace_id or span.trace_id == query.trace_id)
+                         if (not query.trace_id or span.trace_id == query.trace_id)
+                         and span.name.startswith(query.name_prefix))
         return SpanBatch(selected, tuple(read_warnings) + tuple(parse_warnings), self.label)
 
     def _indexed(self, index: IndexReader, keys: list[str],
@@ -136,17 +140,21 @@ class SessionFileSource:
 
 
 def _index_keys(query: SpanQuery) -> list[str]:
-    from tracedray.telemetry.trace_index import key
+    from tracedray.telemetry.trace_index import NAME_FAMILIES, key
 
     if query.task_id:
         return [key("task", query.task_id)]
     if query.trace_id:
         return [key("trace", query.trace_id)]
+    if query.name_prefix in NAME_FAMILIES:
+        return [f"name:{query.name_prefix}"]
     return []
 
 
 def _span_matches(span: SpanRecord, query: SpanQuery) -> bool:
     if query.trace_id and span.trace_id != query.trace_id:
+        return False
+    if not span.name.startswith(query.name_prefix):
         return False
     wanted = query.task_id.strip().lower()
     return not wanted or str(span.get(attr.TASK_ID, "")).lower() == wanted
