@@ -110,10 +110,11 @@ class RayletClient:
         return self._call("GetWorkerExit", raylet_pb2.GetWorkerExitRequest(  # type: ignore[return-value]
             worker_id=worker_id, timeout_s=timeout_s), timeout=timeout_s + 10)
 
-    def node_stats(self, *, include_objects: bool = False,
-                   include_references: bool = False) -> raylet_pb2.NodeStats:
+    def node_stats(self, *, include_objects: bool = False, include_references: bool = False,
+                   timeout: float = 60.0) -> raylet_pb2.NodeStats:
         return self._call("GetNodeStats", raylet_pb2.GetNodeStatsRequest(  # type: ignore[return-value]
-            include_objects=include_objects, include_references=include_references))
+            include_objects=include_objects, include_references=include_references),
+            timeout=timeout)
 
     def dump_node_stacks(self, request: debug_pb2.DumpStacksRequest,
                          timeout: float) -> debug_pb2.NodeStackDumps:
