@@ -480,6 +480,28 @@ class IndexReader:
             "SELECT DISTINCT key FROM keys WHERE key >= ? AND key <= ? ORDER BY key LIMIT ?",
             (low, high, limit)).fetchall()
         return [bytes(row[0][1:]).hex() for row in rows]
+    def resolve(self, kind: str, given: str) -> str:
+        """The whole id when ``given`` is a unique prefix of one; ``given`` otherwise."""
+        found = self.ids_with_prefix(kind, given, limit=2) if given.strip() else []
+        return found[0] if len(found) == 1 else given
+
+    def similar_ids(self, kind: str, given: str, limit: int = 5) -> list[str]:
+        """Ids sharing the first half (at least 4 characters) of ``given``: what a cut or
+        mistyped paste may have meant."""
+        text = given.strip()
+        return self.ids_with_prefix(kind, text[:max(4, len(text) // 2)], limit)
+
+
+def suggest_ids(session_root: Path, kind: str, given: str) -> list[str]:
+    """:meth:`IndexReader.similar_ids` of the session's index as it stands ([] without)."""
+    index, _ = open_index(session_root, up_to_date=False)
+    if index is None:
+        return []
+    try:
+        return index.similar_ids(kind, given)
+    finally:
+        index.close()
+
 
 def catch_up(session_root: Path, *, timeout_s: float = 2.0) -> str:
     """Index what the agents have not yet (they run only when a core is idle), if this

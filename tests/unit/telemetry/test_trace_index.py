@@ -79,6 +79,10 @@ def test_writer_indexes_new_lines_only_and_reader_reads_only_them(tmp_path: Path
     assert [name for name, _ in found] == ["worker-42.jsonl"] * 2
     assert index.statistics().lines_read == 2  # of 52
     assert index.ids_with_prefix("task", TASK_A[:6]) == [TASK_A]
+    assert index.ids_with_prefix("task", TASK_A[:5]) == [TASK_A]  # half a byte too
+    assert index.resolve("task", TASK_A[:6]) == TASK_A
+    assert index.resolve("task", "0000") == "0000"  # 50 tasks start so: left as it is
+    assert index.similar_ids("task", TASK_A[:16] + "0" * 16) == [TASK_A]  # a mistyped end
     assert index.files_of_pid(ti.TRACES, 42) == [traces]
     index.close()
     writer.close()

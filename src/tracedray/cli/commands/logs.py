@@ -255,13 +255,8 @@ def _indexed_lines(session: SessionPaths, wanted: LogFilter,
     if why:
         warn(why)
     try:
-        # A unique prefix stands for the whole id.
-        tasks = index.ids_with_prefix("task", wanted.task_id, 2) if wanted.task_id else []
-        if len(tasks) == 1:
-            wanted = dataclasses.replace(wanted, task_id=tasks[0])
-        actors = index.ids_with_prefix("actor", wanted.actor_id, 2) if wanted.actor_id else []
-        if len(actors) == 1:
-            wanted = dataclasses.replace(wanted, actor_id=actors[0])
+        wanted = dataclasses.replace(wanted, task_id=index.resolve("task", wanted.task_id),
+                                     actor_id=index.resolve("actor", wanted.actor_id))
         clocks = read_indexed_logs(session.logs_dir, index, [CLOCK_KEY], {})
         warnings = list(clocks.warnings)
         if wanted.task_id or wanted.actor_id:
@@ -286,14 +281,10 @@ def _known_task_ids(session: SessionPaths, task_id: str) -> set[str]:
     """Task ids to suggest for one that matched no line: from the index (ids sharing the
     first characters), or every file's."""
     from tracedray.cli.tracestore.logs import read_log_file
-    from tracedray.telemetry.trace_index import open_index
+    from tracedray.telemetry.trace_index import index_path, suggest_ids
 
-    index, _ = open_index(session.root, up_to_date=False)  # the reading caught it up
-    if index is not None:
-        try:
-            return set(index.ids_with_prefix("task", task_id[:max(4, len(task_id) // 2)], 5))
-        finally:
-            index.close()
+    if index_path(session.root).exists():
+        return set(suggest_ids(session.root, "task", task_id))
     return {str(r.get("task_id")) for path in session.logs_dir.glob("*.jsonl")
             for r in read_log_file(path, {})[0] if r.get("task_id")}
 
