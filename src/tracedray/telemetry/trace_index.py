@@ -200,7 +200,8 @@ def _connect(path: Path, *, timeout_s: float) -> sqlite3.Connection:
     conn = sqlite3.connect(path, timeout=timeout_s, isolation_level=None)
     conn.execute("PRAGMA journal_mode=WAL")
     conn.execute("PRAGMA synchronous=NORMAL")  # an index can be rebuilt; no fsync per round
-    conn.execute("PRAGMA journal_size_limit=1048576")  # the WAL shrinks after a burst
+    conn.execute("PRAGMA wal_autocheckpoint=256")  # pages: the WAL stays near 1 MiB
+    conn.execute("PRAGMA journal_size_limit=1048576")  # and shrinks back after a burst
     conn.executescript(_SCHEMA)
     conn.execute("INSERT OR IGNORE INTO meta VALUES ('schema', ?)", (SCHEMA_VERSION,))
     return conn
@@ -501,6 +502,27 @@ def suggest_ids(session_root: Path, kind: str, given: str) -> list[str]:
         return index.similar_ids(kind, given)
     finally:
         index.close()
+
+
+def matching_lines(session_root: Path, kind: str,
+                   keys: Iterable[bytes]) -> Iterator[tuple[str, bytes]]:
+    """(file name, line) of every line of ``kind`` holding one of ``keys``: through the
+    index, or, without a usable one, by scanning every file (still sending only those)."""
+    wanted = set(keys)
+    index, _ = open_index(session_root)
+    if index is not None:
+        try:
+            yield from index.lines(kind, wanted)
+        finally:
+            index.close()
+        return
+    for path in jsonl_files(session_root / kind):
+        named = False
+        for _, raw in complete_lines(_read(path, 0, 1 << 62), 0):
+            clock = CLOCK_KEY in wanted and kind == LOGS and not named and names_node(raw)
+            named = named or clock
+            if clock or wanted & line_keys(kind, raw):
+                yield path.name, raw
 
 
 def catch_up(session_root: Path, *, timeout_s: float = 2.0) -> str:

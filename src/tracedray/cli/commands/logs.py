@@ -45,8 +45,11 @@ class RemoteLogs:
     clock_offsets_s: dict[str, float]
 
 
-def remote_logs(session: SessionPaths, address: str | None) -> RemoteLogs:
-    """Log lines of alive nodes on other machines (asked through their raylets)."""
+def remote_logs(session: SessionPaths, address: str | None,
+                keys: list[bytes] | None = None) -> RemoteLogs:
+    """Log lines of alive nodes on other machines (asked through their raylets); with
+    ``keys`` (a task's or actor's, and the clock lines) each node sends only those lines,
+    found through its index."""
     import tempfile
 
     from tracedray.cli.cluster_client import connect_cluster
@@ -70,7 +73,7 @@ def remote_logs(session: SessionPaths, address: str | None) -> RemoteLogs:
         target = f"{node.info.raylet.ip}:{node.info.raylet.port}"
         with tempfile.TemporaryDirectory(prefix="tracedray-logs-") as folder:
             try:
-                for chunk in RayletClient(target).read_session_files("logs"):
+                for chunk in RayletClient(target).read_session_files("logs", keys):
                     with open(Path(folder) / Path(chunk.name).name, "ab") as out:
                         out.write(chunk.data)
             except RayError as exc:
@@ -206,7 +209,7 @@ def _logs(stop: StopRequest, task: str | None, actor: str | None, node: str | No
             seen[path.name] = len(matching)
             records.extend(matching)
             warnings.extend(file_warnings)
-    remote = remote_logs(session, address)
+    remote = remote_logs(session, address, None if follow else _remote_keys(wanted))
     lines.extend(clock_lines(remote.records))
     records.extend(select(remote.records, wanted))
     warnings.extend(remote.warnings)
@@ -275,6 +278,18 @@ def _indexed_lines(session: SessionPaths, wanted: LogFilter,
         return wanted, select(records, wanted), clock_lines(clocks.records), warnings
     finally:
         index.close()
+
+
+def _remote_keys(wanted: LogFilter) -> list[bytes] | None:
+    """What to ask other nodes for: a task's or actor's lines and the clock lines; None
+    (every line) for other filters."""
+    from tracedray.telemetry.trace_index import CLOCK_KEY, key
+
+    if wanted.task_id:
+        return [key("task", wanted.task_id), CLOCK_KEY]
+    if wanted.actor_id:
+        return [key("actor", wanted.actor_id), CLOCK_KEY]
+    return None
 
 
 def _known_task_ids(session: SessionPaths, task_id: str) -> set[str]:

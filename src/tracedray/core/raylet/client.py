@@ -141,8 +141,11 @@ class RayletClient:
     def shutdown_node(self) -> None:
         self._call("ShutdownNode", raylet_pb2.ShutdownNodeRequest(), timeout=10.0)
 
-    def read_session_files(self, subdir: str) -> Iterator[raylet_pb2.FileChunk]:
+    def read_session_files(self, subdir: str,
+                           keys: list[bytes] | None = None) -> Iterator[raylet_pb2.FileChunk]:
+        """The node's ``subdir`` files, or with ``keys`` (telemetry/trace_index.py) only
+        their lines holding one of them."""
         with rpc.translate("raylet", self.address):
-            request = raylet_pb2.ReadSessionFilesRequest(subdir=subdir)
+            request = raylet_pb2.ReadSessionFilesRequest(subdir=subdir, keys=keys or [])
             yield from self._stub.ReadSessionFiles(request, timeout=120.0)
 
