@@ -260,22 +260,20 @@ def _indexed_lines(session: SessionPaths, wanted: LogFilter,
     try:
         wanted = dataclasses.replace(wanted, task_id=index.resolve("task", wanted.task_id),
                                      actor_id=index.resolve("actor", wanted.actor_id))
-        clocks = read_indexed_logs(session.logs_dir, index, [CLOCK_KEY], {})
-        warnings = list(clocks.warnings)
+        keys = [CLOCK_KEY]  # and the task's or actor's lines, in one pass
         if wanted.task_id or wanted.actor_id:
-            found = read_indexed_logs(
-                session.logs_dir, index,
-                [key("task", wanted.task_id) if wanted.task_id else key("actor", wanted.actor_id)],
-                {})
-            records = list(found.records)
-            warnings.extend(found.warnings)
-        else:  # a process's lines are one file
+            keys.append(key("task", wanted.task_id) if wanted.task_id
+                        else key("actor", wanted.actor_id))
+        found = read_indexed_logs(session.logs_dir, index, keys)
+        warnings = list(found.warnings)
+        records = list(found.records)
+        if not (wanted.task_id or wanted.actor_id):  # a process's lines are one file
             records = []
             for path in index.files_of_pid("logs", int(wanted.pid or 0)):
                 file_records, file_warnings = read_log_file(path, {})
                 records.extend(file_records)
                 warnings.extend(file_warnings)
-        return wanted, select(records, wanted), clock_lines(clocks.records), warnings
+        return wanted, select(records, wanted), clock_lines(found.records), warnings
     finally:
         index.close()
 

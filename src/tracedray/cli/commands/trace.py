@@ -180,8 +180,7 @@ def _task_lines(session: SessionPaths, task_id: str) -> tuple[str, LogBatch]:
         return task_id, read_logs(session.logs_dir)
     try:
         task_id = index.resolve("task", task_id)
-        batch = read_indexed_logs(session.logs_dir, index, [key("task", task_id), CLOCK_KEY],
-                                  {})
+        batch = read_indexed_logs(session.logs_dir, index, [key("task", task_id), CLOCK_KEY])
         notes = (note,) if note else ()  # a corrupt index was rebuilt
         return task_id, LogBatch(batch.records, (*notes, *batch.warnings))
     finally:

@@ -95,18 +95,22 @@ def read_log_file(path: Path, filters: Mapping[str, str]) -> tuple[list[LogRecor
     return records, warnings
 
 
-def read_indexed_logs(logs_dir: Path, index: IndexReader, keys: Iterable[bytes],
-                      filters: Mapping[str, str]) -> LogBatch:
-    """The lines of ``logs_dir/*.jsonl`` the index names under one of ``keys`` that
-    match ``filters``, in time order; spools are copied to their files first."""
-    from tracedray.telemetry.line_spool import copy_spool, jsonl_path, spool_files
+def read_indexed_logs(logs_dir: Path, index: IndexReader, keys: Iterable[bytes]) -> LogBatch:
+    """The lines of ``logs_dir/*.jsonl`` the index names under one of ``keys`` (the caller
+    filters them exactly), in time order; spools are copied to their files first."""
+    from tracedray.telemetry.line_spool import (
+        MAX_COPIES_PER_SYNC,
+        copy_spool,
+        jsonl_path,
+        spool_files,
+    )
     from tracedray.telemetry.trace_index import LOGS, line_keys
 
     wanted = set(keys)
     warnings: list[str] = []
     found: list[tuple[str, bytes]] = []
     for spool in spool_files(logs_dir):  # what every reader does first: spools -> files
-        for _ in range(64):
+        for _ in range(MAX_COPIES_PER_SYNC):
             copied = copy_spool(spool)
             warnings.extend(copied.warnings)
             # A spool we may not write (a copied session): its lines are not in the file.
@@ -122,8 +126,7 @@ def read_indexed_logs(logs_dir: Path, index: IndexReader, keys: Iterable[bytes],
         except (ValueError, KeyError) as exc:
             warnings.append(f"{source}: skipped a line: {exc}")
             continue
-        if _matches(record.fields, filters):
-            records.append(record)
+        records.append(record)
     records.sort(key=lambda record: record.time_ns)
     return LogBatch(tuple(records), tuple(warnings))
 
