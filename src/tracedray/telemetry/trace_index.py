@@ -385,6 +385,7 @@ class IndexReader:
         self._lines_read = 0
         self._tail_lines = 0
         self._bytes_read = 0
+        self.errors: list[str] = []  # a query the database failed: answered by scanning
 
     def close(self) -> None:
         self._conn.close()
@@ -406,17 +407,22 @@ class IndexReader:
         marks = ",".join("?" * len(wanted))
         # One snapshot for both: lines an agent indexes in between are then either in
         # the rows or in the tails, never in neither nor in both.
-        self._conn.execute("BEGIN")
         try:
-            rows = self._conn.execute(
-                f"SELECT DISTINCT f.name, k.offset, l.length FROM keys k "  # noqa: S608
-                f"JOIN files f ON f.id = k.file_id "
-                f"JOIN lines l ON l.file_id = k.file_id AND l.offset = k.offset "
-                f"WHERE f.kind = ? AND k.key IN ({marks}) ORDER BY f.name, k.offset",
-                (kind, *wanted)).fetchall() if wanted else []
-            indexed = self._indexed_to(kind)
-        finally:
-            self._conn.execute("COMMIT")
+            self._conn.execute("BEGIN")
+            try:
+                rows = self._conn.execute(
+                    f"SELECT DISTINCT f.name, k.offset, l.length FROM keys k "  # noqa: S608
+                    f"JOIN files f ON f.id = k.file_id "
+                    f"JOIN lines l ON l.file_id = k.file_id AND l.offset = k.offset "
+                    f"WHERE f.kind = ? AND k.key IN ({marks}) ORDER BY f.name, k.offset",
+                    (kind, *wanted)).fetchall() if wanted else []
+                indexed = self._indexed_to(kind)
+            finally:
+                self._conn.execute("COMMIT")
+        except sqlite3.DatabaseError as exc:  # damaged after it opened: every line scanned
+            self.errors.append(f"trace index {index_path(self.root)}: {exc}; "
+                               "reading every file")
+            rows, indexed = [], {}
         extents = [Extent(kind, name, offset, length) for name, offset, length in rows]
         yield from self.read(extents)
         yield from self._tails(kind, wanted, indexed)
@@ -477,9 +483,13 @@ class IndexReader:
             high = _TAGS[kind] + bytes.fromhex(text + "f" * (len(text) % 2)) + b"\xff" * 64
         except ValueError:
             return []
-        rows = self._conn.execute(
-            "SELECT DISTINCT key FROM keys WHERE key >= ? AND key <= ? ORDER BY key LIMIT ?",
-            (low, high, limit)).fetchall()
+        try:
+            rows = self._conn.execute(
+                "SELECT DISTINCT key FROM keys WHERE key >= ? AND key <= ? ORDER BY key LIMIT ?",
+                (low, high, limit)).fetchall()
+        except sqlite3.DatabaseError as exc:
+            self.errors.append(f"trace index {index_path(self.root)}: {exc}")
+            return []
         return [bytes(row[0][1:]).hex() for row in rows]
     def resolve(self, kind: str, given: str) -> str:
         """The whole id when ``given`` is a unique prefix of one; ``given`` otherwise."""

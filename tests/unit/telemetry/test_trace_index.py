@@ -180,3 +180,22 @@ def test_a_reader_that_may_write_rebuilds_a_corrupt_index_and_says_so(tmp_path: 
     assert index is not None and "rebuilt" in note
     assert index.ids_with_prefix("task", TASK_A[:8]) == [TASK_A]
     index.close()
+
+
+def test_an_index_damaged_after_it_opened_is_read_around(tmp_path: Path) -> None:
+    root = session(tmp_path)
+    append(root / "traces" / "worker-1.jsonl", *(span_line(f"{i:032x}") for i in range(400)),
+           span_line(TASK_A))
+    writer = ti.IndexWriter(root)
+    while writer.update().pending:
+        pass
+    writer.close()  # the last connection: everything is in the main file
+    index, why = ti.open_index(root, up_to_date=False)
+    assert index is not None, why
+    path = ti.index_path(root)
+    data = bytearray(path.read_bytes())
+    data[8192:] = b"\x5a" * (len(data) - 8192)
+    path.write_bytes(bytes(data))
+    found = list(index.lines(ti.TRACES, [ti.key("task", TASK_A)]))
+    assert len(found) == 1 and index.errors  # scanned, and said so
+    index.close()

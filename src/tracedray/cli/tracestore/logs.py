@@ -119,6 +119,7 @@ def read_indexed_logs(logs_dir: Path, index: IndexReader, keys: Iterable[bytes])
             if not copied.pending:
                 break
     found.extend(index.lines(LOGS, wanted))
+    warnings.extend(index.errors)
     records: list[LogRecord] = []
     for source, line in found:
         try:

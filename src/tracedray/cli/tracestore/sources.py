@@ -127,6 +127,7 @@ class SessionFileSource:
         lines = [line.encode() for line in synced.lines  # spools we may not write
                  if wanted & span_line_keys(line.encode())]
         lines.extend(raw for _, raw in index.lines(TRACES, wanted))
+        warnings.extend(index.errors)
         resource_spans: list[dict[str, Any]] = []
         for raw in lines:
             try:
