@@ -89,6 +89,10 @@ def test_trace_reads_only_the_lines_the_index_names(ray: Any, tmp_path: Path,
     address = ray.core.api._require_cluster().gcs_address
     indexed_story = _cli("trace", task_id, "--format", "json", "--address", address).stdout
     indexed_logs = _cli("logs", "--task", task_id, "--address", address).stdout
+    indexed_timeline = json.loads(_cli("timeline", "--task", task_id[:12], "--output", "-",
+                                       "--address", address).stdout)
+    assert any(e.get("args", {}).get("tracedray.task.id") == task_id
+               for e in indexed_timeline["traceEvents"])
     with monkeypatch.context() as patch:  # the copy is the session found for the address
         patch.setenv("TRACEDRAY_TEMP_DIR", str(tmp_path))
         traced = _cli("trace", task_id, "--format", "json", "--address", address)
@@ -97,6 +101,9 @@ def test_trace_reads_only_the_lines_the_index_names(ray: Any, tmp_path: Path,
         logged = _cli("logs", "--task", task_id, "--address", address)
         assert logged.stdout == indexed_logs
         assert "no trace index" in logged.stderr
+        scanned_timeline = json.loads(_cli("timeline", "--task", task_id, "--output", "-",
+                                           "--address", address).stdout)
+        assert len(scanned_timeline["traceEvents"]) == len(indexed_timeline["traceEvents"])
 
 
 def test_a_node_sends_only_the_lines_asked_for(ray: Any) -> None:

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from tracedray.cli.tracestore.clock import Clocks
     from tracedray.cli.tracestore.logs import LogBatch, LogRecord
     from tracedray.cli.tracestore.model import SpanRecord
-    from tracedray.cli.tracestore.sources import TraceSource
+    from tracedray.cli.tracestore.sources import SessionFileSource, SpanBatch, TraceSource
     from tracedray.core.session import SessionPaths
 
 
@@ -187,6 +187,23 @@ def _task_lines(session: SessionPaths, task_id: str) -> tuple[str, LogBatch]:
         index.close()
 
 
+def _task_traces(source: SessionFileSource, task_id: str) -> SpanBatch:
+    """Every span of the trace(s) ``task_id`` belongs to: through the index, the task's
+    spans, then their traces'; without one, every span of the session (as before)."""
+    from tracedray.cli.tracestore.sources import SpanBatch, SpanQuery
+
+    first = source.find_spans(SpanQuery(task_id=task_id))
+    if not source.used_index:
+        return first
+    spans = {(s.trace_id, s.span_id): s for s in first.spans}
+    warnings = list(first.warnings)
+    for trace_id in sorted({s.trace_id for s in first.spans}):
+        found = source.find_spans(SpanQuery(trace_id=trace_id))
+        spans.update(((s.trace_id, s.span_id), s) for s in found.spans)
+        warnings.extend(found.warnings)
+    return SpanBatch(tuple(spans.values()), tuple(warnings), first.source)
+
+
 def timeline(
     output: str | None = typer.Option(
         None, "--output", "-o",
@@ -206,20 +223,29 @@ def timeline(
     from tracedray.cli.tracestore.sources import SessionFileSource, SpanQuery
     from tracedray.cli.tracestore.story import UnknownTask, close_matches, known_task_ids
     from tracedray.exceptions import RayError
+    from tracedray.telemetry.trace_index import suggest_ids
 
     err = Console(stderr=True)
     try:
         session = resolve_session(address)
     except RayError as exc:
         raise _fail(err, escape(str(exc))) from exc
-    batch = SessionFileSource(session).find_spans(SpanQuery())
-    _warn(err, batch.warnings)
     task_id = (task or "").strip()
+    source = SessionFileSource(session)
+    logs = None
+    if task_id:  # with the index: that task's traces and the clock lines alone
+        task_id, logs = _task_lines(session, task_id)
+        batch = _task_traces(source, task_id)
+    else:
+        batch = source.find_spans(SpanQuery())
+    _warn(err, batch.warnings)
     if task_id and task_id.lower() not in {i.lower() for i in known_task_ids(batch.spans)}:
-        unknown = UnknownTask(task_id, close_matches(task_id, known_task_ids(batch.spans)))
+        known = known_task_ids(batch.spans) or suggest_ids(session.root, "task", task_id)
+        unknown = UnknownTask(task_id, close_matches(task_id, known))
         raise _fail(err, escape(unknown.message))
     # The logs only give the clock offsets here: their own warnings belong to `tracedray logs`.
-    clocks = _clocks(err, read_logs(session.logs_dir).records, clock_correction)
+    records = (logs or read_logs(session.logs_dir)).records
+    clocks = _clocks(err, records, clock_correction)
     document = build_chrome_trace(clocks.spans(batch.spans), task_id=task_id)
     text = json.dumps(document)
     clock_note = offsets_note(document["otherData"]["clock_offsets_s"])
