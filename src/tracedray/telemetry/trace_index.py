@@ -41,21 +41,25 @@ CLOCK_KEY = b"clock"  # log lines tracestore.clock needs: offsets, each process'
 # "task:<hex>"): the keys are most of the index.
 _TAGS = {"task": b"t", "actor": b"a", "object": b"o", "trace": b"r"}
 _TAG_OF = {b"task": b"t", b"actor": b"a", b"object": b"o", b"trace": b"r"}
-OFFSET_EVENT = b'"event":"node.clock_offset"'
 # Span-name families a line is keyed under (``name:object.``): `memory --timeline` reads
 # the object store's events alone.
 NAME_FAMILIES = ("object.",)
 DEFAULT_MAX_BYTES = 256 << 10  # what one agent round indexes at most (one write lock)
 
+# Byte patterns, whitespace between JSON tokens allowed (tracedray writes none; a tool's
+# rewrite of the files may): a line must never lack a key it holds.
 _SPAN_ID_ATTR = re.compile(
-    rb'"key":"tracedray\.(task|actor|object)\.id","value":\{"stringValue":"([0-9A-Fa-f]+)"')
-_SPAN_TRACE = re.compile(rb'"traceId":"([0-9A-Fa-f]+)"')
-_SPAN_START = re.compile(rb'"startTimeUnixNano":"?(\d+)')
-_SPAN_END = re.compile(rb'"endTimeUnixNano":"?(\d+)')
+    rb'"key"\s*:\s*"tracedray\.(task|actor|object)\.id"\s*,\s*"value"\s*:\s*\{\s*'
+    rb'"stringValue"\s*:\s*"([0-9A-Fa-f]+)"')
+_SPAN_TRACE = re.compile(rb'"traceId"\s*:\s*"([0-9A-Fa-f]+)"')
+_SPAN_START = re.compile(rb'"startTimeUnixNano"\s*:\s*"?(\d+)')
+_SPAN_END = re.compile(rb'"endTimeUnixNano"\s*:\s*"?(\d+)')
+_SPAN_NAME = re.compile(rb'"name"\s*:\s*"([^"]*)"')
 # Not trace_id: a log line is found by its task or actor (the trace by its spans).
-_LOG_ID = re.compile(rb'"(task|actor|object)_id":"([0-9A-Fa-f]+)"')
-_LOG_NODE = re.compile(rb'"node_id":"[0-9A-Fa-f]')
-_LOG_TIME = re.compile(rb'"timestamp":"([0-9T:.\-]+)Z?"')
+_LOG_ID = re.compile(rb'"(task|actor|object)_id"\s*:\s*"([0-9A-Fa-f]+)"')
+_LOG_OFFSET = re.compile(rb'"event"\s*:\s*"node\.clock_offset"')
+_LOG_NODE = re.compile(rb'"node_id"\s*:\s*"[0-9A-Fa-f]')
+_LOG_TIME = re.compile(rb'"timestamp"\s*:\s*"([0-9T:.\-]+)Z?"')
 _PID_IN_NAME = re.compile(r"-(\d+)\.jsonl$")
 
 _SCHEMA = """
@@ -103,14 +107,15 @@ def _id_key(kind: bytes, hex_id: bytes) -> bytes:
 def span_line_keys(raw: bytes) -> set[bytes]:
     keys = {_id_key(m[1], m[2]) for m in _SPAN_ID_ATTR.finditer(raw)}
     keys.update(_id_key(b"trace", m[1]) for m in _SPAN_TRACE.finditer(raw))
+    names = {m[1] for m in _SPAN_NAME.finditer(raw)}
     keys.update(name_key(family) for family in NAME_FAMILIES
-                if b'"name":"' + family.encode() in raw)
+                if any(name.startswith(family.encode()) for name in names))
     return keys
 
 
 def log_line_keys(raw: bytes) -> set[bytes]:
     keys = {_id_key(m[1], m[2]) for m in _LOG_ID.finditer(raw)}
-    if OFFSET_EVENT in raw:
+    if _LOG_OFFSET.search(raw):
         keys.add(CLOCK_KEY)
     return keys
 

@@ -108,14 +108,14 @@ def list_command(
 def _resolve_id(wanted: str, known: list[str], what: str) -> str:
     """Exact id, or a unique prefix (as git does); otherwise an error with close matches."""
     from tracedray.cli.output import fail
-    from tracedray.cli.tracestore.story import close_matches
+    from tracedray.cli.tracestore.story import close_matches, unique_prefix
 
     query = wanted.strip().lower()
     if query in known:
         return query
-    prefixed = [k for k in known if query and k.startswith(query)]
-    if len(prefixed) == 1 and len(query) >= 4:
-        return prefixed[0]
+    whole = unique_prefix(query, known)
+    if whole is not None:
+        return whole
     suggestions = close_matches(query, known)
     hint = f"; did you mean {', '.join(suggestions)}?" if suggestions else \
         f" (the cluster knows {len(set(known))} {what} ids)"

@@ -111,7 +111,13 @@ def trace(
         SessionFileSource,
         SpanQuery,
     )
-    from tracedray.cli.tracestore.story import TaskStory, UnknownTask, task_story
+    from tracedray.cli.tracestore.story import (
+        TaskStory,
+        UnknownTask,
+        known_task_ids,
+        task_story,
+        unique_prefix,
+    )
     from tracedray.exceptions import RayError, RaySystemError
     from tracedray.telemetry.attributes import TASK_ID
     from tracedray.telemetry.trace_index import suggest_ids
@@ -133,11 +139,15 @@ def trace(
     start = _session_start_ns(session)
     query = SpanQuery(task_id=task_id.strip(),
                       start_min_ns=None if start is None else start - 60 * 10**9)
+    # Jaeger is asked for one trace, the task's (its id from the index), not searched.
+    trace_id = _indexed_trace_id(session, task_id) if jaeger_url else ""
+    jaeger_query = SpanQuery(trace_id=trace_id) if trace_id else query
     seen: list[SpanRecord] = []
     result: TaskStory | UnknownTask | None = None
     for source in sources:
         try:
-            batch = source.find_spans(query)
+            batch = source.find_spans(jaeger_query if isinstance(source, JaegerSource)
+                                      else query)
         except RaySystemError as exc:
             _warn(err, [f"{exc}; falling back to the session files"])
             continue
@@ -148,6 +158,11 @@ def trace(
         if isinstance(result, TaskStory):
             break
     _warn(err, logs.warnings)
+    whole = None if isinstance(result, TaskStory) else unique_prefix(task_id, known_task_ids(seen))
+    if whole is not None:  # a unique prefix, in a session without an index (it resolves them)
+        task_id = whole
+        task_logs = clocks.logs(r for r in logs.records if str(r.get("task_id", "")) == whole)
+        result = task_story(seen, task_logs, task_id, jaeger_url)
     if not isinstance(result, TaskStory):
         # Suggestions come from every span any source returned, or the index's ids.
         result = task_story(seen, task_logs, task_id, jaeger_url)
@@ -187,6 +202,18 @@ def _task_lines(session: SessionPaths, task_id: str) -> tuple[str, LogBatch]:
         index.close()
 
 
+def _indexed_trace_id(session: SessionPaths, task_id: str) -> str:
+    """The trace of the task's submission (its first span's), found through the index;
+    "" without an index or such a span here."""
+    from tracedray.cli.tracestore.sources import SessionFileSource, SpanQuery
+
+    source = SessionFileSource(session)
+    batch = source.find_spans(SpanQuery(task_id=task_id))
+    if not source.used_index or not batch.spans:
+        return ""
+    return min(batch.spans, key=lambda span: span.start_ns).trace_id
+
+
 def _task_traces(source: SessionFileSource, task_id: str) -> SpanBatch:
     """Every span of the trace(s) ``task_id`` belongs to: through the index, the task's
     spans, then their traces'; without one, every span of the session (as before)."""
@@ -221,7 +248,12 @@ def timeline(
     from tracedray.cli.tracestore.clock import offsets_note
     from tracedray.cli.tracestore.logs import read_logs
     from tracedray.cli.tracestore.sources import SessionFileSource, SpanQuery
-    from tracedray.cli.tracestore.story import UnknownTask, close_matches, known_task_ids
+    from tracedray.cli.tracestore.story import (
+        UnknownTask,
+        close_matches,
+        known_task_ids,
+        unique_prefix,
+    )
     from tracedray.exceptions import RayError
     from tracedray.telemetry.trace_index import suggest_ids
 
@@ -239,6 +271,8 @@ def timeline(
     else:
         batch = source.find_spans(SpanQuery())
     _warn(err, batch.warnings)
+    if task_id and task_id.lower() not in {i.lower() for i in known_task_ids(batch.spans)}:
+        task_id = unique_prefix(task_id, known_task_ids(batch.spans)) or task_id
     if task_id and task_id.lower() not in {i.lower() for i in known_task_ids(batch.spans)}:
         known = known_task_ids(batch.spans) or suggest_ids(session.root, "task", task_id)
         unknown = UnknownTask(task_id, close_matches(task_id, known))

@@ -109,6 +109,14 @@ def known_task_ids(spans: Iterable[SpanRecord], logs: Iterable[LogRecord] = ()) 
     return ids
 
 
+def unique_prefix(query: str, known: Iterable[str], minimum: int = 4) -> str | None:
+    """The one id of ``known`` that ``query`` (``minimum`` characters at least) begins;
+    None when none or several do."""
+    wanted = query.strip().lower()
+    found = {k for k in known if len(wanted) >= minimum and k.lower().startswith(wanted)}
+    return found.pop() if len(found) == 1 else None
+
+
 def close_matches(query: str, known: Iterable[str], limit: int = 5) -> tuple[str, ...]:
     """Ids sharing a prefix with ``query`` first (a cut or over-long paste), then lookalikes."""
     wanted = query.strip().lower()
