@@ -24,6 +24,7 @@ from tracedray.exceptions import (
     RaySystemError,
 )
 from tracedray.telemetry import endpoint_check
+from tracedray.telemetry._host import advertise_ip
 from tracedray.v1 import gcs_pb2
 
 log = logs.get_logger(__name__)
@@ -196,6 +197,12 @@ def _connect_driver(gcs_address: str, paths: session.SessionPaths,
     gcs.register_job(gcs_pb2.JobInfo(job_id=job_id, driver=worker.address.to_proto(),
                                      start_time=time.time(), entrypoint=" ".join(sys.argv),
                                      namespace=ns))
+    # The driver speaks for its node now: its lines and spans carry the node's advertised
+    # address (as a worker's do), not the default route's.
+    if registration.ip:
+        advertise_ip(registration.ip)
+        logs.configure("driver", session_dir=paths.root, session_id=paths.session_id,
+                       node_id=node_id)
     logs.set_process_context(job_id=job_id.hex(), node_id=node_id, worker_id=worker_id)
     # Now that the driver knows its node, its spans say so (resource tracedray.node.id),
     # as every other process's do: the CLI groups spans by node.

@@ -419,22 +419,60 @@ class TaskRecord(_message.Message):
     def __init__(self, task_id: _Optional[bytes] = ..., function_name: _Optional[str] = ..., state: _Optional[str] = ..., attempt: _Optional[int] = ..., job_id: _Optional[bytes] = ..., node_id: _Optional[str] = ..., worker_id: _Optional[str] = ..., worker_pid: _Optional[int] = ..., error_type: _Optional[str] = ..., error_message: _Optional[str] = ..., actor_id: _Optional[bytes] = ..., kind: _Optional[str] = ..., call_site: _Optional[str] = ..., parent_task_id: _Optional[bytes] = ..., trace_id: _Optional[str] = ..., events: _Optional[_Iterable[_Union[TaskEvent, _Mapping]]] = ..., resources: _Optional[_Mapping[str, float]] = ..., submit_span_id: _Optional[int] = ...) -> None: ...
 
 class GetTasksRequest(_message.Message):
-    __slots__ = ("task_ids", "limit", "job_id")
+    __slots__ = ("task_ids", "limit", "job_id", "filters", "offset", "order", "summarize", "id_prefix")
     TASK_IDS_FIELD_NUMBER: _ClassVar[int]
     LIMIT_FIELD_NUMBER: _ClassVar[int]
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    FILTERS_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    ORDER_FIELD_NUMBER: _ClassVar[int]
+    SUMMARIZE_FIELD_NUMBER: _ClassVar[int]
+    ID_PREFIX_FIELD_NUMBER: _ClassVar[int]
     task_ids: _containers.RepeatedScalarFieldContainer[bytes]
     limit: int
     job_id: bytes
-    def __init__(self, task_ids: _Optional[_Iterable[bytes]] = ..., limit: _Optional[int] = ..., job_id: _Optional[bytes] = ...) -> None: ...
+    filters: _containers.RepeatedScalarFieldContainer[str]
+    offset: int
+    order: str
+    summarize: bool
+    id_prefix: str
+    def __init__(self, task_ids: _Optional[_Iterable[bytes]] = ..., limit: _Optional[int] = ..., job_id: _Optional[bytes] = ..., filters: _Optional[_Iterable[str]] = ..., offset: _Optional[int] = ..., order: _Optional[str] = ..., summarize: _Optional[bool] = ..., id_prefix: _Optional[str] = ...) -> None: ...
+
+class TaskSummaryRow(_message.Message):
+    __slots__ = ("name", "kind", "state_counts", "error_type_counts")
+    class StateCountsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    class ErrorTypeCountsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    STATE_COUNTS_FIELD_NUMBER: _ClassVar[int]
+    ERROR_TYPE_COUNTS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    kind: str
+    state_counts: _containers.ScalarMap[str, int]
+    error_type_counts: _containers.ScalarMap[str, int]
+    def __init__(self, name: _Optional[str] = ..., kind: _Optional[str] = ..., state_counts: _Optional[_Mapping[str, int]] = ..., error_type_counts: _Optional[_Mapping[str, int]] = ...) -> None: ...
 
 class GetTasksReply(_message.Message):
-    __slots__ = ("tasks", "total")
+    __slots__ = ("tasks", "total", "summary")
     TASKS_FIELD_NUMBER: _ClassVar[int]
     TOTAL_FIELD_NUMBER: _ClassVar[int]
+    SUMMARY_FIELD_NUMBER: _ClassVar[int]
     tasks: _containers.RepeatedCompositeFieldContainer[TaskRecord]
     total: int
-    def __init__(self, tasks: _Optional[_Iterable[_Union[TaskRecord, _Mapping]]] = ..., total: _Optional[int] = ...) -> None: ...
+    summary: _containers.RepeatedCompositeFieldContainer[TaskSummaryRow]
+    def __init__(self, tasks: _Optional[_Iterable[_Union[TaskRecord, _Mapping]]] = ..., total: _Optional[int] = ..., summary: _Optional[_Iterable[_Union[TaskSummaryRow, _Mapping]]] = ...) -> None: ...
 
 class ClusterStatus(_message.Message):
     __slots__ = ("nodes", "num_actors", "num_tasks", "storage")

@@ -135,7 +135,11 @@ def get_command(
 
     list_kind, key = _GET_SOURCE[kind.value]
     try:
-        found = _lister(list_kind)(address=_source(address, session), limit=None, detail=True)
+        if kind is GetKind.task:  # asked of the GCS by prefix: never every task
+            found = _task_candidates(_source(address, session), item_id)
+        else:
+            found = _lister(list_kind)(address=_source(address, session), limit=None,
+                                       detail=True)
     except RayError as exc:
         raise fail(str(exc)) from exc
     resolved = _resolve_id(item_id, [str(row[key]) for row in found], kind.value)
@@ -155,6 +159,18 @@ def get_command(
                 value = "\n".join(_event_line(e) for e in value)
             table.add_row(field, value if isinstance(value, str) else format_cell(field, value))
         console.print(table)
+
+
+def _task_candidates(source: Any, item_id: str) -> list[dict[str, Any]]:
+    """The tasks ``item_id`` may mean: those it is a prefix of, or, when none, those
+    sharing its first characters (for suggestions)."""
+    from tracedray.util.state import tasks_with_prefix
+
+    wanted = item_id.strip().lower()
+    found = tasks_with_prefix(wanted, address=source)
+    if not found:
+        found = tasks_with_prefix(wanted[:max(4, len(wanted) // 2)], address=source, limit=50)
+    return list(found)
 
 
 def _event_line(event: dict[str, Any]) -> str:

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from tracedray.cli.tracestore.clock import Clocks
-    from tracedray.cli.tracestore.logs import LogRecord
+    from tracedray.cli.tracestore.logs import LogBatch, LogRecord
     from tracedray.cli.tracestore.model import SpanRecord
     from tracedray.cli.tracestore.sources import TraceSource
     from tracedray.core.session import SessionPaths
@@ -105,7 +105,6 @@ def trace(
     from rich.markup import escape
 
     from tracedray.cli.tracestore.clock import applied_offsets, offsets_note
-    from tracedray.cli.tracestore.logs import read_logs
     from tracedray.cli.tracestore.render import print_story, story_json
     from tracedray.cli.tracestore.sources import (
         JaegerSource,
@@ -127,9 +126,9 @@ def trace(
         sources.append(JaegerSource(jaeger_url))
     sources.append(SessionFileSource(session))
 
-    logs = read_logs(session.logs_dir)
+    task_id, logs = _task_lines(session, task_id.strip())
     clocks = _clocks(err, logs.records, clock_correction)
-    task_logs = clocks.logs(r for r in logs.records if str(r.get("task_id", "")) == task_id.strip())
+    task_logs = clocks.logs(r for r in logs.records if str(r.get("task_id", "")) == task_id)
     start = _session_start_ns(session)
     query = SpanQuery(task_id=task_id.strip(),
                       start_min_ns=None if start is None else start - 60 * 10**9)
@@ -149,8 +148,10 @@ def trace(
             break
     _warn(err, logs.warnings)
     if not isinstance(result, TaskStory):
-        # Suggestions come from every span any source returned.
+        # Suggestions come from every span any source returned, or the index's ids.
         result = task_story(seen, task_logs, task_id, jaeger_url)
+        if isinstance(result, UnknownTask) and not result.suggestions:
+            result = UnknownTask(task_id, _indexed_suggestions(session, task_id))
     wanted = task_id.strip().lower()
     applied = applied_offsets([*(s for s in seen if str(s.get(TASK_ID, "")).lower() == wanted),
                                *task_logs])
@@ -162,6 +163,44 @@ def trace(
     if isinstance(result, UnknownTask):
         raise _fail(err, escape(result.message) + f" (searched {escape(session.root.name)})")
     print_story(result, Console(soft_wrap=True), offsets_note(applied))
+
+
+def _task_lines(session: SessionPaths, task_id: str) -> tuple[str, LogBatch]:
+    """The task's full id and the log lines `trace` needs: the task's and the clock lines.
+
+    With the session's index, a unique prefix of a task id stands for the task, and only
+    the lines the index names are read; without one, every log file is.
+    """
+    from tracedray.cli.tracestore.logs import LogBatch, read_indexed_logs, read_logs
+    from tracedray.telemetry.trace_index import CLOCK_KEY, key, open_index
+
+    index, note = open_index(session.root)
+    if index is None:  # the span source says so
+        return task_id, read_logs(session.logs_dir)
+    try:
+        matches = index.ids_with_prefix("task", task_id, limit=2)
+        if len(matches) == 1 and matches[0] != task_id.lower():
+            task_id = matches[0]
+        batch = read_indexed_logs(session.logs_dir, index, [key("task", task_id), CLOCK_KEY],
+                                  {})
+        notes = (note,) if note else ()  # a corrupt index was rebuilt
+        return task_id, LogBatch(batch.records, (*notes, *batch.warnings))
+    finally:
+        index.close()
+
+
+def _indexed_suggestions(session: SessionPaths, task_id: str) -> tuple[str, ...]:
+    from tracedray.telemetry.trace_index import open_index
+
+    index, _ = open_index(session.root, up_to_date=False)  # the reading caught it up
+    if index is None:
+        return ()
+    try:
+        # Ids sharing the first characters: a cut or mistyped paste.
+        return tuple(index.ids_with_prefix("task", task_id[:max(4, len(task_id) // 2)],
+                                           limit=5))
+    finally:
+        index.close()
 
 
 def timeline(

@@ -23,7 +23,7 @@ from opentelemetry.trace import Status, StatusCode
 from tracedray import config, logs, telemetry
 from tracedray.core import rpc
 from tracedray.core.environment import drift
-from tracedray.core.gcs import job_end, job_tasks, node_health, tasks_backpressure
+from tracedray.core.gcs import job_end, job_tasks, node_health, task_query, tasks_backpressure
 from tracedray.core.gcs.actor_manager import ActorManager
 from tracedray.core.gcs.storage import (
     Flusher,
@@ -436,6 +436,8 @@ class Gcs:
 
     def get_tasks(self, request: gcs_pb2.GetTasksRequest) -> gcs_pb2.GetTasksReply:
         table = self.tables["tasks"]
+        if task_query.is_query(request):
+            return task_query.query_tasks(table.scan(prefix=request.id_prefix.lower()), request)
         reply = gcs_pb2.GetTasksReply()
         if request.task_ids:
             for task_id in request.task_ids:

@@ -148,7 +148,7 @@ class Raylet:
     # --- lifecycle
     def start(self, prestart_workers: int) -> None:
         self._server.start()
-        self._agent = start_agent(self.session_dir, self.node_id)
+        self._agent = start_agent(self.session_dir, self.node_id, ip=self.ip)
         with telemetry.span("node.start", {A.NODE_ID: self.node_id, A.NODE_IP: self.ip}) as span:
             info = self._node_info()
             self.gcs.register_node(info)

@@ -55,12 +55,15 @@ from tracedray import config, logs
 from tracedray.core.process import process_alive, terminate
 from tracedray.core.raylet.conversion_policy import CpuMeter, conversion_due
 from tracedray.telemetry import export_config
+from tracedray.telemetry._host import advertise_ip
 from tracedray.telemetry.line_spool import has_uncopied, sync_lines_dir
 from tracedray.telemetry.spool_convert import (
     MAX_BYTES_PER_ROUND,
+    MAX_ROUNDS_PER_SYNC,
     has_unconverted,
     sync_traces_dir,
 )
+from tracedray.telemetry.trace_index import IndexWriter, create_index
 
 DEFAULT_INTERVAL_S = 0.5
 NICENESS = 19
@@ -85,6 +88,7 @@ class AgentStatistics:
     spans_converted: int = 0
     busiest_round_spans: int = 0
     warnings: int = 0
+    lines_indexed: int = 0  # lines entered in the session's trace index (trace_index.py)
 
 
 class SpoolConverter:
@@ -103,6 +107,9 @@ class SpoolConverter:
         self._meter = meter if meter is not None else CpuMeter()
         self._stats = AgentStatistics()
         self._lock = threading.Lock()
+        # After each round, the lines it wrote go into the session's index, here, at the
+        # agent's priority: no reader or runtime process waits for it.
+        self._index = IndexWriter(traces_dir.parent)
 
     def convert_once(self, *, blocking: bool = False) -> int:
         # The final (blocking) pass runs when the node stops: nothing waits on it then.
@@ -111,7 +118,9 @@ class SpoolConverter:
         copied = sync_lines_dir(self.logs_dir, blocking=blocking, max_bytes=(
             MAX_BYTES_PER_ROUND if blocking else AGENT_BYTES_PER_ROUND))
         result.warnings.extend(copied.warnings)
+        lines_indexed = self._update_index(blocking, result.warnings)
         with self._lock:
+            self._stats.lines_indexed += lines_indexed
             self._stats.rounds += 1
             self._stats.spans_converted += result.spans
             self._stats.busiest_round_spans = max(self._stats.busiest_round_spans,
@@ -120,6 +129,21 @@ class SpoolConverter:
         for warning in result.warnings[:5]:  # a corrupt spool repeats itself each round
             log.warning("telemetry.spool_warning", detail=warning)
         return result.spans
+
+    def _update_index(self, blocking: bool, warnings: list[str]) -> int:
+        """Index what this round wrote, AGENT_BYTES_PER_ROUND per transaction (one write
+        lock another node's agent may wait on), as many as a sync converts; the last
+        pass (``blocking``) indexes everything."""
+        budget = MAX_BYTES_PER_ROUND if blocking else AGENT_BYTES_PER_ROUND
+        lines = 0
+        for _ in range(1 << 30 if blocking else MAX_ROUNDS_PER_SYNC):
+            update = self._index.update(max_bytes=budget)
+            lines += update.lines
+            if update.error:
+                warnings.append(update.error)
+            if not update.pending or not update.lines or update.error:
+                break
+        return lines
 
     def run(self, should_stop: Callable[[], bool]) -> None:
         """Convert every interval until ``should_stop()``; then convert what is left.
@@ -167,29 +191,34 @@ class SpoolConverter:
 
 
 def start_agent(session_dir: Path, node_id: str, *,
-                only_pid: int = 0) -> subprocess.Popen[bytes]:
+                only_pid: int = 0, ip: str = "") -> subprocess.Popen[bytes]:
     """Start this node's agent as a child of the calling (raylet) process.
 
     Its stdout is a pipe on which it says when its last conversion is done
     (:func:`stop_agent` waits for that). ``only_pid``: export that process's files only
     (a driver's own agent, in a session of its own: see :func:`start_for_driver`).
     """
+    if not only_pid:
+        warning = create_index(session_dir)
+        if warning:
+            log.warning("telemetry.index_unavailable", detail=warning)
     # SIGTERM blocked from its first instruction until its handler is in place (main):
     # a node stopped while its agent still imports would lose that agent's conversion
     # and export; the blocked signal waits for the handler instead.
     blocked = signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGTERM])
     try:
-        process = _spawn_agent(session_dir, node_id, only_pid)
+        process = _spawn_agent(session_dir, node_id, only_pid, ip)
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
     lower_priority(process.pid)  # from its first instruction, not once it has started
     return process
 
 
-def _spawn_agent(session_dir: Path, node_id: str, only_pid: int) -> subprocess.Popen[bytes]:
+def _spawn_agent(session_dir: Path, node_id: str, only_pid: int,
+                 ip: str) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
         [sys.executable, "-m", "tracedray.core.raylet.telemetry_agent",
-         "--session-dir", str(session_dir), "--node-id", node_id,
+         "--session-dir", str(session_dir), "--node-id", node_id, "--ip", ip,
          "--parent-pid", str(os.getpid()),
          "--interval", str(config.TELEMETRY_AGENT_INTERVAL_S.get()),
          "--max-defer", str(config.TELEMETRY_AGENT_MAX_DEFER_S.get()),
@@ -271,7 +300,9 @@ def main() -> None:
     parser.add_argument("--max-defer", type=float, default=0.0)
     parser.add_argument("--linger", type=float, default=0.0)
     parser.add_argument("--only-pid", type=int, default=0)
+    parser.add_argument("--ip", default="")  # the node's advertised address, for its lines
     args = parser.parse_args()
+    advertise_ip(args.ip)
     policy = lower_priority(0)  # before any thread starts: threads inherit it
     # Logs only: the agent records no spans of its own (it would feed its own input).
     logs.configure("agent", session_dir=args.session_dir, node_id=args.node_id,
