@@ -97,3 +97,25 @@ def test_trace_reads_only_the_lines_the_index_names(ray: Any, tmp_path: Path,
         logged = _cli("logs", "--task", task_id, "--address", address)
         assert logged.stdout == indexed_logs
         assert "no trace index" in logged.stderr
+
+
+def test_a_node_sends_only_the_lines_asked_for(ray: Any) -> None:
+    """What `logs --task` asks of a node on another machine: the task's and the clock
+    lines, found through that node's index, not its whole files."""
+    from tracedray.cli.cluster_client import connect_cluster
+    from tracedray.core.raylet.client import RayletClient
+    from tracedray.telemetry.trace_index import CLOCK_KEY, key
+
+    session = _session(ray)
+    task_id = _run_batches(ray, session)[4]
+    (node,) = connect_cluster(ray.core.api._require_cluster().gcs_address).nodes()
+    raylet = RayletClient(f"{node.info.raylet.ip}:{node.info.raylet.port}")
+    chunks = list(raylet.read_session_files("logs", [key("task", task_id), CLOCK_KEY]))
+    lines = [json.loads(line) for chunk in chunks for line in chunk.data.splitlines()]
+    assert any("working on 403" in json.dumps(line) for line in lines)
+    ours = [line for line in lines if line.get("task_id") == task_id]
+    assert len(ours) >= 2  # its submit, its execution, what it printed
+    others = [line for line in lines if line.get("task_id") not in (None, "", task_id)]
+    assert not others, others[:3]
+    everything = sum(len(c.data) for c in raylet.read_session_files("logs"))
+    assert sum(len(c.data) for c in chunks) < everything / 4

@@ -32,6 +32,7 @@ def test_a_stalled_node_is_suspect_then_alive_and_works(
                                                       cluster.address)["nodes"]}
             stalled = rows[cluster.node_id("b")]
             assert stalled["state"] == "ALIVE" and stalled["suspect"], stalled
+            assert "did not answer" in stalled["error"], stalled  # and status did not wait
             time.sleep(5.0)  # 8 s in all, as a starved machine stops a process
         finally:
             os.kill(pid, signal.SIGCONT)

@@ -28,6 +28,8 @@ _AGENT = (
      "because the machine was busy", "rounds_deferred"),
     ("tracedray_telemetry_agent_warnings_total", COUNTER, "Warnings of the agent's "
      "conversions (corrupt spools)", "warnings"),
+    ("tracedray_trace_index_lines_total", COUNTER, "Lines of traces/ and logs/ the agent "
+     "entered in the session's trace index", "lines_indexed"),
 )
 _EXPORT = (
     ("tracedray_otlp_spans_exported_total", COUNTER, "Spans sent to the OTLP endpoint",

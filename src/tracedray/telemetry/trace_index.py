@@ -32,11 +32,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 INDEX_NAME = "trace_index.sqlite"
-SCHEMA_VERSION = "2"
+SCHEMA_VERSION = "3"
 TRACES = "traces"
 LOGS = "logs"
 KINDS = (TRACES, LOGS)
-CLOCK_KEY = "clock"  # log lines tracestore.clock needs: offsets, each process's first node line
+CLOCK_KEY = b"clock"  # log lines tracestore.clock needs: offsets, each process's first node line
+# Keys are bytes: a kind's tag and the id's bytes (17 for a task id, not 37 characters of
+# "task:<hex>"): the keys are most of the index.
+_TAGS = {"task": b"t", "actor": b"a", "object": b"o", "trace": b"r"}
+_TAG_OF = {b"task": b"t", b"actor": b"a", b"object": b"o", b"trace": b"r"}
 OFFSET_EVENT = b'"event":"node.clock_offset"'
 # Span-name families a line is keyed under (``name:object.``): `memory --timeline` reads
 # the object store's events alone.
@@ -48,7 +52,8 @@ _SPAN_ID_ATTR = re.compile(
 _SPAN_TRACE = re.compile(rb'"traceId":"([0-9A-Fa-f]+)"')
 _SPAN_START = re.compile(rb'"startTimeUnixNano":"?(\d+)')
 _SPAN_END = re.compile(rb'"endTimeUnixNano":"?(\d+)')
-_LOG_ID = re.compile(rb'"(task|actor|object|trace)_id":"([0-9A-Fa-f]+)"')
+# Not trace_id: a log line is found by its task or actor (the trace by its spans).
+_LOG_ID = re.compile(rb'"(task|actor|object)_id":"([0-9A-Fa-f]+)"')
 _LOG_NODE = re.compile(rb'"node_id":"[0-9A-Fa-f]')
 _LOG_TIME = re.compile(rb'"timestamp":"([0-9T:.\-]+)Z?"')
 _PID_IN_NAME = re.compile(r"-(\d+)\.jsonl$")
@@ -64,7 +69,7 @@ CREATE TABLE IF NOT EXISTS lines(
     t_min INTEGER, t_max INTEGER, PRIMARY KEY(file_id, offset)) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS lines_by_time ON lines(t_min);
 CREATE TABLE IF NOT EXISTS keys(
-    key TEXT NOT NULL, file_id INTEGER NOT NULL, offset INTEGER NOT NULL,
+    key BLOB NOT NULL, file_id INTEGER NOT NULL, offset INTEGER NOT NULL,
     PRIMARY KEY(key, file_id, offset)) WITHOUT ROWID;
 """
 
@@ -73,30 +78,44 @@ def index_path(session_root: Path) -> Path:
     return session_root / INDEX_NAME
 
 
-def key(kind: str, value: str) -> str:
-    """The index key of an id: ``task:<hex>`` (ids are stored lower-case)."""
-    return f"{kind}:{value.strip().lower()}"
+def key(kind: str, value: str) -> bytes:
+    """The index key of an id of ``kind`` (task, actor, object, trace) given in hex."""
+    text = value.strip().lower()
+    try:
+        return _TAGS[kind] + bytes.fromhex(text)
+    except ValueError:  # not an id: a key no line has
+        return _TAGS[kind] + b"~" + text.encode()
+
+
+def name_key(family: str) -> bytes:
+    """The key of lines holding spans whose name starts with ``family`` (NAME_FAMILIES)."""
+    return b"name:" + family.encode()
+
+
+def _id_key(kind: bytes, hex_id: bytes) -> bytes:
+    return _TAG_OF[kind] + bytes.fromhex(hex_id.decode()) if len(hex_id) % 2 == 0 \
+        else _TAG_OF[kind] + b"~" + hex_id.lower()
 
 
 # --------------------------------------------------------------------------- pure parts
 
 
-def span_line_keys(raw: bytes) -> set[str]:
-    keys = {f"{m[1].decode()}:{m[2].decode().lower()}" for m in _SPAN_ID_ATTR.finditer(raw)}
-    keys.update(f"trace:{m[1].decode().lower()}" for m in _SPAN_TRACE.finditer(raw))
-    keys.update(f"name:{family}" for family in NAME_FAMILIES
+def span_line_keys(raw: bytes) -> set[bytes]:
+    keys = {_id_key(m[1], m[2]) for m in _SPAN_ID_ATTR.finditer(raw)}
+    keys.update(_id_key(b"trace", m[1]) for m in _SPAN_TRACE.finditer(raw))
+    keys.update(name_key(family) for family in NAME_FAMILIES
                 if b'"name":"' + family.encode() in raw)
     return keys
 
 
-def log_line_keys(raw: bytes) -> set[str]:
-    keys = {f"{m[1].decode()}:{m[2].decode().lower()}" for m in _LOG_ID.finditer(raw)}
+def log_line_keys(raw: bytes) -> set[bytes]:
+    keys = {_id_key(m[1], m[2]) for m in _LOG_ID.finditer(raw)}
     if OFFSET_EVENT in raw:
         keys.add(CLOCK_KEY)
     return keys
 
 
-def line_keys(kind: str, raw: bytes) -> set[str]:
+def line_keys(kind: str, raw: bytes) -> set[bytes]:
     return span_line_keys(raw) if kind == TRACES else log_line_keys(raw)
 
 
@@ -181,6 +200,8 @@ def _connect(path: Path, *, timeout_s: float) -> sqlite3.Connection:
     conn = sqlite3.connect(path, timeout=timeout_s, isolation_level=None)
     conn.execute("PRAGMA journal_mode=WAL")
     conn.execute("PRAGMA synchronous=NORMAL")  # an index can be rebuilt; no fsync per round
+    conn.execute("PRAGMA wal_autocheckpoint=256")  # pages: the WAL stays near 1 MiB
+    conn.execute("PRAGMA journal_size_limit=1048576")  # and shrinks back after a burst
     conn.executescript(_SCHEMA)
     conn.execute("INSERT OR IGNORE INTO meta VALUES ('schema', ?)", (SCHEMA_VERSION,))
     return conn
@@ -233,11 +254,19 @@ class IndexWriter:
         result = IndexUpdate()
         try:
             conn = self._connection(result)
+            # One read of every file's progress: a round with nothing new writes nothing.
+            done = {(kind, name): int(to) for kind, name, to in conn.execute(
+                "SELECT kind, name, indexed_to FROM files").fetchall()}
             for kind in KINDS:
                 for path in jsonl_files(self.root / kind):
                     if result.bytes >= max_bytes:
                         result.pending = True
                         return result
+                    try:
+                        if path.stat().st_size == done.get((kind, path.name), -1):
+                            continue
+                    except OSError:
+                        continue
                     self._index_file(conn, kind, path, max_bytes - result.bytes, result)
         except sqlite3.OperationalError as exc:
             if "locked" in str(exc) or "busy" in str(exc):
@@ -279,7 +308,7 @@ class IndexWriter:
                 data = _read(path, indexed_to, size - indexed_to)
             end = indexed_to + complete_end(data)
             line_rows: list[tuple[int, int, int, int | None, int | None]] = []
-            key_rows: list[tuple[str, int, int]] = []
+            key_rows: list[tuple[bytes, int, int]] = []
             for offset, raw in complete_lines(data, indexed_to):
                 keys = line_keys(kind, raw)
                 if kind == TRACES:
@@ -368,22 +397,29 @@ class IndexReader:
         return dict(self._conn.execute("SELECT name, indexed_to FROM files WHERE kind=?",
                                        (kind,)).fetchall())
 
-    def lines(self, kind: str, keys: Iterable[str]) -> Iterator[tuple[str, bytes]]:
+    def lines(self, kind: str, keys: Iterable[bytes]) -> Iterator[tuple[str, bytes]]:
         """Every line of ``kind``'s files holding one of ``keys``, each once, in file
         and offset order (a file's lines in the order they were written), with the
         name of its file."""
         wanted = set(keys)
         self._lookups += 1
         marks = ",".join("?" * len(wanted))
-        rows = self._conn.execute(
-            f"SELECT DISTINCT f.name, k.offset, l.length FROM keys k "  # noqa: S608
-            f"JOIN files f ON f.id = k.file_id "
-            f"JOIN lines l ON l.file_id = k.file_id AND l.offset = k.offset "
-            f"WHERE f.kind = ? AND k.key IN ({marks}) ORDER BY f.name, k.offset",
-            (kind, *wanted)).fetchall() if wanted else []
+        # One snapshot for both: lines an agent indexes in between are then either in
+        # the rows or in the tails, never in neither nor in both.
+        self._conn.execute("BEGIN")
+        try:
+            rows = self._conn.execute(
+                f"SELECT DISTINCT f.name, k.offset, l.length FROM keys k "  # noqa: S608
+                f"JOIN files f ON f.id = k.file_id "
+                f"JOIN lines l ON l.file_id = k.file_id AND l.offset = k.offset "
+                f"WHERE f.kind = ? AND k.key IN ({marks}) ORDER BY f.name, k.offset",
+                (kind, *wanted)).fetchall() if wanted else []
+            indexed = self._indexed_to(kind)
+        finally:
+            self._conn.execute("COMMIT")
         extents = [Extent(kind, name, offset, length) for name, offset, length in rows]
         yield from self.read(extents)
-        yield from self._tails(kind, wanted)
+        yield from self._tails(kind, wanted, indexed)
 
     def files_of_pid(self, kind: str, pid: int) -> list[Path]:
         """The files a process wrote (one per process and kind)."""
@@ -413,8 +449,8 @@ class IndexReader:
             if handle is not None:
                 handle.close()
 
-    def _tails(self, kind: str, wanted: set[str]) -> Iterator[tuple[str, bytes]]:
-        indexed = self._indexed_to(kind)
+    def _tails(self, kind: str, wanted: set[bytes],
+               indexed: dict[str, int]) -> Iterator[tuple[str, bytes]]:
         for path in jsonl_files(self.root / kind):
             start = indexed.get(path.name, 0)
             try:
@@ -434,12 +470,59 @@ class IndexReader:
                     yield path.name, raw
 
     def ids_with_prefix(self, kind: str, prefix: str, limit: int = 10) -> list[str]:
-        """Ids of ``kind`` (task, actor, object, trace) starting with ``prefix``."""
-        low = key(kind, prefix)
+        """Ids of ``kind`` (task, actor, object, trace) starting with ``prefix`` (hex)."""
+        text = prefix.strip().lower()
+        try:
+            low = _TAGS[kind] + bytes.fromhex(text + "0" * (len(text) % 2))
+            high = _TAGS[kind] + bytes.fromhex(text + "f" * (len(text) % 2)) + b"\xff" * 64
+        except ValueError:
+            return []
         rows = self._conn.execute(
-            "SELECT DISTINCT key FROM keys WHERE key >= ? AND key < ? ORDER BY key LIMIT ?",
-            (low, low + "\U0010ffff", limit)).fetchall()
-        return [row[0].split(":", 1)[1] for row in rows]
+            "SELECT DISTINCT key FROM keys WHERE key >= ? AND key <= ? ORDER BY key LIMIT ?",
+            (low, high, limit)).fetchall()
+        return [bytes(row[0][1:]).hex() for row in rows]
+    def resolve(self, kind: str, given: str) -> str:
+        """The whole id when ``given`` is a unique prefix of one; ``given`` otherwise."""
+        found = self.ids_with_prefix(kind, given, limit=2) if given.strip() else []
+        return found[0] if len(found) == 1 else given
+
+    def similar_ids(self, kind: str, given: str, limit: int = 5) -> list[str]:
+        """Ids sharing the first half (at least 4 characters) of ``given``: what a cut or
+        mistyped paste may have meant."""
+        text = given.strip()
+        return self.ids_with_prefix(kind, text[:max(4, len(text) // 2)], limit)
+
+
+def suggest_ids(session_root: Path, kind: str, given: str) -> list[str]:
+    """:meth:`IndexReader.similar_ids` of the session's index as it stands ([] without)."""
+    index, _ = open_index(session_root, up_to_date=False)
+    if index is None:
+        return []
+    try:
+        return index.similar_ids(kind, given)
+    finally:
+        index.close()
+
+
+def matching_lines(session_root: Path, kind: str,
+                   keys: Iterable[bytes]) -> Iterator[tuple[str, bytes]]:
+    """(file name, line) of every line of ``kind`` holding one of ``keys``: through the
+    index, or, without a usable one, by scanning every file (still sending only those)."""
+    wanted = set(keys)
+    index, _ = open_index(session_root)
+    if index is not None:
+        try:
+            yield from index.lines(kind, wanted)
+        finally:
+            index.close()
+        return
+    for path in jsonl_files(session_root / kind):
+        named = False
+        for _, raw in complete_lines(_read(path, 0, 1 << 62), 0):
+            clock = CLOCK_KEY in wanted and kind == LOGS and not named and names_node(raw)
+            named = named or clock
+            if clock or wanted & line_keys(kind, raw):
+                yield path.name, raw
 
 
 def catch_up(session_root: Path, *, timeout_s: float = 2.0) -> str:
@@ -478,14 +561,15 @@ def open_index(session_root: Path, *,
     try:
         # mode=ro: a copied session may be read-only; the WAL needs its -shm beside it,
         # which a read-only folder may lack: then immutable=1 reads the main file alone.
-        conn = sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True)
+        conn = sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True, isolation_level=None)
         try:
             _check_schema(conn)
         except sqlite3.OperationalError as exc:
             if "unable to open" not in str(exc) and "readonly" not in str(exc):
                 raise
             conn.close()
-            conn = sqlite3.connect(f"{path.as_uri()}?immutable=1", uri=True)
+            conn = sqlite3.connect(f"{path.as_uri()}?immutable=1", uri=True,
+                                   isolation_level=None)
             _check_schema(conn)
     except sqlite3.DatabaseError as exc:
         return None, f"trace index {path} unusable ({exc}); ignoring it"

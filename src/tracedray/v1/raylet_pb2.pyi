@@ -422,12 +422,14 @@ class ShutdownNodeRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class ReadSessionFilesRequest(_message.Message):
-    __slots__ = ("subdir", "offset")
+    __slots__ = ("subdir", "offset", "keys")
     SUBDIR_FIELD_NUMBER: _ClassVar[int]
     OFFSET_FIELD_NUMBER: _ClassVar[int]
+    KEYS_FIELD_NUMBER: _ClassVar[int]
     subdir: str
     offset: int
-    def __init__(self, subdir: _Optional[str] = ..., offset: _Optional[int] = ...) -> None: ...
+    keys: _containers.RepeatedScalarFieldContainer[bytes]
+    def __init__(self, subdir: _Optional[str] = ..., offset: _Optional[int] = ..., keys: _Optional[_Iterable[bytes]] = ...) -> None: ...
 
 class FileChunk(_message.Message):
     __slots__ = ("name", "data")

@@ -42,15 +42,15 @@ def append(path: Path, *lines: str) -> None:
 
 def test_span_line_keys_name_every_id_and_the_trace() -> None:
     keys = ti.span_line_keys(span_line(TASK_A.upper()).encode())
-    assert keys == {f"task:{TASK_A}", f"actor:{'cc' * 8}", f"trace:{TRACE}"}
+    assert keys == {ti.key("task", TASK_A), ti.key("actor", "cc" * 8), ti.key("trace", TRACE)}
     assert ti.span_line_times(span_line(TASK_A, start=5, end=9).encode()) == (5, 9)
     store = span_line(TASK_A).replace('"name":"task.execute"', '"name":"object.seal"')
-    assert "name:object." in ti.span_line_keys(store.encode())
+    assert ti.name_key("object.") in ti.span_line_keys(store.encode())
 
 
 def test_log_line_keys_and_clock_lines() -> None:
     assert ti.log_line_keys(log_line("x", task_id=TASK_A, actor_id="dd").encode()) == {
-        f"task:{TASK_A}", "actor:dd"}
+        ti.key("task", TASK_A), ti.key("actor", "dd")}
     assert ti.CLOCK_KEY in ti.log_line_keys(log_line("node.clock_offset").encode())
     assert ti.names_node(log_line("x", node_id="abc").encode())
     assert ti.log_line_time(log_line("x").encode()) == 1767225600000001000
@@ -79,6 +79,10 @@ def test_writer_indexes_new_lines_only_and_reader_reads_only_them(tmp_path: Path
     assert [name for name, _ in found] == ["worker-42.jsonl"] * 2
     assert index.statistics().lines_read == 2  # of 52
     assert index.ids_with_prefix("task", TASK_A[:6]) == [TASK_A]
+    assert index.ids_with_prefix("task", TASK_A[:5]) == [TASK_A]  # half a byte too
+    assert index.resolve("task", TASK_A[:6]) == TASK_A
+    assert index.resolve("task", "0000") == "0000"  # 50 tasks start so: left as it is
+    assert index.similar_ids("task", TASK_A[:16] + "0" * 16) == [TASK_A]  # a mistyped end
     assert index.files_of_pid(ti.TRACES, 42) == [traces]
     index.close()
     writer.close()

@@ -45,8 +45,11 @@ class RemoteLogs:
     clock_offsets_s: dict[str, float]
 
 
-def remote_logs(session: SessionPaths, address: str | None) -> RemoteLogs:
-    """Log lines of alive nodes on other machines (asked through their raylets)."""
+def remote_logs(session: SessionPaths, address: str | None,
+                keys: list[bytes] | None = None) -> RemoteLogs:
+    """Log lines of alive nodes on other machines (asked through their raylets); with
+    ``keys`` (a task's or actor's, and the clock lines) each node sends only those lines,
+    found through its index."""
     import tempfile
 
     from tracedray.cli.tracestore.logs import read_logs
@@ -70,7 +73,7 @@ def remote_logs(session: SessionPaths, address: str | None) -> RemoteLogs:
         target = f"{node.info.raylet.ip}:{node.info.raylet.port}"
         with tempfile.TemporaryDirectory(prefix="tracedray-logs-") as folder:
             try:
-                for chunk in RayletClient(target).read_session_files("logs"):
+                for chunk in RayletClient(target).read_session_files("logs", keys):
                     with open(Path(folder) / Path(chunk.name).name, "ab") as out:
                         out.write(chunk.data)
             except RayError as exc:
@@ -206,7 +209,7 @@ def _logs(stop: StopRequest, task: str | None, actor: str | None, node: str | No
             seen[path.name] = len(matching)
             records.extend(matching)
             warnings.extend(file_warnings)
-    remote = remote_logs(session, address)
+    remote = remote_logs(session, address, None if follow else _remote_keys(wanted))
     lines.extend(clock_lines(remote.records))
     records.extend(select(remote.records, wanted))
     warnings.extend(remote.warnings)
@@ -255,13 +258,8 @@ def _indexed_lines(session: SessionPaths, wanted: LogFilter,
     if why:
         warn(why)
     try:
-        # A unique prefix stands for the whole id.
-        tasks = index.ids_with_prefix("task", wanted.task_id, 2) if wanted.task_id else []
-        if len(tasks) == 1:
-            wanted = dataclasses.replace(wanted, task_id=tasks[0])
-        actors = index.ids_with_prefix("actor", wanted.actor_id, 2) if wanted.actor_id else []
-        if len(actors) == 1:
-            wanted = dataclasses.replace(wanted, actor_id=actors[0])
+        wanted = dataclasses.replace(wanted, task_id=index.resolve("task", wanted.task_id),
+                                     actor_id=index.resolve("actor", wanted.actor_id))
         clocks = read_indexed_logs(session.logs_dir, index, [CLOCK_KEY], {})
         warnings = list(clocks.warnings)
         if wanted.task_id or wanted.actor_id:
@@ -282,18 +280,26 @@ def _indexed_lines(session: SessionPaths, wanted: LogFilter,
         index.close()
 
 
+def _remote_keys(wanted: LogFilter) -> list[bytes] | None:
+    """What to ask other nodes for: a task's or actor's lines and the clock lines; None
+    (every line) for other filters."""
+    from tracedray.telemetry.trace_index import CLOCK_KEY, key
+
+    if wanted.task_id:
+        return [key("task", wanted.task_id), CLOCK_KEY]
+    if wanted.actor_id:
+        return [key("actor", wanted.actor_id), CLOCK_KEY]
+    return None
+
+
 def _known_task_ids(session: SessionPaths, task_id: str) -> set[str]:
     """Task ids to suggest for one that matched no line: from the index (ids sharing the
     first characters), or every file's."""
     from tracedray.cli.tracestore.logs import read_log_file
-    from tracedray.telemetry.trace_index import open_index
+    from tracedray.telemetry.trace_index import index_path, suggest_ids
 
-    index, _ = open_index(session.root, up_to_date=False)  # the reading caught it up
-    if index is not None:
-        try:
-            return set(index.ids_with_prefix("task", task_id[:max(4, len(task_id) // 2)], 5))
-        finally:
-            index.close()
+    if index_path(session.root).exists():
+        return set(suggest_ids(session.root, "task", task_id))
     return {str(r.get("task_id")) for path in session.logs_dir.glob("*.jsonl")
             for r in read_log_file(path, {})[0] if r.get("task_id")}
 

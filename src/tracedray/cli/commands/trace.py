@@ -114,6 +114,7 @@ def trace(
     from tracedray.cli.tracestore.story import TaskStory, UnknownTask, task_story
     from tracedray.exceptions import RayError, RaySystemError
     from tracedray.telemetry.attributes import TASK_ID
+    from tracedray.telemetry.trace_index import suggest_ids
 
     err = Console(stderr=True)
     try:
@@ -151,7 +152,7 @@ def trace(
         # Suggestions come from every span any source returned, or the index's ids.
         result = task_story(seen, task_logs, task_id, jaeger_url)
         if isinstance(result, UnknownTask) and not result.suggestions:
-            result = UnknownTask(task_id, _indexed_suggestions(session, task_id))
+            result = UnknownTask(task_id, tuple(suggest_ids(session.root, "task", task_id)))
     wanted = task_id.strip().lower()
     applied = applied_offsets([*(s for s in seen if str(s.get(TASK_ID, "")).lower() == wanted),
                                *task_logs])
@@ -178,27 +179,11 @@ def _task_lines(session: SessionPaths, task_id: str) -> tuple[str, LogBatch]:
     if index is None:  # the span source says so
         return task_id, read_logs(session.logs_dir)
     try:
-        matches = index.ids_with_prefix("task", task_id, limit=2)
-        if len(matches) == 1 and matches[0] != task_id.lower():
-            task_id = matches[0]
+        task_id = index.resolve("task", task_id)
         batch = read_indexed_logs(session.logs_dir, index, [key("task", task_id), CLOCK_KEY],
                                   {})
         notes = (note,) if note else ()  # a corrupt index was rebuilt
         return task_id, LogBatch(batch.records, (*notes, *batch.warnings))
-    finally:
-        index.close()
-
-
-def _indexed_suggestions(session: SessionPaths, task_id: str) -> tuple[str, ...]:
-    from tracedray.telemetry.trace_index import open_index
-
-    index, _ = open_index(session.root, up_to_date=False)  # the reading caught it up
-    if index is None:
-        return ()
-    try:
-        # Ids sharing the first characters: a cut or mistyped paste.
-        return tuple(index.ids_with_prefix("task", task_id[:max(4, len(task_id) // 2)],
-                                           limit=5))
     finally:
         index.close()
 

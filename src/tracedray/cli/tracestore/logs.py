@@ -95,7 +95,7 @@ def read_log_file(path: Path, filters: Mapping[str, str]) -> tuple[list[LogRecor
     return records, warnings
 
 
-def read_indexed_logs(logs_dir: Path, index: IndexReader, keys: Iterable[str],
+def read_indexed_logs(logs_dir: Path, index: IndexReader, keys: Iterable[bytes],
                       filters: Mapping[str, str]) -> LogBatch:
     """The lines of ``logs_dir/*.jsonl`` the index names under one of ``keys`` that
     match ``filters``, in time order; spools are copied to their files first."""

@@ -113,7 +113,7 @@ class SessionFileSource:
                          and span.name.startswith(query.name_prefix))
         return SpanBatch(selected, tuple(read_warnings) + tuple(parse_warnings), self.label)
 
-    def _indexed(self, index: IndexReader, keys: list[str],
+    def _indexed(self, index: IndexReader, keys: list[bytes],
                  query: SpanQuery) -> SpanBatch:
         import json
 
@@ -139,15 +139,15 @@ class SessionFileSource:
         return SpanBatch(selected, (*warnings, *parse_warnings), self.label)
 
 
-def _index_keys(query: SpanQuery) -> list[str]:
-    from tracedray.telemetry.trace_index import NAME_FAMILIES, key
+def _index_keys(query: SpanQuery) -> list[bytes]:
+    from tracedray.telemetry.trace_index import NAME_FAMILIES, key, name_key
 
     if query.task_id:
         return [key("task", query.task_id)]
     if query.trace_id:
         return [key("trace", query.trace_id)]
     if query.name_prefix in NAME_FAMILIES:
-        return [f"name:{query.name_prefix}"]
+        return [name_key(query.name_prefix)]
     return []
 
 

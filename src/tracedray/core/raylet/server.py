@@ -40,7 +40,9 @@ from tracedray.core.worker.flight_recorder import read_slot
 from tracedray.exceptions import ConfigError, ObjectStoreFullError, RaySystemError
 from tracedray.telemetry import attributes as A
 from tracedray.telemetry.append_file import read_data
+from tracedray.telemetry.line_spool import sync_lines_dir
 from tracedray.telemetry.spool_convert import sync_traces_dir
+from tracedray.telemetry.trace_index import matching_lines
 from tracedray.v1 import (
     common_pb2,
     core_worker_pb2,
@@ -1157,6 +1159,16 @@ class _Servicer(raylet_pb2_grpc.RayletServiceServicer):
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"no such folder {request.subdir!r}")
         if request.subdir == "traces":
             sync_traces_dir(folder)  # every span that had ended, not only what the agent did
+        if request.keys:  # the matching lines alone, found through the node's index
+            if request.subdir == "logs":
+                sync_lines_dir(folder)  # every line that was logged
+            by_file: dict[str, list[bytes]] = {}
+            for name, line in matching_lines(self._r.session_dir, request.subdir,
+                                             request.keys):
+                by_file.setdefault(name, []).append(line)
+            for name, lines in by_file.items():
+                yield raylet_pb2.FileChunk(name=name, data=b"\n".join(lines) + b"\n")
+            return
         for path in sorted(folder.glob("*.jsonl")):
             # Without the NUL tail a live writer reserves (telemetry/append_file.py).
             yield raylet_pb2.FileChunk(name=path.name, data=read_data(path))

@@ -339,7 +339,7 @@ def main() -> None:
     converter.run(should_stop)
     stats = converter.statistics()
     log.info("telemetry.agent_stop", rounds=stats.rounds, rounds_deferred=stats.rounds_deferred,
-             spans_converted=stats.spans_converted,
+             spans_converted=stats.spans_converted, lines_indexed=stats.lines_indexed,
              busiest_round_spans=stats.busiest_round_spans, warnings=stats.warnings,
              run_time_s=round(time.monotonic() - started, 3))
     _say_converted()
