@@ -15,6 +15,13 @@ from typing import TYPE_CHECKING, Any, cast
 from tracedray import logs, telemetry
 from tracedray.core import ids
 from tracedray.core import options as opts
+from tracedray.core.actor import (
+    ActorHandle,
+    _methods,
+    constructor_arity,
+    method_arities,
+    method_retry_options,
+)
 from tracedray.core.call_site import user_call_site
 from tracedray.core.object_ref import ObjectRef
 from tracedray.core.serialization import serialize
@@ -26,7 +33,6 @@ from tracedray.telemetry import attributes as A
 from tracedray.v1 import common_pb2, gcs_pb2
 
 if TYPE_CHECKING:
-    from tracedray.core.actor import ActorHandle
     from tracedray.core.worker.core_worker import CoreWorker
 
 log = logs.get_logger("tracedray.core.api")  # the API's events, whichever module logs them
@@ -164,9 +170,7 @@ class ClusterRuntime:
             worker.submitter.submit(task)
         finally:
             span.end()
-        if num_returns == 0:
-            return None
-        return refs[0] if num_returns == 1 else refs
+        return _returned(refs, num_returns)
 
     def cancel(self, ref: ObjectRef, force: bool, recursive: bool) -> None:
         worker = self.worker
@@ -182,14 +186,6 @@ class ClusterRuntime:
     # --- actors
     def create_actor(self, cls: type, args: Sequence[Any], kwargs: Mapping[str, Any],
                      options: Mapping[str, Any]) -> ActorHandle:
-        from tracedray.core.actor import (
-            ActorHandle,
-            _methods,
-            constructor_arity,
-            method_arities,
-            method_retry_options,
-        )
-
         worker = self.worker
         name = options.get("name") or ""
         namespace = options.get("namespace")
@@ -246,9 +242,7 @@ class ClusterRuntime:
             self.worker.actor_submitter.submit(task, retries)
         finally:
             span.end()
-        if num_returns == 0:
-            return None
-        return refs[0] if num_returns == 1 else refs
+        return _returned(refs, num_returns)
 
     def kill(self, actor_id: bytes, no_restart: bool) -> None:
         self.worker.gcs.kill_actor(actor_id, no_restart)
@@ -267,6 +261,13 @@ class ClusterRuntime:
 
     def shutdown(self) -> None:
         self.worker.shutdown()
+
+
+def _returned(refs: list[ObjectRef], num_returns: int) -> Any:
+    """What ``.remote()`` returns: nothing, one ref, or a list of them."""
+    if num_returns == 0:
+        return None
+    return refs[0] if num_returns == 1 else refs
 
 
 def _resolve_now(worker: CoreWorker, task: Any) -> None:
