@@ -17,6 +17,7 @@ from typing import Any
 
 import cloudpickle
 import pytest
+from multinode_support import wait_for
 
 import tracedray
 from tracedray import exceptions
@@ -111,13 +112,6 @@ class Broken:
 
     def ping(self) -> str:
         return "pong"
-
-
-def _wait_for(path: Path, timeout_s: float = 60) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not path.exists():
-        assert time.monotonic() < deadline, f"{path} never appeared"
-        time.sleep(0.05)
 
 
 # --- the runtime itself ---------------------------------------------------------------
@@ -257,7 +251,7 @@ def test_cancel(kind: str, tmp_path: Path) -> None:
     marker = tmp_path / "marker"
     seconds = 60 if kind == CLUSTER else 0
     ref = sleep_until_cancelled.remote(str(marker), seconds)
-    _wait_for(marker)
+    wait_for(marker.exists, 60, "the task to start")
     tracedray.cancel(ref)
     if kind == LOCAL:
         # LOCAL MODE DIFFERS: the task finished at submission; cancel has nothing to stop.
