@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from tracedray.cli.cluster_client import NodeView
 from tracedray.cli.top_view import build_frame, render
+from tracedray.core.cluster_client import NodeView
 from tracedray.v1 import gcs_pb2, raylet_pb2
 
 

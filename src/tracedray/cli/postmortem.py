@@ -40,7 +40,7 @@ from tracedray.telemetry import attributes as attr
 from tracedray.v1 import common_pb2, core_worker_pb2, gcs_pb2, raylet_pb2
 
 if TYPE_CHECKING:
-    from tracedray.cli.cluster_client import ClusterClient, NodeView
+    from tracedray.core.cluster_client import ClusterClient, NodeView
 
 OWNER_REFERENCE = "OWNER"  # the reference type of a post-mortem row: the object's owner
 _PUT_INDEX_HEX = 8  # an object id is its task id and a 4-byte index (ids.object_id_for)
@@ -462,7 +462,7 @@ class PostmortemClient:
 
     def node_views(self, *, include_objects: bool = False,
                    include_references: bool = False) -> list[NodeView]:
-        from tracedray.cli.cluster_client import NodeView
+        from tracedray.core.cluster_client import NodeView
 
         known = {n.info.node_id: n for n in self.gcs.get_nodes()}
         where = raylets(self._spans)
@@ -526,7 +526,7 @@ def open_client(address: str | None, session: str | None = None
     address is resolved as for every command (``--address``, ``TRACEDRAY_ADDRESS``,
     ``session_latest``) and the session is the one whose address file names it.
     """
-    from tracedray.cli.cluster_client import connect_cluster, resolve_address
+    from tracedray.core.cluster_client import connect_cluster, resolve_address
 
     if session is not None:
         paths = session_at(session)

@@ -14,7 +14,7 @@ from enum import Enum
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from tracedray.cli.cluster_client import NodeView
+    from tracedray.core.cluster_client import NodeView
 
 Row = dict[str, Any]
 PENDING_STATES = ("PENDING_ARGS_AVAIL", "PENDING_NODE_ASSIGNMENT", "SUBMITTED_TO_WORKER",

@@ -6,10 +6,9 @@ import inspect
 import weakref
 from typing import Any, NoReturn
 
-from tracedray.core import arity, ids
+from tracedray.core import arity
 from tracedray.core import options as opts
-from tracedray.core.worker.retry_policy import RetryExceptions
-from tracedray.v1 import common_pb2, gcs_pb2
+from tracedray.v1 import gcs_pb2
 
 
 class ActorClass:
@@ -18,7 +17,7 @@ class ActorClass:
         self._options = opts.validate(options, opts.ACTOR_OPTIONS, f"actor class {cls.__name__}")
         self.__name__ = cls.__name__
         self.__doc__ = cls.__doc__
-        self._arity = constructor_arity(cls)  # checked at .remote(), as in Ray
+        constructor_arity(cls)  # read once now (cached); checked at .remote(), as in Ray
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         raise TypeError(f"actor class {self._cls.__name__} cannot be instantiated directly; "
@@ -40,68 +39,11 @@ class ActorClass:
         return getattr(cls, name)
 
     def remote(self, *args: Any, **kwargs: Any) -> ActorHandle:
-        from tracedray.core.api import global_worker
-        from tracedray.core.submission import build_task
+        from tracedray.core.api import global_runtime
 
-        worker = global_worker()
-        options = self._options
-        if hasattr(worker, "local_actor"):
-            return worker.local_actor(self._cls, args, kwargs, options)
-        name = options.get("name") or ""
-        namespace = options.get("namespace")
-        namespace = worker.namespace if namespace is None else namespace
-        actor_options = common_pb2.ActorOptions(
-            max_restarts=options.get("max_restarts", 0),
-            max_task_retries=options.get("max_task_retries", 0),
-            # 0: the default, which depends on the class (1, or 1,000 for an async actor).
-            max_concurrency=options.get("max_concurrency", 0), name=name, namespace=namespace,
-            detached=options.get("lifetime") == "detached", class_name=self._cls.__qualname__)
-        if options.get("get_if_exists") and name:
-            try:
-                info = worker.gcs.get_actor(name=name, namespace=namespace)
-                if info.state != "DEAD":
-                    return ActorHandle._from_info(info)
-            except Exception:  # noqa: BLE001 - not found: create it below
-                pass
-        # After get_if_exists found none, as in Ray: an existing actor is returned
-        # whatever the arguments.
-        if self._arity is not None:
-            self._arity.check(args, kwargs)
-        function_id = worker.functions.export(self._cls, f"actor class {self._cls.__name__}")
-        actor_id = ids.new_actor_id()
-        # Actors hold 0 CPU while alive by default (as in Ray), 1 to be scheduled.
-        resources = opts.resource_request(options, 0.0)
-        task, refs, span = build_task(
-            worker, kind=common_pb2.ACTOR_CREATION, function_id=function_id,
-            function_name=f"{self._cls.__qualname__}.__init__", args=args, kwargs=kwargs,
-            num_returns=1, resources=resources, actor_id=actor_id, actor_options=actor_options)
-        try:
-            _resolve_now(worker, task)
-            info = worker.gcs.create_actor(task.spec, bool(options.get("get_if_exists")))
-            worker.submitter.watch_actor_creation(resources, self._cls.__qualname__)
-        finally:
-            span.end()
-            worker.references.remove_submitted(task.dep_ids)
-        return ActorHandle(info.actor_id, self._cls.__qualname__, _methods(self._cls),
-                           actor_options.max_task_retries, method_retry_options(self._cls),
-                           method_arities(self._cls))
-
-
-def _resolve_now(worker: Any, task: Any) -> None:
-    """Creation arguments are resolved before the GCS gets the spec."""
-    import threading
-
-    done = threading.Event()
-    failure: list[Any] = []
-
-    def failed(_task: Any, error: Any) -> None:
-        failure.append(error)
-        done.set()
-
-    worker.resolver.resolve(task, lambda _t: done.set(), failed)
-    done.wait()
-    if failure:
-        worker.objects.load(failure[0])  # raises the upstream error
+        # The constructor's arity is checked by the runtime: after get_if_exists found
+        # none, as in Ray (an existing actor is returned whatever the arguments).
+        return global_runtime().create_actor(self._cls, args, kwargs, self._options)
 
 
 def _methods(cls: type) -> dict[str, int]:
@@ -224,29 +166,13 @@ class ActorHandle:
 
     def _call(self, method: str, args: Any, kwargs: Any, num_returns: int,
               max_task_retries: int | None, retry_exceptions: Any = None) -> Any:
-        from tracedray.core.api import global_worker
-        from tracedray.core.submission import build_task
+        from tracedray.core.api import global_runtime
 
         checked = self._arities.get(method)
         if checked is not None:
             checked.check(args, kwargs)
-        worker = global_worker()
-        if hasattr(worker, "local_method"):
-            return worker.local_method(self, method, args, kwargs, num_returns)
-        retries = self._max_task_retries if max_task_retries is None else max_task_retries
-        task, refs, span = build_task(
-            worker, kind=common_pb2.ACTOR_METHOD, function_id="",
-            function_name=f"{self._class_name}.{method}", args=args, kwargs=kwargs,
-            num_returns=num_returns, resources={}, actor_id=self._actor_id, method_name=method,
-            max_retries=retries, retry_exceptions=RetryExceptions.from_option(
-                retry_exceptions, f"{self._class_name}.{method}"))
-        try:
-            worker.actor_submitter.submit(task, retries)
-        finally:
-            span.end()
-        if num_returns == 0:
-            return None
-        return refs[0] if num_returns == 1 else refs
+        return global_runtime().submit_actor_task(self, method, args, kwargs, num_returns,
+                                                  max_task_retries, retry_exceptions)
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (ActorHandle, (self._actor_id, self._class_name, self._methods,

@@ -1,4 +1,7 @@
-"""The Ray-compatible API: init, shutdown, get, put, wait, kill, get_actor, cancel, ..."""
+"""The Ray-compatible API: init, shutdown, get, put, wait, kill, get_actor, cancel, ...
+
+``init`` picks the process's runtime (``runtime.py``); every other call checks the
+user's arguments here and then makes one call on that runtime."""
 
 from __future__ import annotations
 
@@ -13,31 +16,18 @@ from typing import Any
 from tracedray import config, logs, telemetry
 from tracedray.core import exit_hook, ids, node, runtime, session
 from tracedray.core.address import parse_host_port
-from tracedray.core.call_site import user_call_site
 from tracedray.core.object_ref import ObjectRef
-from tracedray.core.serialization import serialize
-from tracedray.core.worker.memory_store import is_error
+from tracedray.core.runtime import Runtime
 from tracedray.exceptions import (
     ClusterConnectionError,
     ConfigError,
-    GetTimeoutError,
-    OwnerDiedError,
     RaySystemError,
 )
-from tracedray.telemetry import attributes as A
 from tracedray.telemetry import endpoint_check
 from tracedray.telemetry._host import advertise_ip
 from tracedray.v1 import gcs_pb2
 
 log = logs.get_logger(__name__)
-# object.put and object.get spans (span_shape.py): a put's call site, where it went and
-# its node are shared by every put from that line; a get's attributes are all its own.
-# Ids go in as bytes (shown as hex): packed records (span_shape.py).
-_PUT_SHAPES = telemetry.ShapeCache("object.put", (A.OBJECT_ID, A.OBJECT_SIZE),
-                                   (A.OBJECT_CALL_SITE, A.OBJECT_LOCATION, A.NODE_ID),
-                                   packing=ids.OBJECT_ID_PACKING + "q")
-_GET_SHAPE = telemetry.SpanShape("object.get", (A.OBJECT_COUNT, A.OBJECT_ID, A.OBJECT_SIZE),
-                                 packing="q" + ids.OBJECT_ID_PACKING + "q")
 
 # Ray keywords that have no meaning here: accepted and ignored with a debug log.
 RAY_ONLY_KEYWORDS = frozenset({
@@ -51,7 +41,7 @@ RAY_ONLY_KEYWORDS = frozenset({
 
 @dataclass
 class _Cluster:
-    worker: Any
+    runtime: Runtime
     processes: node.NodeProcesses | None
     session: session.SessionPaths
     gcs_address: str
@@ -176,6 +166,7 @@ def _configure_driver_telemetry(paths: session.SessionPaths) -> None:
 
 def _connect_driver(gcs_address: str, paths: session.SessionPaths,
                     processes: node.NodeProcesses | None, namespace: str | None) -> _Cluster:
+    from tracedray.core.cluster_runtime import ClusterRuntime
     from tracedray.core.gcs.client import connect
     from tracedray.core.raylet.client import RayletClient
     from tracedray.core.raylet.telemetry_agent import start_for_driver
@@ -217,10 +208,11 @@ def _connect_driver(gcs_address: str, paths: session.SessionPaths,
     # as every other process's do: the CLI groups spans by node.
     telemetry.configure("driver", session_dir=paths.root, session_id=paths.session_id,
                         node_id=node_id)
-    runtime.set_current(worker)
+    rt = ClusterRuntime(worker)
+    runtime.set_current(rt)
     log.info("driver.connected", gcs=gcs_address, raylet=raylet_address, job_id=job_id.hex(),
              session=str(paths.root))
-    return _Cluster(worker, processes, paths, gcs_address, ns)
+    return _Cluster(rt, processes, paths, gcs_address, ns)
 
 
 def shutdown() -> None:
@@ -229,14 +221,14 @@ def shutdown() -> None:
         cluster, _cluster = _cluster, None
         if cluster is None:
             return
-        worker = cluster.worker
+        rt = cluster.runtime
         runtime.set_current(None)
         try:
-            if hasattr(worker, "gcs") and cluster.processes is None:
-                worker.gcs.finish_job(gcs_pb2.JobInfo(job_id=worker.job_id))
+            if cluster.processes is None:
+                rt.finish_job()
         except RaySystemError as exc:
             log.warning("job.finish_failed", error=str(exc))
-        worker.shutdown()
+        rt.shutdown()
         if cluster.processes is not None:
             cluster.processes.stop()
         from tracedray.core import rpc
@@ -260,55 +252,32 @@ def current_session_dir() -> Any:
 def _context_info() -> dict[str, Any]:
     assert _cluster is not None
     return {"address": _cluster.gcs_address, "session_dir": str(_cluster.session.root),
-            "namespace": _cluster.namespace, "node_id": getattr(_cluster.worker, "node_id", "")}
+            "namespace": _cluster.namespace, "node_id": _cluster.runtime.node_id}
+
+
+def global_runtime() -> Runtime:
+    """The current runtime, starting a local cluster first if needed (as Ray does)."""
+    rt = runtime.current_runtime()
+    if rt is not None:
+        return rt
+    with _init_lock:
+        if runtime.current_runtime() is None:
+            init()
+    rt = runtime.current_runtime()
+    assert rt is not None
+    return rt
 
 
 def global_worker() -> Any:
-    """The current core worker, starting a local cluster first if needed (as Ray does)."""
-    worker = runtime.current()
-    if worker is not None:
-        return worker
-    with _init_lock:
-        if runtime.current() is None:
-            init()
-    worker = runtime.current()
-    assert worker is not None
-    return worker
+    """The current runtime's worker (the ``CoreWorker`` in a cluster), for tools and tests."""
+    return global_runtime().worker
 
 
 # --- objects
 def put(value: Any, *, _owner: Any = None) -> ObjectRef:
     if isinstance(value, ObjectRef):
         raise TypeError("calling put() on an ObjectRef is not allowed (it is already stored)")
-    worker = global_worker()
-    if hasattr(worker, "local_put"):
-        return worker.local_put(value)
-    site = user_call_site(2)
-    object_id = ids.object_id_for(ids.new_task_id(), ids.PUT_INDEX_BASE)
-    object_hex = object_id.hex()
-    # A span recorded whole at the end, not span(): nothing below needs it as the
-    # current context, and the SDK path costs ~3x as much (see telemetry._record).
-    start_ns = time.time_ns()
-    try:
-        serialized = serialize(value, what="put() value")
-        stored = worker.objects.to_value(object_id, serialized, call_site=site)
-        ref = worker.new_owned_ref(object_id, site)
-        worker.store_owned_value(stored, "FINISHED")
-        for inner in stored.contained_refs:
-            worker.add_captured(inner, object_id)
-    except BaseException as exc:
-        telemetry.record_span("object.put", {A.OBJECT_ID: object_hex, A.OBJECT_CALL_SITE: site},
-                              start_ns=start_ns, error=exc)
-        log.info("object.put", object_id=object_hex, call_site=site,
-                 error_type=type(exc).__qualname__)
-        raise
-    location = "shm" if stored.store_node_id else "inline"
-    if telemetry.enabled():
-        telemetry.record_shaped_span(_PUT_SHAPES.get((site, location, worker.node_id)),
-                                     (object_id, stored.size), start_ns=start_ns)
-    log.info("object.put", object_id=object_hex, size=stored.size, location=location,
-             call_site=site)
-    return ref
+    return global_runtime().put(value)
 
 
 def get(object_refs: ObjectRef | Sequence[ObjectRef], *, timeout: float | None = None) -> Any:
@@ -320,54 +289,8 @@ def get(object_refs: ObjectRef | Sequence[ObjectRef], *, timeout: float | None =
                         + (" (did you forget .remote()?)" if not single else ""))
     if timeout is not None and timeout < 0:
         raise ValueError(f"timeout must be >= 0 or None, got {timeout}")
-    worker = global_worker()
-    if hasattr(worker, "local_get"):
-        values = [worker.local_get(r) for r in refs]
-        return values[0] if single else values
-    _refuse_stale(refs, worker)
-    ids_ = [r.binary() for r in refs]
-    first_hex = refs[0].hex() if refs else ""
-    size: int | None = None  # known once every value is in
-    start_ns = time.time_ns()  # object.get recorded whole at the end: see put()
-    try:
-        # As Ray's: an error among the values raises at once, not after the slowest.
-        ready = worker.wait_values(ids_, len(set(ids_)), timeout, stop_on_error=True)
-        if len(ready) < len(set(ids_)):
-            for object_id in ids_:
-                if object_id in ready:
-                    error = worker.memory_store.get_if_ready(object_id)
-                    if is_error(error):
-                        worker.objects.load(error)  # raises it
-            missing = [i.hex() for i in ids_ if i not in ready]
-            raise GetTimeoutError(f"get() timed out after {timeout}s waiting for "
-                                  f"{len(missing)} of {len(refs)} object(s), e.g. {missing[0]}")
-        stored = [worker.memory_store.get_if_ready(object_id) for object_id in ids_]
-        # Before loading: a stored error raises from load().
-        size = sum(value.size for value in stored)
-        values = [worker.objects.load(value) for value in stored]
-    except BaseException as exc:
-        attributes: dict[str, Any] = {A.OBJECT_COUNT: len(refs), A.OBJECT_ID: first_hex}
-        if size is not None:
-            attributes[A.OBJECT_SIZE] = size
-        telemetry.record_span("object.get", attributes, start_ns=start_ns, error=exc)
-        log.info("object.get", object_id=first_hex, count=len(refs), size=size or 0,
-                 error_type=type(exc).__qualname__)
-        raise
-    if telemetry.enabled():
-        telemetry.record_shaped_span(_GET_SHAPE, (len(refs), ids_[0] if ids_ else b"", size),
-                                     start_ns=start_ns)
-    log.info("object.get", object_id=first_hex, count=len(refs), size=size)
+    values = global_runtime().get(refs, timeout)
     return values[0] if single else values
-
-
-def _refuse_stale(refs: Sequence[ObjectRef], worker: Any) -> None:
-    """A ref made by an earlier connection of this process (before ``shutdown()`` and a
-    new ``init()``) names an object nothing here will ever produce: fail at once."""
-    for ref in refs:
-        made_by = ref._worker
-        if made_by is not None and made_by is not worker:
-            raise OwnerDiedError(ref.hex(), "it was made before this process's last "
-                                 "init(): it might be dead or it's from a different cluster")
 
 
 def wait(object_refs: Sequence[ObjectRef], *, num_returns: int = 1,
@@ -384,30 +307,13 @@ def wait(object_refs: Sequence[ObjectRef], *, num_returns: int = 1,
     if not 0 <= num_returns <= len(object_refs):
         raise ValueError(f"num_returns must be between 0 and {len(object_refs)}, "
                          f"got {num_returns}")
-    worker = global_worker()
-    if hasattr(worker, "local_get"):
-        return list(object_refs[:num_returns]), list(object_refs[num_returns:])
-    _refuse_stale(object_refs, worker)
-    ready_ids = worker.wait_values([r.binary() for r in object_refs], num_returns, timeout)
-    ready = [r for r in object_refs if r.binary() in ready_ids][:num_returns]
-    chosen = set(ready)
-    return ready, [r for r in object_refs if r not in chosen]
+    return global_runtime().wait(object_refs, num_returns, timeout)
 
 
 def cancel(object_ref: ObjectRef, *, force: bool = False, recursive: bool = True) -> None:
     if not isinstance(object_ref, ObjectRef):
         raise TypeError(f"cancel() takes an ObjectRef, got {type(object_ref).__name__}")
-    worker = global_worker()
-    if not hasattr(worker, "submitter"):
-        return
-    task_id = object_ref.task_id().binary()
-    if worker.submitter.cancel(task_id, force, recursive):
-        return
-    if force:
-        if worker.actor_submitter.owns_call(task_id):
-            raise ValueError("force=True is not supported for actor tasks.")
-        return
-    worker.actor_submitter.cancel(task_id)
+    global_runtime().cancel(object_ref, force, recursive)
 
 
 # --- actors
@@ -416,10 +322,7 @@ def kill(actor: Any, *, no_restart: bool = True) -> None:
 
     if not isinstance(actor, ActorHandle):
         raise TypeError(f"kill() takes an actor handle, got {type(actor).__name__}")
-    worker = global_worker()
-    worker.gcs.kill_actor(actor._actor_id, no_restart)
-    if no_restart:
-        worker.actor_submitter.mark_dead(actor._actor_id, "killed with tracedray.kill()")
+    global_runtime().kill(actor._actor_id, no_restart)
 
 
 def get_actor(name: str, namespace: str | None = None) -> Any:
@@ -427,11 +330,11 @@ def get_actor(name: str, namespace: str | None = None) -> Any:
 
     if not isinstance(name, str) or not name:
         raise ValueError("get_actor() needs a non-empty actor name")
-    worker = global_worker()
-    ns = namespace if namespace is not None else worker.namespace
+    rt = global_runtime()
+    ns = namespace if namespace is not None else rt.namespace
     # Ray's wording first: programs and their tests match on it.
     try:
-        info = worker.gcs.get_actor(name=name, namespace=ns)
+        info = rt.actor_info(name, ns)
     except RaySystemError as exc:
         raise ValueError(f"Failed to look up actor with name {name!r} in namespace {ns!r}: "
                          "no such actor (it may not exist, or live in another "
@@ -444,9 +347,8 @@ def get_actor(name: str, namespace: str | None = None) -> Any:
 
 # --- cluster info
 def nodes() -> list[dict[str, Any]]:
-    worker = global_worker()
     out = []
-    for entry in worker.gcs.get_nodes():
+    for entry in global_runtime().node_table():
         info = entry.info
         out.append({"NodeID": info.node_id, "Alive": info.state == "ALIVE",
                     "NodeManagerAddress": info.raylet.ip, "NodeManagerPort": info.raylet.port,
@@ -458,7 +360,7 @@ def nodes() -> list[dict[str, Any]]:
 
 def cluster_resources() -> dict[str, float]:
     total: dict[str, float] = {}
-    for entry in global_worker().gcs.get_nodes():
+    for entry in global_runtime().node_table():
         if entry.info.state == "ALIVE":
             for name, amount in entry.info.resources_total.items():
                 total[name] = total.get(name, 0.0) + amount
@@ -467,7 +369,7 @@ def cluster_resources() -> dict[str, float]:
 
 def available_resources() -> dict[str, float]:
     total: dict[str, float] = {}
-    for entry in global_worker().gcs.get_nodes():
+    for entry in global_runtime().node_table():
         if entry.info.state == "ALIVE":
             for name, amount in entry.resources_available.items():
                 total[name] = total.get(name, 0.0) + amount

@@ -175,9 +175,10 @@ class LocalModeStatistics:
     objects_freed: int
 
 
-# --- the worker ----------------------------------------------------------------------
-class LocalWorker:
-    """Stands in for the CoreWorker: the API modules call its ``local_*`` methods."""
+# --- the runtime ---------------------------------------------------------------------
+class LocalRuntime:
+    """:class:`~tracedray.core.runtime.Runtime` in the driver alone; it is also the
+    worker its ObjectRefs count references with and ``get_runtime_context()`` reads."""
 
     def __init__(self, *, node_id: str, worker_id: str, job_id: bytes, namespace: str) -> None:
         self.node_id = node_id
@@ -187,8 +188,6 @@ class LocalWorker:
         self.ip = "127.0.0.1"
         self.references = LocalReferences()
         self.executor = _ActorScope()
-        self.gcs = LocalDirectory(self)
-        self.actor_submitter = self.gcs  # api.kill() calls actor_submitter.mark_dead()
         self._objects: dict[bytes, _Stored] = {}
         self._actors: dict[bytes, _LocalActor] = {}
         self._lock = threading.RLock()
@@ -197,6 +196,10 @@ class LocalWorker:
 
     # --- context
     @property
+    def worker(self) -> LocalRuntime:
+        return self
+
+    @property
     def current_task(self) -> _RunningTask | None:
         return getattr(self._tls, "task", None)
 
@@ -204,7 +207,7 @@ class LocalWorker:
         return self.job_id
 
     # --- objects
-    def local_put(self, value: Any) -> ObjectRef:
+    def put(self, value: Any) -> ObjectRef:
         self._release_unreferenced()
         site = user_call_site(2)
         object_id = ids.object_id_for(ids.new_task_id(), ids.PUT_INDEX_BASE)
@@ -217,7 +220,15 @@ class LocalWorker:
                 span.set_attribute(A.OBJECT_LOCATION, _LOCATION)
         return ref
 
-    def local_get(self, ref: ObjectRef) -> Any:
+    def get(self, refs: Sequence[ObjectRef], timeout: float | None) -> list[Any]:
+        """Every value is already there (tasks ran when submitted): ``timeout`` is moot."""
+        return [self._get_one(ref) for ref in refs]
+
+    def wait(self, refs: Sequence[ObjectRef], num_returns: int, timeout: float | None
+             ) -> tuple[list[ObjectRef], list[ObjectRef]]:
+        return list(refs[:num_returns]), list(refs[num_returns:])
+
+    def _get_one(self, ref: ObjectRef) -> Any:
         self._release_unreferenced()
         with telemetry.span("object.get", {A.OBJECT_ID: ref.hex(), A.OBJECT_COUNT: 1,
                                            A.NODE_ID: self.node_id}) as span:
@@ -252,16 +263,19 @@ class LocalWorker:
             stored.contained.clear()
 
     # --- tasks
-    def local_call(self, function: Callable[..., Any], args: Sequence[Any],
-                   kwargs: Mapping[str, Any], num_returns: int) -> Any:
-        name = f"{function.__module__}.{function.__qualname__}"
-        return self._run(name, "normal", b"", function, args, kwargs, num_returns)
+    def submit_task(self, function: Callable[..., Any], name: str, args: Sequence[Any],
+                    kwargs: Mapping[str, Any], options: Mapping[str, Any]) -> Any:
+        return self._run(name, "normal", b"", function, args, kwargs,
+                         options.get("num_returns", 1))
 
-    def local_actor(self, cls: type, args: Sequence[Any], kwargs: Mapping[str, Any],
-                    options: Mapping[str, Any] | None = None) -> ActorHandle:
+    def cancel(self, ref: ObjectRef, force: bool, recursive: bool) -> None:
+        """Nothing to cancel: every task finished when it was submitted."""
+
+    # --- actors
+    def create_actor(self, cls: type, args: Sequence[Any], kwargs: Mapping[str, Any],
+                     options: Mapping[str, Any]) -> ActorHandle:
         from tracedray.core.actor import ActorHandle, _methods, constructor_arity, method_arities
 
-        options = options or {}
         name = options.get("name") or ""
         namespace = options.get("namespace")
         namespace = self.namespace if namespace is None else namespace
@@ -293,8 +307,10 @@ class LocalWorker:
         return ActorHandle(actor.actor_id, actor.class_name, _methods(cls), 0,
                            arities=method_arities(cls))
 
-    def local_method(self, handle: ActorHandle, method: str, args: Sequence[Any],
-                     kwargs: Mapping[str, Any], num_returns: int) -> Any:
+    def submit_actor_task(self, handle: ActorHandle, method: str, args: Sequence[Any],
+                          kwargs: Mapping[str, Any], num_returns: int,
+                          max_task_retries: int | None, retry_exceptions: Any) -> Any:
+        """Retry options are moot: a method runs once, at once."""
         actor = self._actors.get(handle._actor_id)
         name = f"{handle._class_name}.{method}"
         if actor is None or actor.death_cause:
@@ -382,7 +398,7 @@ class LocalWorker:
     def _resolve(self, arg: Any) -> Any:
         """A top-level ref becomes its value (its error fails the task); a copy is loaded."""
         if isinstance(arg, ObjectRef):
-            return self.local_get(arg)
+            return self._get_one(arg)
         return raise_or_load(arg)
 
     # --- actors (directory)
@@ -395,6 +411,34 @@ class LocalWorker:
 
     def actor(self, actor_id: bytes) -> _LocalActor | None:
         return self._actors.get(actor_id)
+
+    def actor_info(self, name: str, namespace: str) -> gcs_pb2.ActorInfo:
+        actor = self._named(name, namespace)
+        if actor is None:
+            raise RaySystemError(f"no actor {name!r} in namespace {namespace!r}")
+        return gcs_pb2.ActorInfo(actor_id=actor.actor_id, name=actor.name,
+                                 namespace=actor.namespace, class_name=actor.class_name,
+                                 state="DEAD" if actor.death_cause else "ALIVE",
+                                 death_cause=actor.death_cause, node_id=self.node_id,
+                                 pid=os.getpid(), job_id=self.job_id)
+
+    def kill(self, actor_id: bytes, no_restart: bool) -> None:
+        """Killed for good whatever ``no_restart`` says: nothing restarts an actor here."""
+        actor = self.actor(actor_id)
+        if actor is not None and not actor.death_cause:
+            actor.death_cause = "killed with tracedray.kill()"
+            actor.instance = None
+
+    # --- cluster
+    def node_table(self) -> list[gcs_pb2.NodeWithLoad]:
+        cpus = float(os.cpu_count() or 1)
+        info = gcs_pb2.NodeInfo(node_id=self.node_id, state="ALIVE", is_head=True,
+                                resources_total={"CPU": cpus}, hostname=os.uname().nodename)
+        info.raylet.ip = self.ip
+        return [gcs_pb2.NodeWithLoad(info=info, resources_available={"CPU": cpus})]
+
+    def finish_job(self) -> None:
+        """Nothing to record: the job lives and ends with this process."""
 
     # --- lifecycle
     def shutdown(self) -> None:
@@ -443,45 +487,6 @@ def _split(name: str, output: Any, num_returns: int) -> list[Any]:
     return outputs
 
 
-class LocalDirectory:
-    """The few GCS calls the API makes (actors by name, kill, nodes), answered locally."""
-
-    def __init__(self, worker: LocalWorker) -> None:
-        self._worker = worker
-
-    def get_actor(self, *, actor_id: bytes = b"", name: str = "",
-                  namespace: str = "") -> gcs_pb2.ActorInfo:
-        worker = self._worker
-        actor = worker.actor(actor_id) if actor_id else worker._named(name, namespace)
-        if actor is None:
-            raise RaySystemError(f"no actor {name or actor_id.hex()!r} in namespace "
-                                 f"{namespace!r}")
-        return gcs_pb2.ActorInfo(actor_id=actor.actor_id, name=actor.name,
-                                 namespace=actor.namespace, class_name=actor.class_name,
-                                 state="DEAD" if actor.death_cause else "ALIVE",
-                                 death_cause=actor.death_cause, node_id=worker.node_id,
-                                 pid=os.getpid(), job_id=worker.job_id)
-
-    def kill_actor(self, actor_id: bytes, no_restart: bool) -> None:
-        self.mark_dead(actor_id, "killed with tracedray.kill()")
-
-    def mark_dead(self, actor_id: bytes, reason: str) -> None:
-        actor = self._worker.actor(actor_id)
-        if actor is not None and not actor.death_cause:
-            actor.death_cause = reason
-            actor.instance = None
-
-    def get_nodes(self) -> list[gcs_pb2.NodeWithLoad]:
-        cpus = float(os.cpu_count() or 1)
-        info = gcs_pb2.NodeInfo(node_id=self._worker.node_id, state="ALIVE", is_head=True,
-                                resources_total={"CPU": cpus}, hostname=os.uname().nodename)
-        info.raylet.ip = self._worker.ip
-        return [gcs_pb2.NodeWithLoad(info=info, resources_available={"CPU": cpus})]
-
-    def finish_job(self, job: gcs_pb2.JobInfo) -> None:
-        """Nothing to record: the job lives and ends with this process."""
-
-
 def start_local_mode(namespace: str) -> _Cluster:
     """A session directory, telemetry and logs for the driver, and the in-process worker."""
     from tracedray.core.api import _Cluster
@@ -495,13 +500,13 @@ def start_local_mode(namespace: str) -> _Cluster:
                    session_id=paths.session_id, config={"local_mode": True})
     _export_spans(paths)
     ns = namespace or f"anonymous-{job_id.hex()}"
-    worker = LocalWorker(node_id=node_id, worker_id=ids.new_worker_id(), job_id=job_id,
-                         namespace=ns)
+    rt = LocalRuntime(node_id=node_id, worker_id=ids.new_worker_id(), job_id=job_id,
+                      namespace=ns)
     logs.set_process_context(job_id=job_id.hex(), node_id=node_id)
-    runtime.set_current(worker)  # type: ignore[arg-type]  # duck-typed stand-in for CoreWorker
+    runtime.set_current(rt)
     log.info("driver.local_mode", job_id=job_id.hex(), session=str(paths.root),
              started_at=time.time())
-    return _Cluster(worker, None, paths, LOCAL_ADDRESS, ns)
+    return _Cluster(rt, None, paths, LOCAL_ADDRESS, ns)
 
 
 def _export_spans(paths: session.SessionPaths) -> None:

@@ -8,10 +8,6 @@ from typing import Any
 
 from tracedray.core import arity
 from tracedray.core import options as opts
-from tracedray.core.worker.retry_policy import RetryExceptions
-from tracedray.v1 import common_pb2
-
-DEFAULT_MAX_RETRIES = 3
 
 
 class RemoteFunction:
@@ -36,29 +32,9 @@ class RemoteFunction:
         return clone
 
     def remote(self, *args: Any, **kwargs: Any) -> Any:
-        from tracedray.core.api import global_worker
-        from tracedray.core.submission import build_task
+        from tracedray.core.api import global_runtime
 
         if self._arity is not None:
             self._arity.check(args, kwargs)
-        worker = global_worker()
-        options = self._options
-        num_returns = options.get("num_returns", 1)
-        if hasattr(worker, "local_call"):
-            return worker.local_call(self._function, args, kwargs, num_returns)
-        function_id = worker.functions.export(self._function, f"function {self._name}")
-        retry = RetryExceptions.from_option(options.get("retry_exceptions"),
-                                            f"function {self._name}")
-        task, refs, span = build_task(
-            worker, kind=common_pb2.NORMAL, function_id=function_id,
-            function_name=self._name, args=args, kwargs=kwargs, num_returns=num_returns,
-            resources=opts.resource_request(options, 1.0),
-            max_retries=options.get("max_retries", DEFAULT_MAX_RETRIES),
-            retry_exceptions=retry)
-        try:
-            worker.submitter.submit(task)
-        finally:
-            span.end()
-        if num_returns == 0:
-            return None
-        return refs[0] if num_returns == 1 else refs
+        return global_runtime().submit_task(self._function, self._name, args, kwargs,
+                                            self._options)

@@ -13,21 +13,43 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Union
+from typing import TYPE_CHECKING, Any, Protocol
 
 from tracedray.util import _state_rows as rows
 from tracedray.util._state_rows import Row, StateList
 
 if TYPE_CHECKING:
-    from tracedray.cli.cluster_client import ClusterClient, NodeView
-    from tracedray.cli.postmortem import PostmortemClient
+    from tracedray.core.cluster_client import NodeView
+    from tracedray.v1 import gcs_pb2
 
 DEFAULT_LIMIT = 100
 Filters = Sequence[str] | None
-# What answers: a running cluster, or a post-mortem view of a stopped one (its files).
-Source = Union["ClusterClient", "PostmortemClient"]
-# The cluster's address ("host:port", "auto" or None), or a client already.
-Address = Union[str, None, "ClusterClient", "PostmortemClient"]
+
+
+class StateTables(Protocol):
+    """The GCS tables the state API reads."""
+
+    def get_tasks(self, task_ids: list[bytes] | None = None, limit: int = 0,
+                  job_id: bytes = b"", **query: Any) -> gcs_pb2.GetTasksReply: ...
+
+    def list_actors(self) -> list[gcs_pb2.ActorInfo]: ...
+
+    def get_jobs(self) -> list[gcs_pb2.JobInfo]: ...
+
+
+class Source(Protocol):
+    """What answers: a running cluster (``core.cluster_client.ClusterClient``), or what a
+    stopped one left in its session folder (the CLI's ``PostmortemClient``)."""
+
+    @property
+    def gcs(self) -> StateTables: ...
+
+    def node_views(self, *, include_objects: bool = False,
+                   include_references: bool = False) -> list[NodeView]: ...
+
+
+# The cluster's address ("host:port", "auto" or None), or a source already.
+Address = str | None | Source
 
 __all__ = [
     "DEFAULT_LIMIT", "StateList", "get_actor", "get_job", "get_node", "get_object", "get_task",
@@ -40,7 +62,7 @@ __all__ = [
 def _client(address: Address) -> Source:
     """``address`` may be a client already: the CLI passes a post-mortem view of a stopped
     cluster (``tracedray.cli.postmortem``) where the cluster does not answer."""
-    from tracedray.cli.cluster_client import connect_cluster
+    from tracedray.core.cluster_client import connect_cluster
 
     if address is not None and not isinstance(address, str):
         return address

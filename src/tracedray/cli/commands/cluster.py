@@ -19,7 +19,7 @@ from tracedray import config
 from tracedray.cli.output import ADDRESS_HELP, FORMAT_HELP, OutputFormat
 
 if TYPE_CHECKING:
-    from tracedray.cli.cluster_client import NodeView
+    from tracedray.core.cluster_client import NodeView
     from tracedray.core.node import NodeProcesses
 
 
@@ -124,7 +124,7 @@ def _start_head(port: int, host: str, num_cpus: float | None, resources: dict[st
 def _join(address: str, host: str, num_cpus: float | None, resources: dict[str, float] | None,
           object_store_memory: int | None, spilling: bool,
           metrics_export_port: int | None) -> NodeProcesses:
-    from tracedray.cli.cluster_client import normalize_address
+    from tracedray.core.cluster_client import normalize_address
     from tracedray.core.node import join_node
     from tracedray.core.session import create_session, session_for_address
 
@@ -228,8 +228,8 @@ def status(
     output_format: OutputFormat = typer.Option(OutputFormat.table, "--format", help=FORMAT_HELP),
 ) -> None:
     """Nodes alive/dead, resources used/total, object store, workers, pending/infeasible work."""
-    from tracedray.cli.cluster_client import connect_cluster
     from tracedray.cli.output import fail, print_json
+    from tracedray.core.cluster_client import connect_cluster
     from tracedray.exceptions import RayError
 
     try:

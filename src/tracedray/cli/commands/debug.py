@@ -61,10 +61,10 @@ def debug(
     `continue` (or `quit`, or Ctrl-D) detaches and the task goes on. With
     TRACEDRAY_DEBUG_POST_MORTEM=1 in the cluster's environment, a task's uncaught
     exception waits likewise in a post-mortem session."""
-    from tracedray.cli.cluster_client import connect_cluster
     from tracedray.cli.commands.stack import collect
     from tracedray.cli.output import fail, note, print_json, print_rows, warn
     from tracedray.cli.stack_view import node_rows, unanswered
+    from tracedray.core.cluster_client import connect_cluster
     from tracedray.exceptions import RayError
 
     try:

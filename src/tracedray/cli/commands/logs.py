@@ -52,8 +52,8 @@ def remote_logs(session: SessionPaths, address: str | None,
     found through its index."""
     import tempfile
 
-    from tracedray.cli.cluster_client import connect_cluster
     from tracedray.cli.tracestore.logs import read_logs
+    from tracedray.core.cluster_client import connect_cluster
     from tracedray.exceptions import RayError
 
     try:

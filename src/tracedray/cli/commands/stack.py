@@ -15,8 +15,8 @@ import typer
 from tracedray.cli.output import ADDRESS_HELP, FORMAT_HELP, OutputFormat
 
 if TYPE_CHECKING:
-    from tracedray.cli.cluster_client import ClusterClient
     from tracedray.cli.stack_view import NodeAnswer
+    from tracedray.core.cluster_client import ClusterClient
 
 # How much longer than a process's deadline the CLI waits for its raylet's answer.
 RAYLET_MARGIN_S = 5.0
@@ -83,8 +83,8 @@ def stack(
     does not answer within --timeout (stopped, or stuck in native code holding the GIL)
     is reported as not answering; the command never waits on it."""
     from tracedray.cli import stack_view
-    from tracedray.cli.cluster_client import connect_cluster
     from tracedray.cli.output import fail, print_json, warn
+    from tracedray.core.cluster_client import connect_cluster
     from tracedray.exceptions import RayError
 
     try:

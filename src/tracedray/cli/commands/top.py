@@ -19,8 +19,8 @@ import typer
 from tracedray.cli.output import ADDRESS_HELP, FORMAT_HELP, OutputFormat
 
 if TYPE_CHECKING:
-    from tracedray.cli.cluster_client import ClusterClient
     from tracedray.cli.top_view import Frame, TopState
+    from tracedray.core.cluster_client import ClusterClient
 
 
 def snapshot(client: ClusterClient, *, sort: str, node: str | None,
@@ -54,8 +54,8 @@ def top(
     failures. Refreshes until q or Ctrl-C. On a terminal, keys: s sort, n node, j job,
     1-9 select a function, k its longest-running task's stack, t its story (trace)."""
     from tracedray.cli import top_view
-    from tracedray.cli.cluster_client import connect_cluster
     from tracedray.cli.output import fail, print_json, stdout_console
+    from tracedray.core.cluster_client import connect_cluster
     from tracedray.exceptions import RayError
 
     if sort not in top_view.SORT_KEYS:

@@ -23,6 +23,7 @@ def main() -> None:
     setup_process("worker", session_dir=args.session_dir, node_id=args.node_id, ip=args.ip)
     from tracedray import logs
     from tracedray.core import runtime
+    from tracedray.core.cluster_runtime import ClusterRuntime
     from tracedray.core.worker.core_worker import CoreWorker
 
     logs.set_process_context(worker_id=args.worker_id)
@@ -30,7 +31,7 @@ def main() -> None:
                         node_id=args.node_id, ip=args.ip, worker_id=args.worker_id,
                         job_id=b"", session_dir=args.session_dir,
                         object_path_prefix=args.object_path_prefix, listen_host=args.ip)
-    runtime.set_current(worker)
+    runtime.set_current(ClusterRuntime(worker))
     logs.install_output_capture(worker.forward_output)
     # The raylet stops its workers with SIGTERM: end the log with process.exit and the
     # spans flushed, like every other process (partial printed lines become records).

@@ -1,4 +1,5 @@
-"""The CLI's one way into a live cluster: find its GCS, then ask every alive raylet.
+"""The one way into a live cluster from outside it (the CLI, the state API): find its
+GCS, then ask every alive raylet.
 
 ``connect_cluster(address)`` resolves the address (``--address``, then
 ``TRACEDRAY_ADDRESS``, then the newest session's ``address`` file) and fails fast

@@ -1,0 +1,285 @@
+"""The runtime of a process connected to a cluster: the API's calls on its core worker.
+
+Every operation of :class:`tracedray.core.runtime.Runtime` as a driver or a worker
+process performs it: values go to the owner's memory store or the node's shared
+memory, tasks to the task submitter (leases from raylets), actors to the GCS.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, cast
+
+from tracedray import logs, telemetry
+from tracedray.core import ids
+from tracedray.core import options as opts
+from tracedray.core.actor import (
+    ActorHandle,
+    _methods,
+    constructor_arity,
+    method_arities,
+    method_retry_options,
+)
+from tracedray.core.call_site import user_call_site
+from tracedray.core.object_ref import ObjectRef
+from tracedray.core.serialization import serialize
+from tracedray.core.submission import build_task
+from tracedray.core.worker.memory_store import is_error
+from tracedray.core.worker.retry_policy import RetryExceptions
+from tracedray.exceptions import GetTimeoutError, OwnerDiedError
+from tracedray.telemetry import attributes as A
+from tracedray.v1 import common_pb2, gcs_pb2
+
+if TYPE_CHECKING:
+    from tracedray.core.worker.core_worker import CoreWorker
+
+log = logs.get_logger("tracedray.core.api")  # the API's events, whichever module logs them
+
+# object.put and object.get spans (span_shape.py): a put's call site, where it went and
+# its node are shared by every put from that line; a get's attributes are all its own.
+# Ids go in as bytes (shown as hex): packed records (span_shape.py).
+_PUT_SHAPES = telemetry.ShapeCache("object.put", (A.OBJECT_ID, A.OBJECT_SIZE),
+                                   (A.OBJECT_CALL_SITE, A.OBJECT_LOCATION, A.NODE_ID),
+                                   packing=ids.OBJECT_ID_PACKING + "q")
+_GET_SHAPE = telemetry.SpanShape("object.get", (A.OBJECT_COUNT, A.OBJECT_ID, A.OBJECT_SIZE),
+                                 packing="q" + ids.OBJECT_ID_PACKING + "q")
+
+DEFAULT_MAX_RETRIES = 3  # a normal task's, as in Ray
+
+
+class ClusterRuntime:
+    """:class:`~tracedray.core.runtime.Runtime` over a :class:`CoreWorker`."""
+
+    def __init__(self, worker: CoreWorker) -> None:
+        self.worker = worker
+
+    @property
+    def node_id(self) -> str:
+        return self.worker.node_id
+
+    @property
+    def namespace(self) -> str:
+        return self.worker.namespace
+
+    # --- objects
+    def put(self, value: Any) -> ObjectRef:
+        worker = self.worker
+        site = user_call_site(2)
+        object_id = ids.object_id_for(ids.new_task_id(), ids.PUT_INDEX_BASE)
+        object_hex = object_id.hex()
+        # A span recorded whole at the end, not span(): nothing below needs it as the
+        # current context, and the SDK path costs ~3x as much (see telemetry._record).
+        start_ns = time.time_ns()
+        try:
+            serialized = serialize(value, what="put() value")
+            stored = worker.objects.to_value(object_id, serialized, call_site=site)
+            ref = worker.new_owned_ref(object_id, site)
+            worker.store_owned_value(stored, "FINISHED")
+            for inner in stored.contained_refs:
+                worker.add_captured(inner, object_id)
+        except BaseException as exc:
+            telemetry.record_span("object.put",
+                                  {A.OBJECT_ID: object_hex, A.OBJECT_CALL_SITE: site},
+                                  start_ns=start_ns, error=exc)
+            log.info("object.put", object_id=object_hex, call_site=site,
+                     error_type=type(exc).__qualname__)
+            raise
+        location = "shm" if stored.store_node_id else "inline"
+        if telemetry.enabled():
+            telemetry.record_shaped_span(_PUT_SHAPES.get((site, location, worker.node_id)),
+                                         (object_id, stored.size), start_ns=start_ns)
+        log.info("object.put", object_id=object_hex, size=stored.size, location=location,
+                 call_site=site)
+        return ref
+
+    def get(self, refs: Sequence[ObjectRef], timeout: float | None) -> list[Any]:
+        worker = self.worker
+        self._refuse_stale(refs)
+        ids_ = [r.binary() for r in refs]
+        first_hex = refs[0].hex() if refs else ""
+        size: int | None = None  # known once every value is in
+        start_ns = time.time_ns()  # object.get recorded whole at the end: see put()
+        try:
+            # As Ray's: an error among the values raises at once, not after the slowest.
+            ready = worker.wait_values(ids_, len(set(ids_)), timeout, stop_on_error=True)
+            if len(ready) < len(set(ids_)):
+                for object_id in ids_:
+                    if object_id in ready:
+                        error = worker.memory_store.get_if_ready(object_id)
+                        if is_error(error):
+                            worker.objects.load(cast(common_pb2.ObjectValue, error))  # raises
+                missing = [i.hex() for i in ids_ if i not in ready]
+                raise GetTimeoutError(f"get() timed out after {timeout}s waiting for "
+                                      f"{len(missing)} of {len(refs)} object(s), "
+                                      f"e.g. {missing[0]}")
+            # Every one is ready, so none is None.
+            stored = cast(list[common_pb2.ObjectValue],
+                          [worker.memory_store.get_if_ready(object_id) for object_id in ids_])
+            # Before loading: a stored error raises from load().
+            size = sum(value.size for value in stored)
+            values = [worker.objects.load(value) for value in stored]
+        except BaseException as exc:
+            attributes: dict[str, Any] = {A.OBJECT_COUNT: len(refs), A.OBJECT_ID: first_hex}
+            if size is not None:
+                attributes[A.OBJECT_SIZE] = size
+            telemetry.record_span("object.get", attributes, start_ns=start_ns, error=exc)
+            log.info("object.get", object_id=first_hex, count=len(refs), size=size or 0,
+                     error_type=type(exc).__qualname__)
+            raise
+        if telemetry.enabled():
+            telemetry.record_shaped_span(_GET_SHAPE, (len(refs), ids_[0] if ids_ else b"", size),
+                                         start_ns=start_ns)
+        log.info("object.get", object_id=first_hex, count=len(refs), size=size)
+        return values
+
+    def wait(self, refs: Sequence[ObjectRef], num_returns: int, timeout: float | None
+             ) -> tuple[list[ObjectRef], list[ObjectRef]]:
+        self._refuse_stale(refs)
+        ready_ids = self.worker.wait_values([r.binary() for r in refs], num_returns, timeout)
+        ready = [r for r in refs if r.binary() in ready_ids][:num_returns]
+        chosen = set(ready)
+        return ready, [r for r in refs if r not in chosen]
+
+    def _refuse_stale(self, refs: Sequence[ObjectRef]) -> None:
+        """A ref made by an earlier connection of this process (before ``shutdown()`` and a
+        new ``init()``) names an object nothing here will ever produce: fail at once."""
+        for ref in refs:
+            made_by = ref._worker
+            if made_by is not None and made_by is not self.worker:
+                raise OwnerDiedError(ref.hex(), "it was made before this process's last "
+                                     "init(): it might be dead or it's from a different "
+                                     "cluster")
+
+    # --- tasks
+    def submit_task(self, function: Callable[..., Any], name: str, args: Sequence[Any],
+                    kwargs: Mapping[str, Any], options: Mapping[str, Any]) -> Any:
+        worker = self.worker
+        num_returns = options.get("num_returns", 1)
+        function_id = worker.functions.export(function, f"function {name}")
+        retry = RetryExceptions.from_option(options.get("retry_exceptions"),
+                                            f"function {name}")
+        task, refs, span = build_task(
+            worker, kind=common_pb2.NORMAL, function_id=function_id,
+            function_name=name, args=args, kwargs=kwargs, num_returns=num_returns,
+            resources=opts.resource_request(options, 1.0),
+            max_retries=options.get("max_retries", DEFAULT_MAX_RETRIES),
+            retry_exceptions=retry)
+        try:
+            worker.submitter.submit(task)
+        finally:
+            span.end()
+        return _returned(refs, num_returns)
+
+    def cancel(self, ref: ObjectRef, force: bool, recursive: bool) -> None:
+        worker = self.worker
+        task_id = ref.task_id().binary()
+        if worker.submitter.cancel(task_id, force, recursive):
+            return
+        if force:
+            if worker.actor_submitter.owns_call(task_id):
+                raise ValueError("force=True is not supported for actor tasks.")
+            return
+        worker.actor_submitter.cancel(task_id)
+
+    # --- actors
+    def create_actor(self, cls: type, args: Sequence[Any], kwargs: Mapping[str, Any],
+                     options: Mapping[str, Any]) -> ActorHandle:
+        worker = self.worker
+        name = options.get("name") or ""
+        namespace = options.get("namespace")
+        namespace = worker.namespace if namespace is None else namespace
+        actor_options = common_pb2.ActorOptions(
+            max_restarts=options.get("max_restarts", 0),
+            max_task_retries=options.get("max_task_retries", 0),
+            # 0: the default, which depends on the class (1, or 1,000 for an async actor).
+            max_concurrency=options.get("max_concurrency", 0), name=name, namespace=namespace,
+            detached=options.get("lifetime") == "detached", class_name=cls.__qualname__)
+        if options.get("get_if_exists") and name:
+            try:
+                info = worker.gcs.get_actor(name=name, namespace=namespace)
+                if info.state != "DEAD":
+                    return ActorHandle._from_info(info)
+            except Exception:  # noqa: BLE001 - not found: create it below
+                pass
+        # After get_if_exists found none, as in Ray: an existing actor is returned
+        # whatever the arguments.
+        checked = constructor_arity(cls)
+        if checked is not None:
+            checked.check(args, kwargs)
+        function_id = worker.functions.export(cls, f"actor class {cls.__name__}")
+        actor_id = ids.new_actor_id()
+        # Actors hold 0 CPU while alive by default (as in Ray), 1 to be scheduled.
+        resources = opts.resource_request(options, 0.0)
+        task, refs, span = build_task(
+            worker, kind=common_pb2.ACTOR_CREATION, function_id=function_id,
+            function_name=f"{cls.__qualname__}.__init__", args=args, kwargs=kwargs,
+            num_returns=1, resources=resources, actor_id=actor_id, actor_options=actor_options)
+        try:
+            _resolve_now(worker, task)
+            info = worker.gcs.create_actor(task.spec, bool(options.get("get_if_exists")))
+            worker.submitter.watch_actor_creation(resources, cls.__qualname__)
+        finally:
+            span.end()
+            worker.references.remove_submitted(task.dep_ids)
+        return ActorHandle(info.actor_id, cls.__qualname__, _methods(cls),
+                           actor_options.max_task_retries, method_retry_options(cls),
+                           method_arities(cls))
+
+    def submit_actor_task(self, handle: ActorHandle, method: str, args: Sequence[Any],
+                          kwargs: Mapping[str, Any], num_returns: int,
+                          max_task_retries: int | None, retry_exceptions: Any) -> Any:
+        retries = handle._max_task_retries if max_task_retries is None else max_task_retries
+        function_name = f"{handle._class_name}.{method}"
+        task, refs, span = build_task(
+            self.worker, kind=common_pb2.ACTOR_METHOD, function_id="",
+            function_name=function_name, args=args, kwargs=kwargs,
+            num_returns=num_returns, resources={}, actor_id=handle._actor_id,
+            method_name=method, max_retries=retries,
+            retry_exceptions=RetryExceptions.from_option(retry_exceptions, function_name))
+        try:
+            self.worker.actor_submitter.submit(task, retries)
+        finally:
+            span.end()
+        return _returned(refs, num_returns)
+
+    def kill(self, actor_id: bytes, no_restart: bool) -> None:
+        self.worker.gcs.kill_actor(actor_id, no_restart)
+        if no_restart:
+            self.worker.actor_submitter.mark_dead(actor_id, "killed with tracedray.kill()")
+
+    def actor_info(self, name: str, namespace: str) -> gcs_pb2.ActorInfo:
+        return self.worker.gcs.get_actor(name=name, namespace=namespace)
+
+    # --- cluster
+    def node_table(self) -> list[gcs_pb2.NodeWithLoad]:
+        return self.worker.gcs.get_nodes()
+
+    def finish_job(self) -> None:
+        self.worker.gcs.finish_job(gcs_pb2.JobInfo(job_id=self.worker.job_id))
+
+    def shutdown(self) -> None:
+        self.worker.shutdown()
+
+
+def _returned(refs: list[ObjectRef], num_returns: int) -> Any:
+    """What ``.remote()`` returns: nothing, one ref, or a list of them."""
+    if num_returns == 0:
+        return None
+    return refs[0] if num_returns == 1 else refs
+
+
+def _resolve_now(worker: CoreWorker, task: Any) -> None:
+    """Creation arguments are resolved before the GCS gets the spec."""
+    done = threading.Event()
+    failure: list[Any] = []
+
+    def failed(_task: Any, error: Any) -> None:
+        failure.append(error)
+        done.set()
+
+    worker.resolver.resolve(task, lambda _t: done.set(), failed)
+    done.wait()
+    if failure:
+        worker.objects.load(failure[0])  # raises the upstream error
