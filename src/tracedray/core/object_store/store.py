@@ -440,6 +440,12 @@ class ObjectStore:
 
     # --------------------------------------------------------- introspection
 
+    def usage(self) -> tuple[int, int]:
+        """(bytes in shared memory now, capacity): what a seal's reply reports, without
+        the walk over every object that :meth:`statistics` makes."""
+        with self._lock:
+            return self._used, self._capacity
+
     def objects(self) -> list[StoredObjectInfo]:
         with self._lock:
             return [self._info(o) for o in self._objects.values()]

@@ -35,6 +35,7 @@ from tracedray.core.raylet.early_withdrawals import EarlyWithdrawals
 from tracedray.core.raylet.heartbeats import Heartbeats, HeartbeatStatistics
 from tracedray.core.raylet.object_data import ObjectDataServer
 from tracedray.core.raylet.object_frees import ObjectFrees, ObjectFreeStatistics
+from tracedray.core.raylet.seal_channel import SealChannelServer, socket_name
 from tracedray.core.raylet.telemetry_agent import start_agent, stop_agent
 from tracedray.core.raylet.transfers import TransferTable
 from tracedray.core.worker.flight_recorder import read_slot
@@ -140,6 +141,8 @@ class Raylet:
         self.transfers = TransferTable()
         # Object bytes between nodes travel outside gRPC (object_data.py).
         self.object_data = ObjectDataServer(listen_host, self.store.open_for_transfer)
+        # Local writers seal over a Unix socket, not gRPC (seal_channel.py).
+        self.seal_channel = SealChannelServer(socket_name(self.object_path_prefix), self.seal)
         self.frees = ObjectFrees(store=self.store, transfers=self.transfers, node_id=node_id,
                                  background=self._bg, local_alive=self._local_processes,
                                  dead_nodes=self._dead_nodes)
@@ -281,6 +284,7 @@ class Raylet:
             self._pending.clear()
         self.pool.kill_all()
         self.object_data.close()
+        self.seal_channel.close()
         self.store.shutdown()
         self._server.stop(grace=0.5)
         if self._agent is not None:
@@ -906,6 +910,20 @@ class Raylet:
         return raylet_pb2.LocateObjectReply(found=True, path=str(location.path),
                                             spilled=location.kind == "spilled", size=location.size)
 
+    def seal(self, request: raylet_pb2.SealObjectRequest) -> raylet_pb2.SealObjectReply:
+        """Take over a file a local writer made (gRPC's SealObject and the seal channel)."""
+        owner = (Address.from_proto(request.owner_address)
+                 if request.HasField("owner_address") else None)
+        try:
+            self.store.seal(request.object_id.hex(), request.size, owner=request.owner,
+                            call_site=request.call_site, owner_address=owner)
+        except ObjectStoreFullError as exc:
+            used, capacity = self.store.usage()
+            return raylet_pb2.SealObjectReply(ok=False, error=str(exc), store_used=used,
+                                              store_capacity=capacity)
+        used, capacity = self.store.usage()
+        return raylet_pb2.SealObjectReply(ok=True, store_used=used, store_capacity=capacity)
+
     def _pull(self, object_id: bytes, source: Address) -> None:
         """Copy an object from another node's store into this one (``transfers`` makes
         concurrent pulls of one object share this call). The bytes come over the
@@ -1122,19 +1140,7 @@ class _Servicer(raylet_pb2_grpc.RayletServiceServicer):
         return common_pb2.Empty()
 
     def SealObject(self, request: Any, context: Any) -> Any:
-        store = self._r.store
-        owner = (Address.from_proto(request.owner_address)
-                 if request.HasField("owner_address") else None)
-        try:
-            store.seal(request.object_id.hex(), request.size, owner=request.owner,
-                       call_site=request.call_site, owner_address=owner)
-        except ObjectStoreFullError as exc:
-            stats = store.statistics()
-            return raylet_pb2.SealObjectReply(ok=False, error=str(exc), store_used=stats.used,
-                                              store_capacity=stats.capacity)
-        stats = store.statistics()
-        return raylet_pb2.SealObjectReply(ok=True, store_used=stats.used,
-                                          store_capacity=stats.capacity)
+        return self._r.seal(request)
 
     def LocateObject(self, request: Any, context: Any) -> Any:
         return self._r.locate(request)
