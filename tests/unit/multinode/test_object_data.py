@@ -79,8 +79,11 @@ def _pull(server: object_data.ObjectDataServer, into: ObjectStore, size: int, *,
     return used
 
 
+@pytest.mark.parametrize("splice", [True, False])
 @pytest.mark.parametrize("spilled", [False, True])
-def test_parallel_ranges_reassemble_the_object_exactly(stores, spilled: bool) -> None:
+def test_parallel_ranges_reassemble_the_object_exactly(stores, spilled: bool, splice: bool,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(object_data, "SPLICE", splice)  # both ways in: splice, recv + pwrite
     source, destination = stores
     value = np.random.default_rng(1).integers(0, 255, 3_000_001, dtype=np.uint8)
     size = _put(source, value)
