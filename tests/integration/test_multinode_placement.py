@@ -137,3 +137,6 @@ def test_objects_arrive_intact_and_concurrent_pulls_share_one_transfer(
         to_c = [e for e in log_events(cluster.session_dir, "object.transfer")
                 if e["object_id"] == ref.hex() and e["node_id"] == cluster.node_id("c")]
         assert len(to_c) == 1, to_c
+        # The bytes came over the data path (object_data.py), in ranges on several
+        # connections, not in the gRPC stream.
+        assert to_c[0]["streams"] >= 2, to_c

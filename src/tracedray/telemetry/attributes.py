@@ -48,6 +48,7 @@ SPILL_PATH = "tracedray.spill.path"
 TRANSFER_FROM_NODE = "tracedray.transfer.from_node"
 TRANSFER_TO_NODE = "tracedray.transfer.to_node"
 TRANSFER_BYTES = "tracedray.transfer.bytes"
+TRANSFER_STREAMS = "tracedray.transfer.streams"  # data-path connections; 0: the gRPC stream
 
 # --- placement
 NODE_ID = "tracedray.node.id"

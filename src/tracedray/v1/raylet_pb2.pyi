@@ -202,26 +202,30 @@ class OwnerExitingRequest(_message.Message):
     def __init__(self, owner: _Optional[_Union[_common_pb2.Address, _Mapping]] = ...) -> None: ...
 
 class PullObjectRequest(_message.Message):
-    __slots__ = ("object_id", "to_node_id", "to_raylet")
+    __slots__ = ("object_id", "to_node_id", "to_raylet", "data_path")
     OBJECT_ID_FIELD_NUMBER: _ClassVar[int]
     TO_NODE_ID_FIELD_NUMBER: _ClassVar[int]
     TO_RAYLET_FIELD_NUMBER: _ClassVar[int]
+    DATA_PATH_FIELD_NUMBER: _ClassVar[int]
     object_id: bytes
     to_node_id: str
     to_raylet: _common_pb2.Address
-    def __init__(self, object_id: _Optional[bytes] = ..., to_node_id: _Optional[str] = ..., to_raylet: _Optional[_Union[_common_pb2.Address, _Mapping]] = ...) -> None: ...
+    data_path: bool
+    def __init__(self, object_id: _Optional[bytes] = ..., to_node_id: _Optional[str] = ..., to_raylet: _Optional[_Union[_common_pb2.Address, _Mapping]] = ..., data_path: _Optional[bool] = ...) -> None: ...
 
 class ObjectChunk(_message.Message):
-    __slots__ = ("total_size", "data", "owner", "call_site")
+    __slots__ = ("total_size", "data", "owner", "call_site", "data_port")
     TOTAL_SIZE_FIELD_NUMBER: _ClassVar[int]
     DATA_FIELD_NUMBER: _ClassVar[int]
     OWNER_FIELD_NUMBER: _ClassVar[int]
     CALL_SITE_FIELD_NUMBER: _ClassVar[int]
+    DATA_PORT_FIELD_NUMBER: _ClassVar[int]
     total_size: int
     data: bytes
     owner: _common_pb2.Address
     call_site: str
-    def __init__(self, total_size: _Optional[int] = ..., data: _Optional[bytes] = ..., owner: _Optional[_Union[_common_pb2.Address, _Mapping]] = ..., call_site: _Optional[str] = ...) -> None: ...
+    data_port: int
+    def __init__(self, total_size: _Optional[int] = ..., data: _Optional[bytes] = ..., owner: _Optional[_Union[_common_pb2.Address, _Mapping]] = ..., call_site: _Optional[str] = ..., data_port: _Optional[int] = ...) -> None: ...
 
 class GetWorkerExitRequest(_message.Message):
     __slots__ = ("worker_id", "timeout_s")

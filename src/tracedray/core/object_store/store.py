@@ -175,29 +175,84 @@ class ObjectStore:
         The bytes go to a temporary file that is renamed into place only after
         admission, so a reader never maps a partial copy.
         """
-        final = self.object_path(object_id)
         if self.contains(object_id):
             return
         start_ns = time.time_ns()
-        temporary = files.temp_path(final, "receiving")
+        temporary = files.temp_path(self.object_path(object_id), "receiving")
         received = self._write_chunks(temporary, chunks)
         if received != size:
             files.unlink_quietly(temporary)
             raise RaySystemError(f"transfer of object {object_id} to node {self._node_id} "
                                  f"ended after {received} of {size} bytes")
+        self._enter_received(object_id, size, temporary, start_ns, owner=owner,
+                             call_site=call_site, owner_address=owner_address)
+
+    def receive_into(self, object_id: str, size: int, fill: Callable[[int], object], *,
+                     owner: str, call_site: str = "",
+                     owner_address: Address | None = None) -> None:
+        """Store a secondary copy that ``fill`` writes into a file descriptor.
+
+        The file is created at its full size first, so ``fill`` may write its ranges
+        in any order and from several threads (``pwrite``); it is renamed into place
+        only after admission, so a reader never maps a partial copy, and removed when
+        ``fill`` raises, so a failed transfer leaves nothing behind.
+        """
+        if self.contains(object_id):
+            return
+        start_ns = time.time_ns()
+        temporary = files.temp_path(self.object_path(object_id), "receiving")
+        try:
+            fd = os.open(temporary, os.O_CREAT | os.O_EXCL | os.O_RDWR | os.O_CLOEXEC, 0o600)
+        except OSError as exc:
+            raise RaySystemError(f"cannot create {temporary} for a received object: "
+                                 f"{exc}") from exc
+        try:
+            os.ftruncate(fd, size)
+            fill(fd)
+        except OSError as exc:
+            files.unlink_quietly(temporary)
+            raise self._write_error(temporary, exc) from exc
+        except BaseException:
+            files.unlink_quietly(temporary)
+            raise
+        finally:
+            os.close(fd)
+        self._enter_received(object_id, size, temporary, start_ns, owner=owner,
+                             call_site=call_site, owner_address=owner_address)
+
+    def _enter_received(self, object_id: str, size: int, temporary: Path, start_ns: int, *,
+                        owner: str, call_site: str, owner_address: Address | None) -> None:
+        """Admit a received copy's complete temporary file and rename it into place."""
         with self._lock:
-            self._check_open()
+            self._check_open_or_remove(temporary)
             if object_id in self._objects:  # a concurrent pull finished first
                 files.unlink_quietly(temporary)
                 return
             evicted = self._admit(object_id, size, temporary)
-            os.replace(temporary, final)
+            os.replace(temporary, self.object_path(object_id))
             self._add(object_id, size, owner=owner, call_site=call_site, primary=False,
                       owner_address=owner_address)
             entered = (self._used, time.time_ns())
         self._record_seal(object_id, size, call_site, False, start_ns, entered)
         self._notify_evicted(evicted)
         _log.debug("object received", object_id=object_id, size=size, node_id=self._node_id)
+
+    def open_for_transfer(self, object_id: str) -> tuple[int, int]:
+        """A read-only descriptor of the object's file (shared memory or spill file) and
+        its size, for the data path to ``sendfile`` from. Opened under the lock, so a
+        concurrent spill or free cannot pull the file away: an open descriptor keeps an
+        unlinked file's bytes. The caller closes it."""
+        with self._lock:
+            obj = self._require(object_id)
+            self._touch(object_id)
+            if obj.spilled:
+                return self._open_spilled(object_id), obj.size
+            try:
+                fd = os.open(self.object_path(object_id), os.O_RDONLY | os.O_CLOEXEC)
+            except OSError as exc:
+                raise ObjectLostError(object_id, f"object file of {object_id} cannot be "
+                                                 f"opened: {exc}") from exc
+            return fd, obj.size
 
     def _admit(self, object_id: str, size: int, new_file: Path) -> list[str]:
         """Make room for ``size`` bytes or remove ``new_file`` and raise; returns evicted ids."""
@@ -384,6 +439,12 @@ class ObjectStore:
                   unsealed_files=orphans)
 
     # --------------------------------------------------------- introspection
+
+    def usage(self) -> tuple[int, int]:
+        """(bytes in shared memory now, capacity): what a seal's reply reports, without
+        the walk over every object that :meth:`statistics` makes."""
+        with self._lock:
+            return self._used, self._capacity
 
     def objects(self) -> list[StoredObjectInfo]:
         with self._lock:
@@ -574,15 +635,23 @@ class ObjectStore:
                     written += out.write(chunk)
         except OSError as exc:
             files.unlink_quietly(path)
-            if exc.errno == errno.ENOSPC:
-                raise ObjectStoreFullError(
-                    f"shared memory ({self._shm_dir}) ran out while receiving an object; "
-                    "lower object_store_memory") from exc
-            raise RaySystemError(f"cannot write received object to {path}: {exc}") from exc
+            raise self._write_error(path, exc) from exc
         except BaseException:
             files.unlink_quietly(path)
             raise
         return written
+
+    def _write_error(self, path: Path, exc: OSError) -> Exception:
+        if exc.errno == errno.ENOSPC:
+            return ObjectStoreFullError(
+                f"shared memory ({self._shm_dir}) ran out while receiving an object; "
+                "lower object_store_memory")
+        return RaySystemError(f"cannot write received object to {path}: {exc}")
+
+    def _check_open_or_remove(self, path: Path) -> None:
+        if self._closed:
+            files.unlink_quietly(path)
+        self._check_open()
 
     def _record_seal(self, object_id: str, size: int, call_site: str, primary: bool,
                      start_ns: int, entered: tuple[int, int]) -> None:

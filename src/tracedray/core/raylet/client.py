@@ -98,12 +98,14 @@ class RayletClient:
         self._call("OwnerExiting", raylet_pb2.OwnerExitingRequest(owner=owner), timeout=timeout)
 
     def pull_object(self, object_id: bytes, to_node_id: str,
-                    to_raylet: common_pb2.Address | None = None
+                    to_raylet: common_pb2.Address | None = None, *, data_path: bool = False
                     ) -> Iterator[raylet_pb2.ObjectChunk]:
+        """The object's bytes in a stream; with ``data_path``, a holder that serves the
+        data path answers with one chunk naming its port instead (object_data.py)."""
         with rpc.translate("raylet", self.address):
             yield from self._stub.PullObject(
                 raylet_pb2.PullObjectRequest(object_id=object_id, to_node_id=to_node_id,
-                                             to_raylet=to_raylet),
+                                             to_raylet=to_raylet, data_path=data_path),
                 timeout=600.0)
 
     def get_worker_exit(self, worker_id: str, timeout_s: float) -> raylet_pb2.WorkerExitInfo:

@@ -26,14 +26,16 @@ from tracedray.core.gcs.client import GcsClient
 from tracedray.core.object_store.store import FREE_RELEASED, ObjectStore
 from tracedray.core.raylet import driver_watch as dw
 from tracedray.core.raylet import lease_reclaim as lr
+from tracedray.core.raylet import object_data, scheduler
 from tracedray.core.raylet import owner_death as od
-from tracedray.core.raylet import scheduler
 from tracedray.core.raylet import stack_dumps as sd
 from tracedray.core.raylet import worker_pool as wp
 from tracedray.core.raylet.client import RayletClient
 from tracedray.core.raylet.early_withdrawals import EarlyWithdrawals
 from tracedray.core.raylet.heartbeats import Heartbeats, HeartbeatStatistics
+from tracedray.core.raylet.object_data import ObjectDataServer
 from tracedray.core.raylet.object_frees import ObjectFrees, ObjectFreeStatistics
+from tracedray.core.raylet.seal_channel import SealChannelServer, socket_name
 from tracedray.core.raylet.telemetry_agent import start_agent, stop_agent
 from tracedray.core.raylet.transfers import TransferTable
 from tracedray.core.worker.flight_recorder import read_slot
@@ -54,6 +56,16 @@ from tracedray.v1 import (
 )
 
 log = logs.get_logger(__name__)
+
+
+@dataclass(frozen=True)
+class _Receipt:
+    """Whose a pulled copy is (it goes with its owner, as the primary does)."""
+
+    owner: str  # worker id
+    owner_address: Address | None
+    call_site: str
+
 
 WITHDRAWN_UNNEEDED = "withdrawn by the requester: no task of it needs a worker any more"
 
@@ -129,6 +141,10 @@ class Raylet:
             reregister=lambda: self.gcs.register_node(self._node_info()),
             fence=self._fence, clock_skew_s=_clock_skew())
         self.transfers = TransferTable()
+        # Object bytes between nodes travel outside gRPC (object_data.py).
+        self.object_data = ObjectDataServer(listen_host, self.store.open_for_transfer)
+        # Local writers seal over a Unix socket, not gRPC (seal_channel.py).
+        self.seal_channel = SealChannelServer(socket_name(self.object_path_prefix), self.seal)
         self.frees = ObjectFrees(store=self.store, transfers=self.transfers, node_id=node_id,
                                  background=self._bg, local_alive=self._local_processes,
                                  dead_nodes=self._dead_nodes)
@@ -269,6 +285,8 @@ class Raylet:
                 pending.done.set()
             self._pending.clear()
         self.pool.kill_all()
+        self.object_data.close()
+        self.seal_channel.close()
         self.store.shutdown()
         self._server.stop(grace=0.5)
         if self._agent is not None:
@@ -894,32 +912,84 @@ class Raylet:
         return raylet_pb2.LocateObjectReply(found=True, path=str(location.path),
                                             spilled=location.kind == "spilled", size=location.size)
 
+    def seal(self, request: raylet_pb2.SealObjectRequest) -> raylet_pb2.SealObjectReply:
+        """Take over a file a local writer made (gRPC's SealObject and the seal channel)."""
+        owner = (Address.from_proto(request.owner_address)
+                 if request.HasField("owner_address") else None)
+        try:
+            self.store.seal(request.object_id.hex(), request.size, owner=request.owner,
+                            call_site=request.call_site, owner_address=owner)
+        except ObjectStoreFullError as exc:
+            used, capacity = self.store.usage()
+            return raylet_pb2.SealObjectReply(ok=False, error=str(exc), store_used=used,
+                                              store_capacity=capacity)
+        used, capacity = self.store.usage()
+        return raylet_pb2.SealObjectReply(ok=True, store_used=used, store_capacity=capacity)
+
     def _pull(self, object_id: bytes, source: Address) -> None:
         """Copy an object from another node's store into this one (``transfers`` makes
-        concurrent pulls of one object share this call)."""
+        concurrent pulls of one object share this call). The bytes come over the
+        holder's data path when it offers one, else in the gRPC stream."""
         started = time.monotonic()
         with telemetry.span("object.transfer", {A.OBJECT_ID: object_id.hex(),
                                                 A.TRANSFER_FROM_NODE: source.node_id,
                                                 A.TRANSFER_TO_NODE: self.node_id}) as span:
-            chunks = RayletClient(source.target).pull_object(object_id, self.node_id,
-                                                             self.address.to_proto())
+            client = RayletClient(source.target)
+            chunks = client.pull_object(object_id, self.node_id, self.address.to_proto(),
+                                        data_path=True)
             first = next(chunks)
+            for _ in chunks:  # a data-path offer is the stream's only message
+                pass
             total = first.total_size
             # The copy goes with its owner, as the primary does.
             owner = Address.from_proto(first.owner) if first.HasField("owner") else None
+            receipt = _Receipt(owner.worker_id if owner is not None else "", owner,
+                               first.call_site)
+            streams = 0
+            if first.data_port:
+                streams = self._pull_data_path(object_id, source, first.data_port, total,
+                                               receipt)
+            if not streams:
+                chunks = client.pull_object(object_id, self.node_id, self.address.to_proto())
+                first = next(chunks)
 
-            def data() -> Any:
-                yield first.data
-                for chunk in chunks:
-                    yield chunk.data
+                def data() -> Any:
+                    yield first.data
+                    for chunk in chunks:
+                        yield chunk.data
 
-            self.store.receive(object_id.hex(), total, data(),
-                               owner=owner.worker_id if owner is not None else "",
-                               owner_address=owner, call_site=first.call_site)
+                self.store.receive(object_id.hex(), total, data(), owner=receipt.owner,
+                                   owner_address=receipt.owner_address,
+                                   call_site=receipt.call_site)
             span.set_attribute(A.TRANSFER_BYTES, total)
+            span.set_attribute(A.TRANSFER_STREAMS, streams)
         self.frees.after_pull(object_id.hex())
         log.info("object.transfer", object_id=object_id.hex(), bytes=total,
-                 from_node=source.node_id, duration_s=round(time.monotonic() - started, 6))
+                 from_node=source.node_id, streams=streams,
+                 duration_s=round(time.monotonic() - started, 6))
+
+    def _pull_data_path(self, object_id: bytes, source: Address, port: int, total: int,
+                        receipt: _Receipt) -> int:
+        """Receive the object over the holder's data path; returns the connections used,
+        0 when the port cannot be reached (the caller falls back to the gRPC stream)."""
+        try:
+            first = object_data.connect(source.ip, port)
+        except OSError as exc:
+            log.warning("object.data_path_unreachable", object_id=object_id.hex(),
+                        from_node=source.node_id, address=f"{source.ip}:{port}", error=str(exc))
+            return 0
+        used = [0]
+
+        def fill(fd: int) -> None:
+            used[0] = object_data.fetch(first, source.ip, port, object_id, total, fd)
+
+        try:
+            self.store.receive_into(object_id.hex(), total, fill, owner=receipt.owner,
+                                    owner_address=receipt.owner_address,
+                                    call_site=receipt.call_site)
+        finally:
+            first.close()  # fetch closed it unless it never ran (already stored)
+        return used[0] or 1
 
     def node_stats(self, request: raylet_pb2.GetNodeStatsRequest) -> raylet_pb2.NodeStats:
         stats = self.store.statistics()
@@ -1072,19 +1142,7 @@ class _Servicer(raylet_pb2_grpc.RayletServiceServicer):
         return common_pb2.Empty()
 
     def SealObject(self, request: Any, context: Any) -> Any:
-        store = self._r.store
-        owner = (Address.from_proto(request.owner_address)
-                 if request.HasField("owner_address") else None)
-        try:
-            store.seal(request.object_id.hex(), request.size, owner=request.owner,
-                       call_site=request.call_site, owner_address=owner)
-        except ObjectStoreFullError as exc:
-            stats = store.statistics()
-            return raylet_pb2.SealObjectReply(ok=False, error=str(exc), store_used=stats.used,
-                                              store_capacity=stats.capacity)
-        stats = store.statistics()
-        return raylet_pb2.SealObjectReply(ok=True, store_used=stats.used,
-                                          store_capacity=stats.capacity)
+        return self._r.seal(request)
 
     def LocateObject(self, request: Any, context: Any) -> Any:
         return self._r.locate(request)
@@ -1110,6 +1168,10 @@ class _Servicer(raylet_pb2_grpc.RayletServiceServicer):
         first = raylet_pb2.ObjectChunk(total_size=info.size, call_site=info.call_site)
         if info.owner_address is not None:
             first.owner.CopyFrom(info.owner_address.to_proto())
+        if request.data_path and info.size > 0:  # the puller reads the bytes there
+            first.data_port = self._r.object_data.port
+            yield first
+            return
         for index, chunk in enumerate(store.read_chunks(object_hex)):
             if index == 0:
                 first.data = bytes(chunk)

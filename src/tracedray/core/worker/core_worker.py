@@ -549,6 +549,7 @@ class CoreWorker:
         self._stopped.set()
         self.submitter.fail_all(RaySystemError("tracedray is shutting down"))
         self.actor_submitter.close()
+        self.objects.close()
         self._server.stop(grace=0.5)
         if self.task_stream is not None:
             self.task_stream.stop()

@@ -9,19 +9,25 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from tracedray import config
+from tracedray import config, logs
+from tracedray.core.raylet.seal_channel import SealChannel, socket_name
 from tracedray.core.serialization import Serialized, deserialize
-from tracedray.exceptions import ObjectLostError, ObjectStoreFullError
+from tracedray.exceptions import ObjectLostError, ObjectStoreFullError, RaySystemError
 from tracedray.v1 import common_pb2, raylet_pb2
 
 if TYPE_CHECKING:
     from tracedray.core.worker.core_worker import CoreWorker
+
+log = logs.get_logger(__name__)
 
 
 class ObjectIO:
     def __init__(self, worker: CoreWorker) -> None:
         self._worker = worker
         self.inline_threshold = config.INLINE_THRESHOLD.get()
+        # Seals go over the raylet's Unix socket (seal_channel.py) unless it cannot be
+        # reached; then over gRPC from then on.
+        self._seals: SealChannel | None = SealChannel(socket_name(worker.object_path_prefix))
 
     def to_value(self, object_id: bytes, serialized: Serialized, *, call_site: str,
                  is_error: bool = False, owner: common_pb2.Address | None = None
@@ -55,12 +61,28 @@ class ObjectIO:
         worker = self._worker
         path = worker.object_path(object_id)
         size = store_client.write_object(path, serialized.inband, serialized.buffers)
-        reply = worker.raylet.seal_object(raylet_pb2.SealObjectRequest(
+        reply = self._seal(raylet_pb2.SealObjectRequest(
             object_id=object_id, size=size, owner=owner.worker_id, call_site=call_site,
             owner_address=owner))
         if not reply.ok:
             raise ObjectStoreFullError(reply.error)
         return size
+
+    def _seal(self, request: raylet_pb2.SealObjectRequest) -> raylet_pb2.SealObjectReply:
+        channel = self._seals
+        if channel is not None:
+            try:
+                return channel.seal(request)
+            except (OSError, RaySystemError) as exc:
+                self._seals = None
+                channel.close()
+                log.warning("object.seal_channel_unavailable", error=str(exc),
+                            fallback="grpc")
+        return self._worker.raylet.seal_object(request)
+
+    def close(self) -> None:
+        if self._seals is not None:
+            self._seals.close()
 
     def load(self, value: common_pb2.ObjectValue) -> Any:
         """Deserialize a value; raises the stored error if the value is one."""

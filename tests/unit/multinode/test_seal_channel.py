@@ -1,0 +1,88 @@
+"""Seals over the raylet's Unix socket, and the gRPC fallback when it is not there."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from types import SimpleNamespace
+from typing import Any
+
+from tracedray.core.raylet import seal_channel as sc
+from tracedray.core.worker.object_io import ObjectIO
+from tracedray.v1 import raylet_pb2
+
+
+def _name() -> bytes:
+    return sc.socket_name(f"/dev/shm/test-{uuid.uuid4().hex}-")
+
+
+def test_names_differ_per_node_and_stay_abstract() -> None:
+    a, b = sc.socket_name("/dev/shm/td-s-node1-"), sc.socket_name("/dev/shm/td-s-node2-")
+    assert a != b and a.startswith(b"\0") and len(a) < 108
+    assert sc.socket_name("/dev/shm/td-s-node1-") == a
+
+
+def test_seals_round_trip_in_order_from_several_threads() -> None:
+    seen: list[bytes] = []
+
+    def seal(request: raylet_pb2.SealObjectRequest) -> raylet_pb2.SealObjectReply:
+        seen.append(request.object_id)
+        ok = request.size < 100
+        return raylet_pb2.SealObjectReply(ok=ok, error="" if ok else "full",
+                                          store_used=request.size, store_capacity=100)
+
+    name = _name()
+    server = sc.SealChannelServer(name, seal)
+    channel = sc.SealChannel(name)
+    try:
+        replies: list[Any] = []
+
+        def put(index: int) -> None:
+            for size in (index, 100 + index):
+                replies.append(channel.seal(raylet_pb2.SealObjectRequest(
+                    object_id=bytes([index]), size=size)))
+
+        threads = [threading.Thread(target=put, args=(i,)) for i in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(10)
+        assert sorted((r.ok, r.store_used) for r in replies) == sorted(
+            [(True, i) for i in range(4)] + [(False, 100 + i) for i in range(4)])
+        assert sorted(seen) == sorted(bytes([i]) for i in range(4) for _ in range(2))
+        stats = server.statistics()
+        assert (stats.accepted_total, stats.seals_total, stats.refused_total) == (1, 8, 0)
+    finally:
+        channel.close()
+        server.close()
+
+
+def test_object_io_seals_over_grpc_when_the_socket_is_missing() -> None:
+    grpc_seals: list[bytes] = []
+
+    def seal_object(request: raylet_pb2.SealObjectRequest) -> raylet_pb2.SealObjectReply:
+        grpc_seals.append(request.object_id)
+        return raylet_pb2.SealObjectReply(ok=True)
+
+    worker = SimpleNamespace(object_path_prefix=f"/dev/shm/none-{uuid.uuid4().hex}-",
+                             raylet=SimpleNamespace(seal_object=seal_object))
+    io = ObjectIO(worker)  # type: ignore[arg-type]
+    for object_id in (b"a", b"b"):
+        assert io._seal(raylet_pb2.SealObjectRequest(object_id=object_id)).ok  # noqa: SLF001
+    assert grpc_seals == [b"a", b"b"]
+    io.close()
+
+
+def test_a_closed_server_fails_the_channel_so_the_caller_falls_back() -> None:
+    name = _name()
+    server = sc.SealChannelServer(name, lambda r: raylet_pb2.SealObjectReply(ok=True))
+    channel = sc.SealChannel(name)
+    assert channel.seal(raylet_pb2.SealObjectRequest(object_id=b"x")).ok
+    server.close()
+    try:
+        channel.seal(raylet_pb2.SealObjectRequest(object_id=b"y"))
+    except (OSError, sc.RaySystemError):
+        pass
+    else:
+        raise AssertionError("a seal through a closed channel succeeded")
+    channel.close()
