@@ -25,6 +25,7 @@ COMMAND_MODULES = (
     "tracedray.cli.commands.memory",  # memory
     "tracedray.cli.commands.logs",  # logs
     "tracedray.cli.commands.state",  # list, get, summary
+    "tracedray.cli.commands.auth",  # get-auth-token
 )
 
 

@@ -103,9 +103,11 @@ class ClusterClient:
         alive = [n for n in nodes if n.info.state == "ALIVE"]
 
         def ask(node: gcs_pb2.NodeWithLoad) -> NodeView:
+            from tracedray.core import auth
             from tracedray.core.raylet.client import RayletClient
 
             target = f"{node.info.raylet.ip}:{node.info.raylet.port}"
+            auth.remember(target, auth.client_token(self.gcs_address))
             try:
                 stats = RayletClient(target).node_stats(include_objects=include_objects,
                                                         include_references=include_references)

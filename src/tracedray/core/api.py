@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tracedray import config, logs, telemetry
-from tracedray.core import exit_hook, ids, node, runtime, session
+from tracedray.core import auth, exit_hook, ids, node, runtime, session
 from tracedray.core.address import parse_host_port
 from tracedray.core.call_site import user_call_site
 from tracedray.core.object_ref import ObjectRef
@@ -68,8 +68,14 @@ def is_initialized() -> bool:
 def init(address: str | None = None, *, num_cpus: float | None = None,
          resources: dict[str, float] | None = None, object_store_memory: int | None = None,
          namespace: str | None = None, object_spilling: bool = True, local_mode: bool = False,
-         ignore_reinit_error: bool = False, **kwargs: Any) -> dict[str, Any]:
-    """Start a local cluster, or connect to one (``"auto"``, ``"host:port"``)."""
+         ignore_reinit_error: bool = False, _auth_token: str | None = None,
+         **kwargs: Any) -> dict[str, Any]:
+    """Start a local cluster, or connect to one (``"auto"``, ``"host:port"``).
+
+    ``_auth_token``: the cluster's token. A new cluster makes one unless given (or
+    ``TRACEDRAY_AUTH_TOKEN``); connecting, it defaults to that variable, then to the
+    token file of the local session at that address (``core/auth.py``).
+    """
     global _cluster
     unknown = set(kwargs) - RAY_ONLY_KEYWORDS
     if unknown:
@@ -98,6 +104,7 @@ def init(address: str | None = None, *, num_cpus: float | None = None,
         processes = None
         created: session.SessionPaths | None = None  # a folder this call made, unpublished
         if address in (None, "local"):
+            _configure_auth(auth.choose_for_new_cluster(_auth_token))
             paths = created = session.create_session(publish=False)
             _configure_driver_telemetry(paths)
             telemetry_ready = True
@@ -108,6 +115,7 @@ def init(address: str | None = None, *, num_cpus: float | None = None,
                                             storage=config.GCS_STORAGE.get())
             except BaseException:
                 _forget_session(created)
+                auth.reset()
                 raise
             gcs_address = processes.gcs_address
         else:
@@ -123,6 +131,7 @@ def init(address: str | None = None, *, num_cpus: float | None = None,
                 if given is not None:
                     raise ConfigError(f"{name} cannot be set when connecting to an existing "
                                       f"cluster at {gcs_address}; set it on `tracedray start`")
+            _configure_auth(auth.find_token(gcs_address, _auth_token))
             # A cluster no local folder names (another machine's) gets one of this driver's.
             paths = found or session.create_session(publish=False)
             created = None if found is not None else paths
@@ -134,12 +143,20 @@ def init(address: str | None = None, *, num_cpus: float | None = None,
             if processes is not None:
                 processes.stop()
             _forget_session(created)
+            auth.reset()
             raise
         if created is not None:
             session.publish_latest(created)
     for key in sorted(set(kwargs) & RAY_ONLY_KEYWORDS):
         log.debug("init.ignored_keyword", keyword=key)
     return _context_info()
+
+
+def _configure_auth(choice: auth.TokenChoice) -> None:
+    if auth.enabled_by_config():
+        auth.configure(choice.token, enabled=True, source=choice.source)
+    else:
+        auth.configure(None, enabled=False)
 
 
 def _forget_session(created: session.SessionPaths | None) -> None:
@@ -232,6 +249,7 @@ def shutdown() -> None:
         from tracedray.core import rpc
 
         rpc.close_all_channels()
+        auth.reset()
         telemetry.force_flush()
         log.info("driver.shutdown")
         # The job is over (the next init() starts another). The node id stays: this

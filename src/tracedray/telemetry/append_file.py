@@ -180,7 +180,7 @@ class AppendFile(MappedAppender):
     """
 
     def __init__(self, path: Path, *, mapped: bool = True) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         self._public = path
         self._forked_path = ""
         spool = line_spool.spool_path(path)
@@ -200,7 +200,7 @@ class AppendFile(MappedAppender):
             copied_to = os.fstat(public).st_size
         finally:
             os.close(public)
-        fd = os.open(spool, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+        fd = os.open(spool, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
         super().__init__(spool, fd)
         try:
             os.pwrite(fd, line_spool.header_bytes(os.getpid(), copied_to), 0)
@@ -215,7 +215,7 @@ class AppendFile(MappedAppender):
 
     @staticmethod
     def _open_public(path: Path) -> int:
-        return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
 
     @property
     def path(self) -> Path:

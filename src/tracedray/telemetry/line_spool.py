@@ -181,7 +181,7 @@ def _copy_locked(fd: int, path: Path, result: LineCopy, *, writable: bool,
         result.lines = data[:complete_length(data)]
         return
     public = jsonl_path(path)
-    out = os.open(public, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+    out = os.open(public, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o600)
     try:
         size = os.fstat(out).st_size
         if size > copied_to:

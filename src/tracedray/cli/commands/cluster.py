@@ -20,6 +20,7 @@ from tracedray.cli.output import ADDRESS_HELP, FORMAT_HELP, OutputFormat
 if TYPE_CHECKING:
     from tracedray.cli.cluster_client import NodeView
     from tracedray.core.node import NodeProcesses
+    from tracedray.core.session import SessionPaths
 
 
 def _parse_resources(text: str | None) -> dict[str, float] | None:
@@ -82,6 +83,10 @@ def start(
     object_spilling: bool = typer.Option(True, "--object-spilling/--no-object-spilling",
                                          help="Spill to the session's spill/ folder when full."),
     block: bool = typer.Option(False, "--block", help="Stay in the foreground; Ctrl-C stops."),
+    token: str | None = typer.Option(
+        None, "--token", help="The cluster's auth token (default: $TRACEDRAY_AUTH_TOKEN; a "
+                              "head makes one, a node on the head's machine reads it from "
+                              "there). `tracedray get-auth-token` prints it."),
 ) -> None:
     """Start a head node, or join a node to a running cluster; returns once it is ready."""
     from tracedray.cli.output import fail
@@ -91,6 +96,7 @@ def start(
         raise fail("give exactly one of --head (start a cluster) or --address HOST:PORT "
                    "(join one)")
     try:
+        _configure_auth(token, head, address)
         extra = _parse_resources(resources)
         processes = _start_head(port, node_ip_address, num_cpus, extra, object_store_memory,
                                 gcs_storage, object_spilling) if head else \
@@ -103,6 +109,29 @@ def start(
         raise typer.Exit(code=_block_until_signalled(processes))
 
 
+def _configure_auth(token: str | None, head: bool, address: str | None) -> None:
+    """The token this node's processes get (``core/auth.py`` says where it is found)."""
+    from tracedray.cli.cluster_client import normalize_address
+    from tracedray.core import auth
+
+    if not auth.enabled_by_config():
+        auth.configure(None, enabled=False)
+        return
+    choice = auth.choose_for_new_cluster(token) if head else \
+        auth.find_token(normalize_address(address or ""), token)
+    auth.configure(choice.token, enabled=True, source=choice.source)
+
+
+def _store_token(session: SessionPaths) -> None:
+    """Owner-only copies for this user's drivers and CLIs on this machine: the session
+    folder's and the per-user file (``$TRACEDRAY_TEMP_DIR/auth_token``)."""
+    from tracedray.core import auth
+
+    settings = auth.current()
+    if settings.enabled and settings.token is not None:
+        auth.store_token(settings.token, session.root, user_file=True)
+
+
 def _start_head(port: int, host: str, num_cpus: float | None, resources: dict[str, float] | None,
                 object_store_memory: int | None, storage: str | None,
                 spilling: bool) -> NodeProcesses:
@@ -110,6 +139,7 @@ def _start_head(port: int, host: str, num_cpus: float | None, resources: dict[st
     from tracedray.core.session import create_session
 
     session = create_session()
+    _store_token(session)
     return start_head(session, port=port, host=host, num_cpus=num_cpus, resources=resources,
                       object_store_memory=object_store_memory, spilling=spilling,
                       storage=storage or config.GCS_STORAGE.get(), parent_pid=0, detach=True)
@@ -125,9 +155,11 @@ def _join(address: str, host: str, num_cpus: float | None, resources: dict[str, 
     # On the head's machine the node shares the head's session folder (one place for
     # logs and traces); elsewhere it gets its own.
     session = session_for_address(gcs) or create_session()
-    return join_node(session, gcs, host=host, num_cpus=num_cpus, resources=resources,
-                     object_store_memory=object_store_memory, spilling=spilling,
-                     parent_pid=0, detach=True)
+    processes = join_node(session, gcs, host=host, num_cpus=num_cpus, resources=resources,
+                          object_store_memory=object_store_memory, spilling=spilling,
+                          parent_pid=0, detach=True)
+    _store_token(session)  # once the cluster took it: a wrong token is never kept
+    return processes
 
 
 def _print_started(processes: NodeProcesses, head: bool) -> None:
@@ -139,7 +171,9 @@ def _print_started(processes: NodeProcesses, head: bool) -> None:
              f"  session:  {processes.session.root}",
              "",
              f"Connect a driver:  tracedray.init(address=\"auto\")  or  tracedray.init(\"{gcs}\")",
-             f"Add a node:        tracedray start --address {gcs}",
+             f"Add a node:        tracedray start --address {gcs} --token TOKEN",
+             "  TOKEN:           `tracedray get-auth-token` here prints it (or "
+             "TRACEDRAY_AUTH_TOKEN there)",
              "Look at it:        tracedray status",
              "Stop it:           tracedray stop"]
     typer.echo("\n".join(lines))

@@ -28,6 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from tracedray import logs
+from tracedray.core import auth
 from tracedray.core.address import Address
 from tracedray.core.worker import task_stream
 from tracedray.exceptions import RaySystemError
@@ -230,6 +231,9 @@ class WorkerConnection:
         try:
             sock.settimeout(None)
             task_stream.tune(sock)
+            # First, before any task: the worker reads nothing else until it has it.
+            token = auth.client_token(f"{address.ip}:{address.task_port}").token
+            sock.sendall(task_stream.handshake_frame(token))
         except OSError as exc:
             sock.close()
             return self._translate(exc)
