@@ -276,8 +276,9 @@ def client_token(address: str) -> TokenChoice:
         known = _client_tokens.get(address)
     if known is None:
         known = find_token(address)
-        with _lock:
-            _client_tokens[address] = known
+        if known.token is not None:  # none found: look again next call (it may appear)
+            with _lock:
+                _client_tokens[address] = known
     return known
 
 

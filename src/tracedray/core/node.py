@@ -216,17 +216,19 @@ def start_head(session: SessionPaths, *, port: int = 0, host: str = "127.0.0.1",
                object_store_memory: int | None = None, spilling: bool = True,
                storage: str = "memory", parent_pid: int = 0, detach: bool = False,
                flushing: bool | None = None, flush_policy: FlushPolicy | None = None,
-               supervise_gcs: bool = True) -> NodeProcesses:
+               supervise_gcs: bool = True,
+               auth_settings: auth.AuthSettings | None = None) -> NodeProcesses:
     """Start the GCS, then the head raylet, which supervises the GCS (restarts it on the
     same port if it dies) unless ``supervise_gcs=False``.
 
     ``storage``: ``"memory"`` or a Redis URL; a malformed one raises ``ConfigError``,
     an unreachable Redis ``ClusterConnectionError``, both naming the URL.
     ``flushing``, ``flush_policy``: default to the ``TRACEDRAY_GCS_FLUSH_*`` variables.
+    ``auth_settings``: what the cluster's processes expect (default: :func:`head_auth`).
     """
     if flushing is None:
         flushing = config.GCS_FLUSH_ENABLED.get()
-    settings = head_auth()
+    settings = auth_settings or head_auth()
     if settings.enabled and settings.token is not None:
         # Before any process starts: a CLI or driver of this user finds it here.
         auth.store_token(settings.token, session.root, user_file=False)
@@ -258,8 +260,14 @@ def start_head(session: SessionPaths, *, port: int = 0, host: str = "127.0.0.1",
 def join_node(session: SessionPaths, gcs_address: str, *, host: str = "127.0.0.1",
               num_cpus: float | None = None, resources: dict[str, float] | None = None,
               object_store_memory: int | None = None, spilling: bool = True,
-              parent_pid: int = 0, detach: bool = True) -> NodeProcesses:
+              parent_pid: int = 0, detach: bool = True,
+              auth_settings: auth.AuthSettings | None = None) -> NodeProcesses:
+    """``auth_settings``: the token to present (default: :func:`join_auth`)."""
     from tracedray.core.gcs.client import connect
+
+    settings = auth_settings or join_auth(gcs_address)
+    if settings.enabled:
+        auth.remember(gcs_address, auth.TokenChoice(settings.token, settings.source))
 
     # Fail fast, naming the address, if no GCS answers there or it refuses our token
     # (AuthenticationError), before any process starts.
@@ -269,7 +277,7 @@ def join_node(session: SessionPaths, gcs_address: str, *, host: str = "127.0.0.1
         session, gcs_address=gcs_address, ip=host, resources=total,
         object_store_memory=object_store_memory or default_object_store_memory(),
         spilling=spilling, head=False, parent_pid=parent_pid, detach=detach,
-        prestart=int(min(total["CPU"], 4)), settings=join_auth(gcs_address))
+        prestart=int(min(total["CPU"], 4)), settings=settings)
     return NodeProcesses(session, gcs_address, raylet_address, node_id, [raylet_process])
 
 

@@ -19,6 +19,7 @@ from tracedray.cli.output import ADDRESS_HELP, FORMAT_HELP, OutputFormat
 
 if TYPE_CHECKING:
     from tracedray.cli.cluster_client import NodeView
+    from tracedray.core.auth import AuthSettings
     from tracedray.core.node import NodeProcesses
     from tracedray.core.session import SessionPaths
 
@@ -96,12 +97,12 @@ def start(
         raise fail("give exactly one of --head (start a cluster) or --address HOST:PORT "
                    "(join one)")
     try:
-        _configure_auth(token, head, address)
+        settings = _auth_settings(token, head, address)
         extra = _parse_resources(resources)
         processes = _start_head(port, node_ip_address, num_cpus, extra, object_store_memory,
-                                gcs_storage, object_spilling) if head else \
+                                gcs_storage, object_spilling, settings) if head else \
             _join(address or "", node_ip_address, num_cpus, extra, object_store_memory,
-                  object_spilling)
+                  object_spilling, settings)
     except RayError as exc:
         raise fail(str(exc)) from exc
     _print_started(processes, head)
@@ -109,44 +110,44 @@ def start(
         raise typer.Exit(code=_block_until_signalled(processes))
 
 
-def _configure_auth(token: str | None, head: bool, address: str | None) -> None:
+def _auth_settings(token: str | None, head: bool, address: str | None) -> AuthSettings:
     """The token this node's processes get (``core/auth.py`` says where it is found)."""
     from tracedray.cli.cluster_client import normalize_address
     from tracedray.core import auth
 
     if not auth.enabled_by_config():
-        auth.configure(None, enabled=False)
-        return
+        return auth.AuthSettings(False, None)
     choice = auth.choose_for_new_cluster(token) if head else \
         auth.find_token(normalize_address(address or ""), token)
-    auth.configure(choice.token, enabled=True, source=choice.source)
+    return auth.AuthSettings(True, choice.token, choice.source)
 
 
-def _store_token(session: SessionPaths) -> None:
+def _store_token(session: SessionPaths, settings: AuthSettings) -> None:
     """Owner-only copies for this user's drivers and CLIs on this machine: the session
     folder's and the per-user file (``$TRACEDRAY_TEMP_DIR/auth_token``)."""
     from tracedray.core import auth
 
-    settings = auth.current()
     if settings.enabled and settings.token is not None:
         auth.store_token(settings.token, session.root, user_file=True)
 
 
 def _start_head(port: int, host: str, num_cpus: float | None, resources: dict[str, float] | None,
                 object_store_memory: int | None, storage: str | None,
-                spilling: bool) -> NodeProcesses:
+                spilling: bool, settings: AuthSettings) -> NodeProcesses:
     from tracedray.core.node import start_head
     from tracedray.core.session import create_session
 
     session = create_session()
-    _store_token(session)
+    _store_token(session, settings)
     return start_head(session, port=port, host=host, num_cpus=num_cpus, resources=resources,
                       object_store_memory=object_store_memory, spilling=spilling,
-                      storage=storage or config.GCS_STORAGE.get(), parent_pid=0, detach=True)
+                      storage=storage or config.GCS_STORAGE.get(), parent_pid=0, detach=True,
+                      auth_settings=settings)
 
 
 def _join(address: str, host: str, num_cpus: float | None, resources: dict[str, float] | None,
-          object_store_memory: int | None, spilling: bool) -> NodeProcesses:
+          object_store_memory: int | None, spilling: bool,
+          settings: AuthSettings) -> NodeProcesses:
     from tracedray.cli.cluster_client import normalize_address
     from tracedray.core.node import join_node
     from tracedray.core.session import create_session, session_for_address
@@ -157,8 +158,8 @@ def _join(address: str, host: str, num_cpus: float | None, resources: dict[str, 
     session = session_for_address(gcs) or create_session()
     processes = join_node(session, gcs, host=host, num_cpus=num_cpus, resources=resources,
                           object_store_memory=object_store_memory, spilling=spilling,
-                          parent_pid=0, detach=True)
-    _store_token(session)  # once the cluster took it: a wrong token is never kept
+                          parent_pid=0, detach=True, auth_settings=settings)
+    _store_token(session, settings)  # once the cluster took it: a wrong token is never kept
     return processes
 
 
