@@ -64,9 +64,17 @@ def channel_credentials(files: TlsFiles) -> grpc.ChannelCredentials:
                                         certificate_chain=cert)
 
 
+# The task stream reads on one thread and writes on another; an SSL object is not
+# meant to be shared like that. TLS 1.2 without renegotiation keeps the two apart
+# after the handshake (1.3 may answer a key update from inside a read), so the
+# stream pins it. A caller ends its stream by a TCP half-close (it still reads its
+# results), so an end without close_notify is a normal end (OP_IGNORE_UNEXPECTED_EOF;
+# the framing catches a stream cut inside a frame). gRPC (its own TLS) is not affected.
 @lru_cache(maxsize=4)
-def server_context(files: TlsFiles) -> ssl.SSLContext:
+def stream_server_context(files: TlsFiles) -> ssl.SSLContext:
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.maximum_version = ssl.TLSVersion.TLSv1_2
+    context.options |= ssl.OP_NO_RENEGOTIATION | ssl.OP_IGNORE_UNEXPECTED_EOF
     context.load_cert_chain(files.cert, files.key)
     if files.ca is not None:
         context.load_verify_locations(files.ca)
@@ -75,8 +83,10 @@ def server_context(files: TlsFiles) -> ssl.SSLContext:
 
 
 @lru_cache(maxsize=4)
-def client_context(files: TlsFiles) -> ssl.SSLContext:
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+def stream_client_context(files: TlsFiles) -> ssl.SSLContext:
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)  # checks the peer's name: its IP
+    context.maximum_version = ssl.TLSVersion.TLSv1_2
+    context.options |= ssl.OP_NO_RENEGOTIATION | ssl.OP_IGNORE_UNEXPECTED_EOF
     context.load_cert_chain(files.cert, files.key)
     if files.ca is not None:
         context.load_verify_locations(files.ca)

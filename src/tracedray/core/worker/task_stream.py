@@ -26,8 +26,10 @@ import errno
 import socket
 import struct
 import time
+from typing import cast
 
-from tracedray.core import auth, rpc
+from tracedray.core import auth, rpc, tls
+from tracedray.core.worker.tls_stream import LockedTlsSocket
 from tracedray.exceptions import RaySystemError
 from tracedray.v1 import common_pb2
 
@@ -99,6 +101,44 @@ def read_handshake(sock: socket.socket, timeout_s: float) -> bytes | None:
     finally:
         sock.settimeout(None)
     return bytes(received[HEADER_BYTES:])
+
+
+def is_tls(sock: socket.socket) -> bool:
+    return isinstance(sock, LockedTlsSocket)
+
+
+def shutdown(sock: socket.socket, how: int) -> None:
+    """Shut the TCP connection's ``how`` side (of a TLS stream too: the peer sees a
+    clean end of the stream either way)."""
+    sock.shutdown(how)
+
+
+def _as_socket(tls_socket: LockedTlsSocket) -> socket.socket:
+    # It has every socket method a task stream calls (tls_stream.py); the stream code
+    # stays typed for the plain socket it uses without TLS.
+    return cast(socket.socket, tls_socket)
+
+
+def wrap_client(sock: socket.socket, ip: str) -> socket.socket:
+    """``sock`` in TLS if ``TRACEDRAY_TLS_*`` configure it (handshake done), else itself."""
+    files = tls.from_config()
+    if files is None:
+        return sock
+    wrapped = tls.stream_client_context(files).wrap_socket(sock, server_hostname=ip)
+    return _as_socket(LockedTlsSocket(wrapped))
+
+
+def wrap_server(sock: socket.socket, timeout_s: float) -> socket.socket | None:
+    """The server's side of :func:`wrap_client`; None if the TLS handshake fails."""
+    try:
+        files = tls.from_config()  # a bad setting: ConfigError (a ValueError), refused
+        if files is None:
+            return sock
+        sock.settimeout(timeout_s)
+        wrapped = tls.stream_server_context(files).wrap_socket(sock, server_side=True)
+        return _as_socket(LockedTlsSocket(wrapped))
+    except (OSError, ValueError):  # ssl.SSLError is an OSError
+        return None
 
 
 def tune(sock: socket.socket) -> None:

@@ -65,7 +65,7 @@ class _Peer:
         if not self.closed:
             self.closed = True
             with contextlib.suppress(OSError):
-                self.sock.shutdown(socket.SHUT_RDWR)
+                task_stream.shutdown(self.sock, socket.SHUT_RDWR)
             self.sock.close()
             self.outbox.clear()
             self.lock.notify_all()
@@ -134,8 +134,17 @@ class TaskStreamServer:
 
     # --- the handshake
     def _admit(self, peer: _Peer) -> bool:
-        """Read the handshake; a peer without the right one is closed, unanswered."""
-        payload = task_stream.read_handshake(peer.sock, HANDSHAKE_TIMEOUT_S)
+        """TLS if configured, then the handshake; a peer that fails either is closed,
+        unanswered."""
+        wrapped = task_stream.wrap_server(peer.sock, HANDSHAKE_TIMEOUT_S)
+        if wrapped is not None:
+            with peer.lock:
+                if peer.closed:  # the server stopped meanwhile
+                    wrapped.close()
+                    return False
+                peer.sock = wrapped
+        payload = task_stream.read_handshake(peer.sock, HANDSHAKE_TIMEOUT_S) \
+            if wrapped is not None else None
         token = auth.handshake_token(payload) if payload is not None else None
         if token is not None and auth.current().accepts(token):
             return True
