@@ -221,3 +221,30 @@ def test_the_token_and_argument_values_stay_out_of_the_record(
         data = path.read_bytes()
         assert token.encode() not in data, path
         assert secret_argument.encode() not in data, path
+
+
+def test_joined_nodes_get_the_token_and_pulled_copies_are_owner_only(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path, no_leaks: None) -> None:
+    import numpy as np
+    from multinode_support import started_nodes
+
+    monkeypatch.setenv("TRACEDRAY_TEMP_DIR", str(tmp_path))
+    for name in ("TRACEDRAY_AUTH_TOKEN", "TRACEDRAY_AUTH_MODE"):
+        monkeypatch.delenv(name, raising=False)
+    with started_nodes(monkeypatch, {"num_cpus": 1, "resources": {"head": 1}},
+                       {"b": {"num_cpus": 1, "resources": {"b": 1}}}) as cluster:
+        ray = cluster.ray
+        ray.init(address=cluster.address)
+        try:
+            @ray.remote(resources={"b": 1})
+            def make() -> object:
+                return np.ones(3_000_000, dtype=np.uint8)
+
+            assert int(ray.get(make.remote()).sum()) == 3_000_000  # pulled to the head
+            prefix = f"tracedray-{cluster.session_dir.name[-24:]}-"
+            shm = [f for f in os.listdir("/dev/shm") if f.startswith(prefix)]
+            assert len(shm) >= 2  # b's copy and the head's
+            for name in shm:
+                assert stat.S_IMODE(os.stat(f"/dev/shm/{name}").st_mode) == 0o600, name
+        finally:
+            ray.shutdown()

@@ -159,3 +159,12 @@ def test_tls_variables_must_name_files(monkeypatch: pytest.MonkeyPatch, tmp_path
     monkeypatch.setenv("TRACEDRAY_TLS_CERT", str(tmp_path / "missing.pem"))
     with pytest.raises(ConfigError, match="TRACEDRAY_TLS_CERT"):
         tls.from_config()
+
+
+@pytest.mark.parametrize(("host", "loopback"), [
+    ("127.0.0.1", True), ("127.0.1.1", True), ("::1", True), ("localhost", True),
+    ("0.0.0.0", False), ("10.0.0.5", False), ("example.org", False)])
+def test_which_listen_addresses_are_loopback(host: str, loopback: bool) -> None:
+    from tracedray.core.rpc import is_loopback
+
+    assert is_loopback(host) is loopback

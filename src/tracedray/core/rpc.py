@@ -121,7 +121,7 @@ def bind(server: grpc.Server, host: str = "127.0.0.1", port: int = 0) -> int:
         server.add_secure_port(f"{host}:{port}", tls.server_credentials(files))
     if bound == 0:
         raise RaySystemError(f"could not listen on {host}:{port} (port in use?)")
-    if not auth.current().enabled and not _is_loopback(host):
+    if not auth.current().enabled and not is_loopback(host):
         logs.get_logger(__name__).warning(
             "auth.disabled_on_network", address=f"{host}:{bound}",
             hint=f"{config.AUTH_MODE.name}=disabled: anyone who reaches this port can run "
@@ -129,7 +129,7 @@ def bind(server: grpc.Server, host: str = "127.0.0.1", port: int = 0) -> int:
     return bound
 
 
-def _is_loopback(host: str) -> bool:
+def is_loopback(host: str) -> bool:
     import ipaddress
 
     if host == "localhost":

@@ -98,6 +98,7 @@ def start(
                    "(join one)")
     try:
         settings = _auth_settings(token, head, address)
+        _warn_if_open(settings, node_ip_address)
         extra = _parse_resources(resources)
         processes = _start_head(port, node_ip_address, num_cpus, extra, object_store_memory,
                                 gcs_storage, object_spilling, settings) if head else \
@@ -120,6 +121,16 @@ def _auth_settings(token: str | None, head: bool, address: str | None) -> AuthSe
     choice = auth.choose_for_new_cluster(token) if head else \
         auth.find_token(normalize_address(address or ""), token)
     return auth.AuthSettings(True, choice.token, choice.source)
+
+
+def _warn_if_open(settings: AuthSettings, host: str) -> None:
+    from tracedray import config
+    from tracedray.cli.output import note
+    from tracedray.core.rpc import is_loopback
+
+    if not settings.enabled and not is_loopback(host):
+        note(f"{config.AUTH_MODE.name}=disabled and the node listens on {host}: anyone who "
+             "reaches its ports can run code as this user (docs/security.md)")
 
 
 def _store_token(session: SessionPaths, settings: AuthSettings) -> None:
