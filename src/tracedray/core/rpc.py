@@ -55,7 +55,7 @@ def channel(address: str) -> grpc.Channel:
             raw = grpc.insecure_channel(address, options=_CHANNEL_OPTIONS) if files is None \
                 else grpc.secure_channel(address, tls.channel_credentials(files),
                                          options=_CHANNEL_OPTIONS)
-            ch = grpc.intercept_channel(raw, rpc_auth.AuthClientInterceptor(address))
+            ch = rpc_auth.AuthChannel(raw, address)
             _channels[address] = ch
         return ch
 
