@@ -248,3 +248,29 @@ def test_joined_nodes_get_the_token_and_pulled_copies_are_owner_only(
                 assert stat.S_IMODE(os.stat(f"/dev/shm/{name}").st_mode) == 0o600, name
         finally:
             ray.shutdown()
+
+
+def test_a_driver_without_a_token_follows_a_cluster_that_checks_none(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import tracedray
+
+    monkeypatch.delenv("TRACEDRAY_AUTH_TOKEN", raising=False)
+    monkeypatch.setenv("TRACEDRAY_AUTH_MODE", "disabled")
+    with isolated_root(tmp_path):
+        gcs = start_head()
+        (session,) = tmp_path.glob("session_2*")
+        assert not (session / "auth_token").exists()
+        monkeypatch.delenv("TRACEDRAY_AUTH_MODE")  # this driver: the default mode
+        tracedray.init(address=gcs)
+        try:
+            @tracedray.remote
+            def total(values: object) -> int:
+                print("summing")  # the worker calls the driver to show this
+                return int(sum(values))  # type: ignore[call-overload]
+
+            ref = tracedray.put(list(range(100_000)))  # owned by the driver
+            assert tracedray.get(total.remote(ref)) == sum(range(100_000))
+            time.sleep(1.0)  # the printed line travels to the driver meanwhile
+        finally:
+            tracedray.shutdown()
+        assert log_events(session, "auth.refused") == []

@@ -18,6 +18,7 @@ from tracedray.core.object_ref import ObjectRef
 from tracedray.core.serialization import serialize
 from tracedray.core.worker.memory_store import is_error
 from tracedray.exceptions import (
+    AuthenticationError,
     ClusterConnectionError,
     ConfigError,
     GetTimeoutError,
@@ -131,7 +132,7 @@ def init(address: str | None = None, *, num_cpus: float | None = None,
                 if given is not None:
                     raise ConfigError(f"{name} cannot be set when connecting to an existing "
                                       f"cluster at {gcs_address}; set it on `tracedray start`")
-            _configure_auth(auth.find_token(gcs_address, _auth_token))
+            _configure_auth(_token_to_connect(gcs_address, _auth_token))
             # A cluster no local folder names (another machine's) gets one of this driver's.
             paths = found or session.create_session(publish=False)
             created = None if found is not None else paths
@@ -152,8 +153,26 @@ def init(address: str | None = None, *, num_cpus: float | None = None,
     return _context_info()
 
 
+def _token_to_connect(gcs_address: str, explicit: str | None) -> auth.TokenChoice:
+    """The token for the cluster at ``gcs_address``. None found and the cluster answers
+    without one: it runs with TRACEDRAY_AUTH_MODE=disabled, so this driver too (else its
+    own server would refuse the cluster's calls)."""
+    choice = auth.find_token(gcs_address, explicit)
+    if choice.token is not None or not auth.enabled_by_config():
+        return choice
+    from tracedray.core.gcs.client import connect
+
+    try:
+        connect(gcs_address).get_nodes()  # a missing cluster: its ClusterConnectionError
+    except AuthenticationError:  # it wants a token: connecting says so, with its advice
+        return choice
+    log.warning("auth.cluster_open", gcs=gcs_address,
+                hint="the cluster checks no token (TRACEDRAY_AUTH_MODE=disabled there)")
+    return auth.TokenChoice(None, "disabled")
+
+
 def _configure_auth(choice: auth.TokenChoice) -> None:
-    if auth.enabled_by_config():
+    if auth.enabled_by_config() and choice.source != "disabled":
         auth.configure(choice.token, enabled=True, source=choice.source)
     else:
         auth.configure(None, enabled=False)

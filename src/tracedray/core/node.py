@@ -238,6 +238,7 @@ def start_head(session: SessionPaths, *, port: int = 0, host: str = "127.0.0.1",
     gcs_process, gcs_address = start_gcs(session, port=port, host=host, storage=storage,
                                          parent_pid=parent_pid, detach=detach, flushing=flushing,
                                          flush_policy=policy, settings=settings)
+    auth.forget(gcs_address)  # a token this process kept for an earlier cluster there
     bound = int(gcs_address.rsplit(":", 1)[1])
     spec = GcsLaunchSpec(session.root, host, bound, storage, flushing, policy)
     try:
