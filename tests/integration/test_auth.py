@@ -274,3 +274,20 @@ def test_a_driver_without_a_token_follows_a_cluster_that_checks_none(
         finally:
             tracedray.shutdown()
         assert log_events(session, "auth.refused") == []
+
+
+def test_cli_token_options_and_messages(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("TRACEDRAY_AUTH_TOKEN", "TRACEDRAY_AUTH_MODE"):
+        monkeypatch.delenv(name, raising=False)
+    with isolated_root(tmp_path):
+        missing = run("get-auth-token", "--address", "127.0.0.1:9", code=1)
+        assert "no auth token" in missing.stderr and "head's machine" in missing.stderr
+        short = run("start", "--head", "--token", "tooshort", code=1)
+        assert "at least 16" in short.stderr and "tooshort" not in short.stderr
+        given = "a-token-chosen-by-the-user-0123456789"
+        started = run("start", "--head", "--port", "0", "--num-cpus", "1",
+                      "--object-store-memory", str(100 << 20), "--token", given)
+        assert given not in started.stdout + started.stderr
+        assert run("get-auth-token").stdout.strip() == given
+        assert (tmp_path / "auth_token").read_text() == given  # the per-user file
+        assert stat.S_IMODE((tmp_path / "auth_token").stat().st_mode) == 0o600
