@@ -291,3 +291,18 @@ def test_cli_token_options_and_messages(tmp_path: Path, monkeypatch: pytest.Monk
         assert run("get-auth-token").stdout.strip() == given
         assert (tmp_path / "auth_token").read_text() == given  # the per-user file
         assert stat.S_IMODE((tmp_path / "auth_token").stat().st_mode) == 0o600
+
+
+def test_a_cluster_process_without_a_token_does_not_start(tmp_path: Path) -> None:
+    import json
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TRACEDRAY_AUTH")}
+    done = subprocess.run([sys.executable, "-m", "tracedray.core.gcs.main", "--session-dir",
+                           str(tmp_path), "--ready-file", str(tmp_path / "ready")],
+                          capture_output=True, text=True, timeout=60, check=False, env=env)
+    assert done.returncode == 1, done.stderr[-2000:]
+    report = json.loads((tmp_path / "ready").read_text())
+    assert report["error_type"] == "ConfigError"
+    assert "TRACEDRAY_AUTH_TOKEN is not set" in report["error"]

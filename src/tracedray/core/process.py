@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 from tracedray import logs, telemetry
-from tracedray.core import auth
 from tracedray.telemetry import _host as telemetry_host
 
 
@@ -22,10 +21,10 @@ def setup_process(component: str, *, session_dir: Path, node_id: str = "",
     resources carry (``host.ip``); "" or a bind-all address: the default route's.
 
     Everything the process writes is its user's alone (umask 077: logs, traces,
-    spools, spill files), and it takes the cluster's token from its environment.
+    spools, spill files). Each main then takes the cluster's token from its
+    environment (``auth.configure_from_environment``) where it reports start errors.
     """
     os.umask(0o077)
-    auth.configure_from_environment()
     session_id = session_dir.name
     telemetry_host.advertise_ip(ip)
     telemetry.configure(component, session_dir=session_dir, node_id=node_id,

@@ -36,9 +36,11 @@ def main() -> None:
                           "object_store_memory": args.object_store_memory,
                           "spilling": not args.no_spilling},
                   ip=args.ip)
+    from tracedray.core import auth
     from tracedray.core.raylet.server import Raylet
 
     try:
+        auth.configure_from_environment()  # no token: a ConfigError, reported below
         raylet = Raylet(node_id=args.node_id, ip=args.ip, gcs_address=args.gcs,
                         session_dir=args.session_dir, resources=json.loads(args.resources),
                         object_store_memory=args.object_store_memory,
