@@ -209,6 +209,9 @@ def find_token(address: str | None, explicit: str | None = None) -> TokenChoice:
 _lock = threading.Lock()
 _settings: AuthSettings | None = None  # None: not configured, see current()
 _client_tokens: dict[str, TokenChoice] = {}  # per address, for unconfigured processes
+# Tokens of clusters this process started or learned of (``remember``): kept across
+# a driver's shutdown, which only clears the lookups above.
+_known: dict[str, TokenChoice] = {}
 _rpc_refused = 0
 _streams_refused = 0
 
@@ -273,7 +276,7 @@ def client_token(address: str) -> TokenChoice:
     if not enabled_by_config():
         return TokenChoice(None, "")
     with _lock:
-        known = _client_tokens.get(address)
+        known = _client_tokens.get(address) or _known.get(address)
     if known is None:
         known = find_token(address)
         if known.token is not None:  # none found: look again next call (it may appear)
@@ -283,19 +286,24 @@ def client_token(address: str) -> TokenChoice:
 
 
 def remember(address: str, choice: TokenChoice) -> None:
-    """Present ``choice`` to ``address`` too (a raylet found through its GCS, whose
-    token was found for the GCS's address)."""
+    """Present ``choice`` to ``address`` from now on, unless configured otherwise: the
+    processes of a cluster this process started (a test, a script), a raylet found
+    through its GCS (whose token was found for the GCS's address)."""
+    if choice.token is None:
+        return
     with _lock:
-        _client_tokens[address] = choice
+        _known[address] = choice
 
 
 def forget(address: str | None = None) -> None:
-    """Look the token for ``address`` (None: every address) up again next time."""
+    """Look the token for ``address`` up again next time (a refused one: remembered
+    ones too); None: every lookup (a driver's shutdown), not what was remembered."""
     with _lock:
         if address is None:
             _client_tokens.clear()
         else:
             _client_tokens.pop(address, None)
+            _known.pop(address, None)
 
 
 def count_refusal(kind: str) -> int:

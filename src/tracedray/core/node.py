@@ -195,6 +195,14 @@ def join_auth(gcs_address: str) -> auth.AuthSettings:
     return auth.AuthSettings(True, choice.token, choice.source)
 
 
+def _remember(settings: auth.AuthSettings, *addresses: str) -> None:
+    """This process may call what it started (a test, a script), even once it has no
+    driver connected: it knows their token."""
+    if settings.enabled:
+        for address in addresses:
+            auth.remember(address, auth.TokenChoice(settings.token, settings.source))
+
+
 def resolve_resources(num_cpus: float | None,
                       resources: dict[str, float] | None) -> dict[str, float]:
     cpus = num_cpus if num_cpus is not None else os.cpu_count() or 1
@@ -253,6 +261,7 @@ def start_head(session: SessionPaths, *, port: int = 0, host: str = "127.0.0.1",
         gcs_process.wait()
         raise
     write_private(session.address_file, gcs_address)
+    _remember(settings, gcs_address, raylet_address)
     log.info("cluster.head_started", gcs=gcs_address, raylet=raylet_address, node_id=node_id)
     return NodeProcesses(session, gcs_address, raylet_address, node_id,
                          [gcs_process, raylet_process])
@@ -279,6 +288,7 @@ def join_node(session: SessionPaths, gcs_address: str, *, host: str = "127.0.0.1
         object_store_memory=object_store_memory or default_object_store_memory(),
         spilling=spilling, head=False, parent_pid=parent_pid, detach=detach,
         prestart=int(min(total["CPU"], 4)), settings=settings)
+    _remember(settings, raylet_address)
     return NodeProcesses(session, gcs_address, raylet_address, node_id, [raylet_process])
 
 
