@@ -266,8 +266,10 @@ def current() -> AuthSettings:
 
 
 def client_token(address: str) -> TokenChoice:
-    """What to present to ``address``: the configured token, else one found for it
-    (a CLI, a script that only reads) and kept for the next call."""
+    """What to present to ``address``: the configured token; else one remembered for it
+    (given to ``join_node``, or of nodes this process started: they win over the
+    environment, as ``--token`` does); else one found for it (``find_token``: a CLI, a
+    script that only reads) and kept for the next call."""
     settings = _settings
     if settings is not None:
         if not settings.enabled:
