@@ -81,6 +81,7 @@ __all__ = [
     "ObjectRef",
     "RemoteFunction",
     "__version__",
+    "actor",
     "available_resources",
     "cancel",
     "cluster_resources",
@@ -96,5 +97,6 @@ __all__ = [
     "put",
     "remote",
     "shutdown",
+    "util",
     "wait",
 ]

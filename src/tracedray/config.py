@@ -137,8 +137,9 @@ IDLE_WORKER_SOFT_LIMIT: Variable[int | None] = Variable(
 NODE_DEATH_TIMEOUT_S: Variable[float] = Variable(
     "TRACEDRAY_NODE_DEATH_TIMEOUT_S",
     _parse_positive_float,
-    lambda: 5.0,
-    "A node whose heartbeats stop for this long is marked DEAD.",
+    lambda: 30.0,
+    "A node whose heartbeats stop for this long is marked DEAD (late ones first make it "
+    "SUSPECT in `tracedray status`; a refused raylet port is dead at once).",
 )
 JAEGER_URL: Variable[str] = Variable(
     "TRACEDRAY_JAEGER_URL",
@@ -284,6 +285,18 @@ OTLP_EXPORT_LINGER_S: Variable[float] = Variable(
     "endpoint that is down or slow after its node stopped; what it could not send stays in "
     "the session files (and in its export cursors, for the next agent of the session).",
 )
+METRICS_ENABLED: Variable[bool] = Variable(
+    "TRACEDRAY_METRICS",
+    _parse_bool,
+    lambda: True,
+    "Whether raylets and the GCS serve Prometheus metrics on /metrics (true/false).",
+)
+METRICS_EXPORT_PORT: Variable[int] = Variable(
+    "TRACEDRAY_METRICS_EXPORT_PORT",
+    _parse_non_negative_int,
+    lambda: 0,
+    "Port of a raylet's /metrics when --metrics-export-port is not given (0: a free port).",
+)
 
 _AUTH_MODES = ("token", "disabled")
 
@@ -364,6 +377,8 @@ ALL_VARIABLES: tuple[Variable[Any], ...] = (
     TELEMETRY_AGENT_INTERVAL_S,
     TELEMETRY_AGENT_MAX_DEFER_S,
     OTLP_EXPORT_LINGER_S,
+    METRICS_ENABLED,
+    METRICS_EXPORT_PORT,
     AUTH_MODE,
     AUTH_TOKEN,
     TLS_CERT,

@@ -258,3 +258,40 @@ def test_a_killed_owners_objects_go_on_every_node(monkeypatch: pytest.MonkeyPatc
                 holder.wait()
         assert dict(_stats(cluster, "head").freed_by_reason) == {"owner died": 3}
         assert dict(_stats(cluster, "b").freed_by_reason) == {"owner died": 2}
+
+
+@pytest.mark.usefixtures("no_leaks")
+def test_a_rebuilt_object_goes_with_its_owner_too(monkeypatch: pytest.MonkeyPatch) -> None:
+    from tracedray.core.api import global_worker
+
+    with started_nodes(monkeypatch, {"num_cpus": 1, "resources": {"head": 1}},
+                       {"c": {"num_cpus": 1, "resources": {"c": 1}}}) as cluster:
+        ray = cluster.ray
+        ray.init(address=cluster.address)
+        try:
+            @ray.remote(num_cpus=1, resources={"head": 1})
+            class Holder:  # takes the head's only CPU: the first run of make goes to c
+                def ready(self) -> bool:
+                    return True
+
+            @ray.remote
+            def make() -> Any:
+                return np.ones(1_000_000)
+
+            holder = Holder.remote()
+            assert ray.get(holder.ready.remote(), timeout=60)
+            made = make.remote()
+            ray.wait([made], timeout=60)
+            worker = global_worker()
+            assert worker.references.get(made.binary()).store_node_id == cluster.node_id("c")
+            os.kill(cluster.raylet_pid("c"), signal.SIGKILL)
+            ray.kill(holder)  # the head's CPU is free for the rebuild
+            assert ray.get(made, timeout=120).sum() == 1_000_000  # rebuilt from lineage
+            assert worker.references.get(made.binary()).store_node_id == cluster.node_id("head")
+            assert _stats(cluster, "head").num_objects == 1
+        finally:
+            ray.shutdown()
+        # Sealed by a worker of the head for the driver: it goes with the driver.
+        wait_for(lambda: _stats(cluster, "head").num_objects == 0, EMPTY_WITHIN_S,
+                 "the rebuilt object to go")
+        assert dict(_stats(cluster, "head").freed_by_reason) == {"owner exited": 1}

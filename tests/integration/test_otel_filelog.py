@@ -178,11 +178,15 @@ def test_the_collector_gets_every_log_line_with_its_fields(no_leaks: None,
                                                            tmp_path: Path) -> None:
     import tracedray
 
+    before = os.environ.get("OTEL_SERVICE_NAME")
     os.environ["OTEL_SERVICE_NAME"] = "filelog-test"  # the processes' spans' service name
     try:
         tracedray.init(num_cpus=2, object_store_memory=128 << 20)
     finally:
-        del os.environ["OTEL_SERVICE_NAME"]
+        if before is None:
+            del os.environ["OTEL_SERVICE_NAME"]
+        else:
+            os.environ["OTEL_SERVICE_NAME"] = before
     logs_dir = Path(current_session_dir()) / "logs"
     try:
         @tracedray.remote
@@ -201,6 +205,10 @@ def test_the_collector_gets_every_log_line_with_its_fields(no_leaks: None,
                 time.sleep(0.5)
             with pytest.raises(Exception):  # noqa: B017 -- only its log line matters
                 tracedray.get(fails.remote())
+            deadline = time.monotonic() + DELIVERED_WITHIN_S
+            while receiver.count() < 100 and time.monotonic() < deadline:
+                time.sleep(0.2)
+            live = receiver.count()  # read from files that were still growing
             tracedray.shutdown()  # every process's last lines are in the files now
             expected = _expected(logs_dir)
             total = sum(len(lines) for lines in expected.values())
@@ -217,6 +225,7 @@ def test_the_collector_gets_every_log_line_with_its_fields(no_leaks: None,
     assert {name: len(lines) for name, lines in expected.items()} == \
         {name: len(by_file.get(name, [])) for name in expected}
     assert len(received) == total
+    assert live >= 100
     traced = 0
     for name, lines in expected.items():
         got = sorted(by_file[name], key=lambda r: r.time_ns)  # batches may come in any order

@@ -174,9 +174,14 @@ def test_every_file_span_reaches_the_collector_after_the_driver_is_sigkilled(
     lines = [json.loads(line) for path in (session / "logs").glob("*.jsonl")
              if path.name.startswith(("driver-", "worker-"))
              for line in read_data(path).decode().splitlines()]
-    got = {(log.resource.get("process.pid"), log.body, log.time_ns) for log in sink.logs}
-    missing = [line["event"] for line in lines
-               if (line["pid"], line["event"], timestamp_ns(line["timestamp"])) not in got]
+    wanted = {(line["pid"], line["event"], timestamp_ns(line["timestamp"])) for line in lines}
+
+    def received(got: OtlpSink) -> set[tuple[Any, str, int]]:
+        return {(log.resource.get("process.pid"), log.body, log.time_ns) for log in got.logs}
+
+    # The collector batches logs apart from spans: they may come a moment later.
+    sink.wait_until(lambda got: wanted <= received(got), 30)
+    missing = sorted(wanted - received(sink))
     assert not missing, missing[:10]
     executed = [log for log in sink.logs if log.body == "task.execute" and log.trace_id]
     assert executed
@@ -230,6 +235,48 @@ def test_a_local_mode_driver_has_its_spans_exported(
     assert len([s for s in sink.spans if s.name == "task.submit"]) == 10
 
 
+WRITER = textwrap.dedent('''
+    import pathlib, sys
+    from tracedray import telemetry
+
+    telemetry.configure("gcs", session_dir=pathlib.Path(sys.argv[1]))
+    telemetry.record_span("gcs.flush", {"tracedray.gcs.table": "before"}, start_ns=1)
+    print("recorded", flush=True)
+    sys.stdin.readline()
+    telemetry.record_span("gcs.flush", {"tracedray.gcs.table": "after"}, start_ns=2)
+''')
+
+
+def test_a_stopped_agent_exports_what_the_session_s_live_writers_still_record(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The GCS of a cluster started by init() stops after the raylet and its agent; what
+    it records meanwhile still reaches the endpoint."""
+    from tracedray.core.raylet.telemetry_agent import start_agent, stop_agent
+    from tracedray.core.session import create_session
+
+    session = create_session(tmp_path / "root").root
+    with otlp_sink() as sink:
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", f"http://127.0.0.1:{sink.port}")
+        writer = subprocess.Popen([sys.executable, "-c", WRITER, str(session)],
+                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                                  env=_env(tmp_path / "root"))
+        assert writer.stdin is not None and writer.stdout is not None
+        try:
+            assert writer.stdout.readline().strip() == "recorded"
+            agent = start_agent(session, "n1")
+            stop_agent(agent)  # returns once the agent converted; it exports on
+            writer.stdin.write("\n")
+            writer.stdin.flush()
+            assert writer.wait(30) == 0
+            assert sink.wait_until(lambda got: len(got.spans) == 2, 30), sink.spans
+            agent.wait(30)
+        finally:
+            writer.kill()
+            writer.wait()
+    assert sorted(s.attributes["tracedray.gcs.table"] for s in sink.spans) == [
+        "after", "before"]
+
+
 def _timed_exit(root: Path, **extra: str) -> tuple[float, str]:
     """(seconds from the driver's shutdown() call to its exit, its stderr)."""
     driver = subprocess.Popen([sys.executable, "-c", TIMED_EXIT], stdout=subprocess.PIPE,
@@ -242,6 +289,22 @@ def _timed_exit(root: Path, **extra: str) -> tuple[float, str]:
     elapsed = time.monotonic() - started
     assert driver.returncode == 0, stderr
     return elapsed, stderr
+
+
+def test_a_driver_that_exits_cleanly_has_every_span_exported_and_is_not_slowed(
+        tmp_path: Path, collector: tuple[OtlpSink, int]) -> None:
+    """After the raylet's agent stopped, the GCS and the driver still record (job.finish,
+    the driver's last spans): the agent exports those too, and nobody waits for it."""
+    sink, port = collector
+    without, quiet = _timed_exit(tmp_path / "without")
+    with_live, stderr = _timed_exit(tmp_path / "live",
+                                    OTEL_EXPORTER_OTLP_ENDPOINT=f"http://127.0.0.1:{port}")
+    assert "OTLP" not in quiet + stderr
+    (session,) = (tmp_path / "live").glob("session_2*")
+    files, received = _wait_exported(session, sink)
+    assert received == set(files)
+    assert {s.name for s in sink.spans} >= {"node.start", "task.execute", "worker.exit"}
+    assert with_live < without + 0.5 + 1.5, (with_live, without)  # see the next test
 
 
 def test_a_dead_endpoint_does_not_slow_the_driver_exit_and_is_reported_once(

@@ -126,3 +126,22 @@ def test_ray_terminate_runs_after_the_calls_before_it(shared_ray: Any) -> None:
 def test_exit_actor_outside_an_actor_is_a_type_error() -> None:
     with pytest.raises(TypeError, match="outside an actor"):
         tracedray.actor.exit_actor()
+
+
+class Fatal(BaseException):
+    pass
+
+
+@tracedray.remote
+class BrokenAtBirth:
+    def __init__(self) -> None:
+        raise Fatal("not even an Exception")
+
+    def ping(self) -> str:
+        return "pong"
+
+
+def test_a_base_exception_in_the_constructor_kills_the_actor(shared_ray: Any) -> None:
+    actor = BrokenAtBirth.remote()
+    with pytest.raises(exceptions.ActorDiedError, match="not even an Exception"):
+        shared_ray.get(actor.ping.remote(), timeout=60)

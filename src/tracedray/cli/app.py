@@ -18,6 +18,21 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
+def _print_version(value: bool) -> None:
+    if value:
+        from tracedray._version import __version__
+
+        typer.echo(f"tracedray {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(version: bool = typer.Option(False, "--version", callback=_print_version,
+                                       is_eager=True, help="Print the version and exit.")
+          ) -> None:
+    """Run a tracedray cluster and ask it what happened: memory, logs, traces, timelines."""
+
+
 # Each module exposes register(app). Order is the order of --help.
 COMMAND_MODULES = (
     "tracedray.cli.commands.cluster",  # start, stop, status
@@ -25,6 +40,9 @@ COMMAND_MODULES = (
     "tracedray.cli.commands.memory",  # memory
     "tracedray.cli.commands.logs",  # logs
     "tracedray.cli.commands.state",  # list, get, summary
+    "tracedray.cli.commands.stack",  # stack
+    "tracedray.cli.commands.top",  # top
+    "tracedray.cli.commands.debug",  # debug
     "tracedray.cli.commands.auth",  # get-auth-token
 )
 

@@ -22,6 +22,9 @@ if TYPE_CHECKING:
     from tracedray.v1 import gcs_pb2, raylet_pb2
 
 CONNECT_TIMEOUT_S = 3.0
+# How long a raylet may take to give its stats (with every object and reference: longer).
+STATS_TIMEOUT_S = 5.0
+LISTING_TIMEOUT_S = 30.0
 
 
 @dataclass(frozen=True)
@@ -108,9 +111,13 @@ class ClusterClient:
 
             target = f"{node.info.raylet.ip}:{node.info.raylet.port}"
             auth.remember(target, auth.client_token(self.gcs_address))
+            # A stalled or cut-off node must not hold the command up: its row says so.
+            timeout = LISTING_TIMEOUT_S if include_objects or include_references \
+                else STATS_TIMEOUT_S
             try:
                 stats = RayletClient(target).node_stats(include_objects=include_objects,
-                                                        include_references=include_references)
+                                                        include_references=include_references,
+                                                        timeout=timeout)
             except RayError as exc:
                 return NodeView(node, None, f"raylet at {target} did not answer: {exc}")
             return NodeView(node, stats)

@@ -99,18 +99,53 @@ def print_json(data: Any) -> None:
     typer.echo(json.dumps(data, indent=2, sort_keys=False, default=str))
 
 
+SHORT_ID = 12  # the fewest characters of an id a table shows (as `status` shows nodes)
+_HEX = frozenset("0123456789abcdef")
+
+
+def is_id_column(column: str) -> bool:
+    return column.endswith("_id") or column in ("object_ref", "trace_id")
+
+
+def short_ids(values: Iterable[str], minimum: int = SHORT_ID) -> dict[str, str]:
+    """Each hex id of ``values`` to its shortest prefix of at least ``minimum`` characters
+    that no other id of ``values`` shares: a table's ids fit a line and can be pasted
+    into `trace`, `logs --task` or `get`, which take a unique prefix."""
+    ids = sorted({v for v in values if len(v) > minimum and set(v) <= _HEX})
+    short: dict[str, str] = {}
+    for number, value in enumerate(ids):
+        # Sorted: only the neighbours can share the longest prefix.
+        shared = max((_common(value, ids[other]) for other in (number - 1, number + 1)
+                      if 0 <= other < len(ids)), default=0)
+        short[value] = value[:max(minimum, shared + 1)]
+    return short
+
+
+def _common(a: str, b: str) -> int:
+    length = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        length += 1
+    return length
+
+
 def build_table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str], *, title: str = "",
                 formatters: Mapping[str, Any] | None = None) -> Any:
     from rich.table import Table
 
     table = Table(title=title or None, title_justify="left", expand=False, show_lines=False)
+    # Ids show as unique prefixes that never wrap (the whole id: --format json); call
+    # sites and other text wrap instead of being cut with an ellipsis.
+    shortened = {c: short_ids(str(row.get(c) or "") for row in rows)
+                 for c in columns if is_id_column(c)}
     for column in columns:
-        # Ids and call sites wrap instead of being cut with an ellipsis: hidden text is a lie.
-        table.add_column(column, overflow="fold")
+        table.add_column(column, overflow="fold", no_wrap=column in shortened)
     formatters = formatters or {}
     for row in rows:
         table.add_row(*[formatters[c](row.get(c)) if c in formatters
-                        else format_cell(c, row.get(c)) for c in columns])
+                        else shortened[c].get(str(row.get(c)), format_cell(c, row.get(c)))
+                        if c in shortened else format_cell(c, row.get(c)) for c in columns])
     return table
 
 

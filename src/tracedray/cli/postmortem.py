@@ -400,14 +400,16 @@ class SessionGcs:
         return out
 
     def get_tasks(self, task_ids: list[bytes] | None = None, limit: int = 0,
-                  job_id: bytes = b"") -> gcs_pb2.GetTasksReply:
+                  job_id: bytes = b"", **query: Any) -> gcs_pb2.GetTasksReply:
+        from tracedray.core.gcs.task_query import query_tasks
+
         records = [reconcile_task(r, self._executed)
-                   for r in self._parsed("tasks", gcs_pb2.TaskRecord)
-                   if (not task_ids or r.task_id in task_ids)
-                   and (not job_id or r.job_id == job_id)]
-        reply = gcs_pb2.GetTasksReply(total=len(records))
-        reply.tasks.extend(records[:limit] if limit else records)
-        return reply
+                   for r in self._parsed("tasks", gcs_pb2.TaskRecord)]
+        request = gcs_pb2.GetTasksRequest(task_ids=task_ids or [], limit=limit, job_id=job_id,
+                                          **query)
+        return query_tasks(sorted(((r.task_id.hex(), r) for r in records),
+                                  key=lambda entry: entry[0]),
+                           request, parse=lambda record: record)
 
     def list_actors(self) -> list[gcs_pb2.ActorInfo]:
         return self._parsed("actors", gcs_pb2.ActorInfo)

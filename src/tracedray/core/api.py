@@ -27,6 +27,7 @@ from tracedray.exceptions import (
 )
 from tracedray.telemetry import attributes as A
 from tracedray.telemetry import endpoint_check
+from tracedray.telemetry._host import advertise_ip
 from tracedray.v1 import gcs_pb2
 
 log = logs.get_logger(__name__)
@@ -43,7 +44,7 @@ _GET_SHAPE = telemetry.SpanShape("object.get", (A.OBJECT_COUNT, A.OBJECT_ID, A.O
 RAY_ONLY_KEYWORDS = frozenset({
     "include_dashboard", "dashboard_host", "dashboard_port", "_system_config", "runtime_env",
     "configure_logging", "logging_level", "logging_format", "log_to_driver", "_temp_dir",
-    "num_gpus", "_node_ip_address", "_metrics_export_port", "storage", "_plasma_directory",
+    "num_gpus", "_node_ip_address", "storage", "_plasma_directory",
     "enable_object_reconstruction", "_redis_password", "job_config",
     "_enable_object_reconstruction",
 })
@@ -69,8 +70,8 @@ def is_initialized() -> bool:
 def init(address: str | None = None, *, num_cpus: float | None = None,
          resources: dict[str, float] | None = None, object_store_memory: int | None = None,
          namespace: str | None = None, object_spilling: bool = True, local_mode: bool = False,
-         ignore_reinit_error: bool = False, _auth_token: str | None = None,
-         **kwargs: Any) -> dict[str, Any]:
+         ignore_reinit_error: bool = False, _metrics_export_port: int | None = None,
+         _auth_token: str | None = None, **kwargs: Any) -> dict[str, Any]:
     """Start a local cluster, or connect to one (``"auto"``, ``"host:port"``).
 
     ``_auth_token``: the cluster's token. A new cluster makes one unless given (or
@@ -113,7 +114,8 @@ def init(address: str | None = None, *, num_cpus: float | None = None,
                 processes = node.start_head(paths, num_cpus=num_cpus, resources=resources,
                                             object_store_memory=object_store_memory,
                                             spilling=object_spilling, parent_pid=os.getpid(),
-                                            storage=config.GCS_STORAGE.get())
+                                            storage=config.GCS_STORAGE.get(),
+                                            metrics_export_port=_metrics_export_port)
             except BaseException:
                 _forget_session(created)
                 auth.reset()
@@ -128,7 +130,8 @@ def init(address: str | None = None, *, num_cpus: float | None = None,
                 gcs_address = _normalize_address(address)
                 found = session.session_for_address(gcs_address)
             for given, name in ((num_cpus, "num_cpus"), (resources, "resources"),
-                                (object_store_memory, "object_store_memory")):
+                                (object_store_memory, "object_store_memory"),
+                                (_metrics_export_port, "_metrics_export_port")):
                 if given is not None:
                     raise ConfigError(f"{name} cannot be set when connecting to an existing "
                                       f"cluster at {gcs_address}; set it on `tracedray start`")
@@ -238,6 +241,12 @@ def _connect_driver(gcs_address: str, paths: session.SessionPaths,
     gcs.register_job(gcs_pb2.JobInfo(job_id=job_id, driver=worker.address.to_proto(),
                                      start_time=time.time(), entrypoint=" ".join(sys.argv),
                                      namespace=ns))
+    # The driver speaks for its node now: its lines and spans carry the node's advertised
+    # address (as a worker's do), not the default route's.
+    if registration.ip:
+        advertise_ip(registration.ip)
+        logs.configure("driver", session_dir=paths.root, session_id=paths.session_id,
+                       node_id=node_id)
     logs.set_process_context(job_id=job_id.hex(), node_id=node_id, worker_id=worker_id)
     # Now that the driver knows its node, its spans say so (resource tracedray.node.id),
     # as every other process's do: the CLI groups spans by node.

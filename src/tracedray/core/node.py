@@ -154,9 +154,11 @@ def start_raylet(session: SessionPaths, *, gcs_address: str, ip: str, resources:
                  object_store_memory: int, spilling: bool, head: bool, parent_pid: int,
                  detach: bool, prestart: int, port: int = 0, node_id: str | None = None,
                  supervise_gcs: tuple[GcsLaunchSpec, int] | None = None,
+                 metrics_export_port: int | None = None,
                  settings: auth.AuthSettings | None = None,
                  ) -> tuple[subprocess.Popen[bytes], str, str]:
-    """``supervise_gcs=(spec, gcs_pid)``: this raylet restarts that GCS when it dies."""
+    """``supervise_gcs=(spec, gcs_pid)``: this raylet restarts that GCS when it dies.
+    ``metrics_export_port``: of its /metrics (None: ``TRACEDRAY_METRICS_EXPORT_PORT``)."""
     node_id = node_id or ids.new_node_id()
     ready = session.root / f"raylet-{node_id}.ready"
     args = ["--session-dir", str(session.root), "--gcs", gcs_address, "--node-id", node_id,
@@ -165,6 +167,8 @@ def start_raylet(session: SessionPaths, *, gcs_address: str, ip: str, resources:
             "--parent-pid", str(parent_pid), "--ready-file", str(ready)]
     if not spilling:
         args.append("--no-spilling")
+    if metrics_export_port is not None:
+        args += ["--metrics-export-port", str(metrics_export_port)]
     if head:
         args.append("--head")
     if supervise_gcs is not None:
@@ -225,6 +229,7 @@ def start_head(session: SessionPaths, *, port: int = 0, host: str = "127.0.0.1",
                storage: str = "memory", parent_pid: int = 0, detach: bool = False,
                flushing: bool | None = None, flush_policy: FlushPolicy | None = None,
                supervise_gcs: bool = True,
+               metrics_export_port: int | None = None,
                auth_settings: auth.AuthSettings | None = None) -> NodeProcesses:
     """Start the GCS, then the head raylet, which supervises the GCS (restarts it on the
     same port if it dies) unless ``supervise_gcs=False``.
@@ -255,7 +260,7 @@ def start_head(session: SessionPaths, *, port: int = 0, host: str = "127.0.0.1",
             object_store_memory=store, spilling=spilling, head=True, parent_pid=parent_pid,
             detach=detach, prestart=int(min(total["CPU"], 4)),
             supervise_gcs=(spec, gcs_process.pid) if supervise_gcs else None,
-            settings=settings)
+            metrics_export_port=metrics_export_port, settings=settings)
     except BaseException:
         gcs_process.kill()
         gcs_process.wait()
@@ -271,6 +276,7 @@ def join_node(session: SessionPaths, gcs_address: str, *, host: str = "127.0.0.1
               num_cpus: float | None = None, resources: dict[str, float] | None = None,
               object_store_memory: int | None = None, spilling: bool = True,
               parent_pid: int = 0, detach: bool = True,
+              metrics_export_port: int | None = None,
               auth_settings: auth.AuthSettings | None = None) -> NodeProcesses:
     """``auth_settings``: the token to present (default: :func:`join_auth`)."""
     from tracedray.core.gcs.client import connect
@@ -287,7 +293,8 @@ def join_node(session: SessionPaths, gcs_address: str, *, host: str = "127.0.0.1
         session, gcs_address=gcs_address, ip=host, resources=total,
         object_store_memory=object_store_memory or default_object_store_memory(),
         spilling=spilling, head=False, parent_pid=parent_pid, detach=detach,
-        prestart=int(min(total["CPU"], 4)), settings=settings)
+        prestart=int(min(total["CPU"], 4)), metrics_export_port=metrics_export_port,
+        settings=settings)
     _remember(settings, raylet_address)
     return NodeProcesses(session, gcs_address, raylet_address, node_id, [raylet_process])
 

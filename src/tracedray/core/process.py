@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from tracedray import logs, telemetry
+from tracedray.metrics.snapshot import flush_process_metrics
 from tracedray.telemetry import _host as telemetry_host
 
 
@@ -47,6 +48,7 @@ def exit_with_parent(parent_pid: int, on_exit: Any = None, interval_s: float = 0
                         on_exit()
                 logs.record_process_exit(0)
                 telemetry.force_flush(1.0)
+                flush_process_metrics()
                 os._exit(0)
 
     threading.Thread(target=watch, daemon=True, name="tracedray-parent-watch").start()
@@ -81,6 +83,8 @@ def exit_on_sigterm(on_exit: Any) -> None:
         finally:
             logs.record_process_exit(0)
             telemetry.shutdown()
+            # os._exit skips atexit: a reaped worker's last counts would be lost.
+            flush_process_metrics()
             os._exit(0)
 
     signal.signal(signal.SIGTERM, handler)

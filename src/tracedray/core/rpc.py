@@ -106,12 +106,20 @@ def wait_ready(address: str, timeout_s: float, what: str) -> None:
         time.sleep(0.05)
 
 
+# Interceptors every server made from now on gets (metrics/rpc_latency.py).
+_server_interceptors: list[grpc.ServerInterceptor] = []
+
+
+def add_server_interceptor(interceptor: grpc.ServerInterceptor) -> None:
+    _server_interceptors.append(interceptor)
+
+
 def make_server(max_workers: int = 64) -> grpc.Server:
     """A server that refuses every call without this process's token (``auth``)."""
     return grpc.server(
         futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="tracedray-rpc"),
         options=_CHANNEL_OPTIONS,
-        interceptors=[rpc_auth.AuthServerInterceptor()],
+        interceptors=[rpc_auth.AuthServerInterceptor(), *_server_interceptors],
     )
 
 

@@ -188,7 +188,7 @@ class AppendFile(MappedAppender):
         # with the same pid): its lines go to the public file first, then it goes.
         if spool.exists():
             line_spool.copy_spool(spool)
-            with contextlib.suppress(FileNotFoundError):
+            with contextlib.suppress(OSError):
                 spool.unlink()
         if not mapped:
             super().__init__(path, self._open_public(path))
@@ -200,7 +200,14 @@ class AppendFile(MappedAppender):
             copied_to = os.fstat(public).st_size
         finally:
             os.close(public)
-        fd = os.open(spool, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            fd = os.open(spool, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+        except OSError as exc:  # a spool we could not remove, a read-only folder: no spool
+            super().__init__(path, self._open_public(path))
+            self._fallback = f"{type(exc).__name__}: {exc}"
+            self._end = copied_to
+            live_writers.add(self)
+            return
         super().__init__(spool, fd)
         try:
             os.pwrite(fd, line_spool.header_bytes(os.getpid(), copied_to), 0)

@@ -48,6 +48,7 @@ _FIELDS = struct.Struct("<8sQQQQ")  # magic, converted, copied_to, closed, pid
 _COPIED = struct.Struct("<QQ")  # converted, copied_to
 COPIED_AT = 8
 CLOSED_AT = 24
+FIRST_BLOCK = 4 << 10
 READ_BLOCK = 1 << 20
 MAX_BYTES_PER_COPY = 8 << 20  # bounds how long one copy holds the lock
 MAX_COPIES_PER_SYNC = 64  # per spool and sync: a spool that keeps growing ends a sync
@@ -180,23 +181,27 @@ def _copy_locked(fd: int, path: Path, result: LineCopy, *, writable: bool,
         data = _read_from(fd, HEADER_BYTES + converted, 1 << 62)
         result.lines = data[:complete_length(data)]
         return
-    public = jsonl_path(path)
-    out = os.open(public, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o600)
-    try:
-        size = os.fstat(out).st_size
-        if size > copied_to:
-            converted += _recorded_copy(fd, out, converted, copied_to, size - copied_to)
-        data = _read_from(fd, HEADER_BYTES + converted, max_bytes)
-        end = complete_length(data)
-        if end:
-            _write_all(out, memoryview(data)[:end], public)
-        result.copied = end
-        result.pending = end > 0 and len(data) >= max_bytes
-        converted += end
-        # The file's size, not size + end: what a copier after us must compare with.
-        copied_to = os.fstat(out).st_size
-    finally:
-        os.close(out)
+    data = _read_from(fd, HEADER_BYTES + converted, max_bytes)
+    if complete_length(data):  # else a round with nothing to copy: a header and a page
+        public = jsonl_path(path)
+        out = os.open(public, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o600)
+        try:
+            size = os.fstat(out).st_size
+            if size > copied_to:
+                recorded = _recorded_copy(fd, out, converted, copied_to, size - copied_to)
+                if recorded:
+                    converted += recorded
+                    data = _read_from(fd, HEADER_BYTES + converted, max_bytes)
+            end = complete_length(data)
+            if end:
+                _write_all(out, memoryview(data)[:end], public)
+            result.copied = end
+            result.pending = end > 0 and len(data) >= max_bytes
+            converted += end
+            # The file's size, not size + end: what a copier after us must compare with.
+            copied_to = os.fstat(out).st_size
+        finally:
+            os.close(out)
     if (converted, copied_to) != (header.converted, header.copied_to):
         os.pwrite(fd, _COPIED.pack(converted, copied_to), COPIED_AT)
         _release_copied(fd, header.converted, converted)
@@ -223,13 +228,15 @@ def _read_from(fd: int, offset: int, max_bytes: int) -> bytes:
     """The spool's data from ``offset`` up to its first NUL (at most ``max_bytes``)."""
     chunks: list[bytes] = []
     total = 0
+    block_size = FIRST_BLOCK  # doubling: a round with nothing new reads one page
     while total < max_bytes:
-        block = os.pread(fd, min(READ_BLOCK, max_bytes - total), offset + total)
+        block = os.pread(fd, min(block_size, max_bytes - total), offset + total)
         length = data_length(block)
         chunks.append(block[:length])
         total += length
         if length < len(block) or not block:
             break
+        block_size = min(block_size * 2, READ_BLOCK)
     return b"".join(chunks)
 
 

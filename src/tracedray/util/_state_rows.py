@@ -9,6 +9,7 @@ status a borrowed reference shows) is unit-testable on hand-built protos.
 from __future__ import annotations
 
 import collections
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -25,7 +26,7 @@ MEMORY_FIELDS = ("ip", "pid", "type", "call_site", "object_ref", "size", "refere
                  "status", "node_id")
 TASK_FIELDS = ("task_id", "attempt_number", "name", "state", "type", "job_id", "actor_id",
                "node_id", "worker_id", "worker_pid", "error_type", "error_message", "call_site",
-               "parent_task_id", "trace_id", "required_resources")
+               "parent_task_id", "trace_id", "required_resources", "running_for_s", "slow")
 ACTOR_FIELDS = ("actor_id", "class_name", "state", "name", "namespace", "job_id", "node_id", "pid",
                 "num_restarts", "death_cause", "is_detached", "start_time", "end_time")
 NODE_FIELDS = ("node_id", "ip", "state", "is_head", "resources", "resources_available", "pid",
@@ -96,7 +97,25 @@ def limit_rows(rows: Sequence[Row], limit: int | None) -> StateList:
 
 
 # --- tasks
-def task_row(record: gcs_pb2.TaskRecord, detail: bool = False) -> Row:
+def attempt_timing(record: gcs_pb2.TaskRecord, now: float) -> tuple[float | None, bool]:
+    """How long the task's latest attempt has been running (None unless it runs), and
+    whether its worker flagged it slow (``task.slow``, core/worker/slow_tasks.py)."""
+    started: float | None = None
+    slow = False
+    for event in record.events:
+        if event.attempt != record.attempt:
+            continue
+        times = event.state_times
+        if "RUNNING" in times:
+            started = times["RUNNING"]
+        slow = slow or "SLOW" in times
+    running = record.state == "RUNNING" and started is not None
+    return (round(max(now - started, 0.0), 3) if running and started else None), slow
+
+
+def task_row(record: gcs_pb2.TaskRecord, detail: bool = False,
+             now: float | None = None) -> Row:
+    running_for_s, slow = attempt_timing(record, time.time() if now is None else now)
     row: Row = {
         "task_id": record.task_id.hex(), "attempt_number": record.attempt,
         "name": record.function_name, "state": record.state, "type": record.kind,
@@ -105,7 +124,8 @@ def task_row(record: gcs_pb2.TaskRecord, detail: bool = False) -> Row:
         "worker_pid": record.worker_pid, "error_type": record.error_type,
         "error_message": record.error_message, "call_site": record.call_site,
         "parent_task_id": record.parent_task_id.hex(), "trace_id": record.trace_id,
-        "required_resources": dict(record.resources)}
+        "required_resources": dict(record.resources), "running_for_s": running_for_s,
+        "slow": slow}
     if detail:
         # error_type: how the event ended the attempt, e.g. the GCS's OWNER_DIED verdict.
         row["events"] = [{"state": e.state, "time": e.time, "attempt": e.attempt,

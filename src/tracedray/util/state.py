@@ -33,6 +33,7 @@ __all__ = [
     "DEFAULT_LIMIT", "StateList", "get_actor", "get_job", "get_node", "get_object", "get_task",
     "get_worker", "list_actors", "list_jobs", "list_nodes", "list_objects", "list_tasks",
     "list_workers", "summarize_actors", "summarize_objects", "summarize_tasks",
+    "tasks_with_prefix",
 ]
 
 
@@ -56,12 +57,21 @@ def _finish(all_rows: list[Row], filters: Filters, limit: int | None,
     return rows.limit_rows(rows.apply_filters(all_rows, filters or (), fields), limit)
 
 
+# --- tasks: filtered, ordered and paged where they are (core/gcs/task_query.py)
+def _task_page(client: Source, detail: bool, filters: Filters = None,
+               limit: int | None = None, id_prefix: str = "") -> StateList:
+    """One page of tasks and how many matched; only the page travels. In order of their
+    first event with ``detail``, by task id otherwise (as ``ray list tasks``)."""
+    rows.apply_filters([], filters or (), rows.TASK_FIELDS)  # a bad filter: ConfigError here
+    rows.limit_rows([], limit)  # a bad limit too
+    reply = client.gcs.get_tasks(limit=limit or 0, filters=list(filters or ()),
+                                 order="time" if detail else "task_id",
+                                 id_prefix=id_prefix.strip().lower())
+    return StateList([rows.task_row(record, detail) for record in reply.tasks],
+                     total=reply.total)
+
+
 # --- raw row sources (every row, no filter, no limit)
-def _task_rows(client: Source, detail: bool) -> list[Row]:
-    reply = client.gcs.get_tasks()
-    out = [rows.task_row(record, detail) for record in reply.tasks]
-    return sorted(out, key=lambda r: (r["events"][0]["time"] if detail and r["events"] else 0,
-                                      r["task_id"]))
 
 
 def _views(client: Source, *, objects: bool = False) -> list[NodeView]:
@@ -92,7 +102,7 @@ def _worker_rows(client: Source) -> list[Row]:
 def list_tasks(address: Address = None, filters: Filters = None,
                limit: int | None = DEFAULT_LIMIT, detail: bool = False) -> StateList:
     """Tasks of every job (latest attempt each); ``detail`` adds each state change."""
-    return _finish(_task_rows(_client(address), detail), filters, limit, rows.TASK_FIELDS)
+    return _task_page(_client(address), detail, filters, limit)
 
 
 def list_actors(address: Address = None, filters: Filters = None,
@@ -131,7 +141,12 @@ def _one(found: list[Row], key: str, wanted: str) -> Row | None:
 
 
 def get_task(task_id: str, address: Address = None) -> Row | None:
-    return _one(_task_rows(_client(address), detail=True), "task_id", task_id)
+    return _one(_task_page(_client(address), True, id_prefix=task_id), "task_id", task_id)
+
+
+def tasks_with_prefix(prefix: str, address: Address = None, limit: int = 10) -> StateList:
+    """Tasks whose id starts with ``prefix`` (every field), at most ``limit``."""
+    return _task_page(_client(address), True, limit=limit, id_prefix=prefix)
 
 
 def get_actor(actor_id: str, address: Address = None) -> Row | None:
@@ -159,7 +174,13 @@ def get_object(object_id: str, address: Address = None) -> list[Row]:
 
 # --- summaries
 def summarize_tasks(address: Address = None) -> list[Row]:
-    return rows.summarize_tasks(_task_rows(_client(address), detail=False))
+    """Counted where the tasks are: only a row per function travels."""
+    reply = _client(address).gcs.get_tasks(summarize=True)
+    return [{"func_or_class_name": entry.name, "type": entry.kind,
+             "total": sum(entry.state_counts.values()),
+             "state_counts": dict(sorted(entry.state_counts.items())),
+             "error_type_counts": dict(sorted(entry.error_type_counts.items()))}
+            for entry in reply.summary]
 
 
 def summarize_actors(address: Address = None) -> list[Row]:

@@ -23,49 +23,50 @@ _sym_db = _symbol_database.Default()
 
 
 from tracedray.v1 import common_pb2 as tracedray_dot_v1_dot_common__pb2
+from tracedray.v1 import debug_pb2 as tracedray_dot_v1_dot_debug__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1etracedray/v1/core_worker.proto\x12\x0ctracedray.v1\x1a\x19tracedray/v1/common.proto\"2\n\tTaskBatch\x12%\n\x05tasks\x18\x01 \x03(\x0b\x32\x16.tracedray.v1.TaskSpec\"8\n\x0bResultBatch\x12)\n\x07results\x18\x01 \x03(\x0b\x32\x18.tracedray.v1.TaskResult\"b\n\x10GetObjectRequest\x12\x11\n\tobject_id\x18\x01 \x01(\x0c\x12\x11\n\ttimeout_s\x18\x02 \x01(\x01\x12(\n\trequester\x18\x03 \x01(\x0b\x32\x15.tracedray.v1.Address\"\x9e\x01\n\x0eGetObjectReply\x12\x33\n\x06status\x18\x01 \x01(\x0e\x32#.tracedray.v1.GetObjectReply.Status\x12(\n\x05value\x18\x02 \x01(\x0b\x32\x19.tracedray.v1.ObjectValue\"-\n\x06Status\x12\t\n\x05READY\x10\x00\x12\x0b\n\x07PENDING\x10\x01\x12\x0b\n\x07UNKNOWN\x10\x02\"E\n\x0fReferenceUpdate\x12\x11\n\tobject_id\x18\x01 \x01(\x0c\x12\x10\n\x08\x62orrower\x18\x02 \x01(\t\x12\r\n\x05\x64\x65lta\x18\x03 \x01(\x05\"I\n\x17UpdateReferencesRequest\x12.\n\x07updates\x18\x01 \x03(\x0b\x32\x1d.tracedray.v1.ReferenceUpdate\"W\n\x11\x43\x61ncelTaskRequest\x12\x0f\n\x07task_id\x18\x01 \x01(\x0c\x12\r\n\x05\x66orce\x18\x02 \x01(\x08\x12\x0f\n\x07requeue\x18\x03 \x01(\x08\x12\x11\n\trecursive\x18\x04 \x01(\x08\" \n\x0f\x43\x61ncelTaskReply\x12\r\n\x05\x66ound\x18\x01 \x01(\x08\"\x1a\n\x18GetReferenceTableRequest\"\xd7\x01\n\x0cReferenceRow\x12\x11\n\tobject_id\x18\x01 \x01(\x0c\x12\x16\n\x0ereference_type\x18\x02 \x01(\t\x12\x0c\n\x04size\x18\x03 \x01(\x03\x12\x11\n\tcall_site\x18\x04 \x01(\t\x12\x13\n\x0btask_status\x18\x05 \x01(\t\x12\x0f\n\x07node_id\x18\x06 \x01(\t\x12\x17\n\x0fowner_worker_id\x18\x07 \x01(\t\x12\x12\n\nlocal_refs\x18\x08 \x01(\x05\x12\x15\n\rpending_tasks\x18\t \x01(\x05\x12\x11\n\tborrowers\x18\n \x01(\x05\"\x93\x01\n\x0eReferenceTable\x12&\n\x07\x61\x64\x64ress\x18\x01 \x01(\x0b\x32\x15.tracedray.v1.Address\x12\x11\n\tcomponent\x18\x02 \x01(\t\x12\n\n\x02ip\x18\x03 \x01(\t\x12(\n\x04rows\x18\x04 \x03(\x0b\x32\x1a.tracedray.v1.ReferenceRow\x12\x10\n\x08\x61\x63tor_id\x18\x05 \x01(\t\"\x1d\n\x0b\x45xitRequest\x12\x0e\n\x06reason\x18\x01 \x01(\t\"\x18\n\x16GetExitBlockersRequest\"\x1f\n\x0c\x45xitBlockers\x12\x0f\n\x07reasons\x18\x01 \x03(\t\"V\n\nOutputLine\x12\x11\n\ttask_name\x18\x01 \x01(\t\x12\x0b\n\x03pid\x18\x02 \x01(\x05\x12\x0e\n\x06stream\x18\x03 \x01(\t\x12\x0c\n\x04line\x18\x04 \x01(\t\x12\n\n\x02ip\x18\x05 \x01(\t\"6\n\x0bOutputBatch\x12\'\n\x05lines\x18\x01 \x03(\x0b\x32\x18.tracedray.v1.OutputLine2\xa3\x04\n\x11\x43oreWorkerService\x12I\n\tGetObject\x12\x1e.tracedray.v1.GetObjectRequest\x1a\x1c.tracedray.v1.GetObjectReply\x12N\n\x10UpdateReferences\x12%.tracedray.v1.UpdateReferencesRequest\x1a\x13.tracedray.v1.Empty\x12L\n\nCancelTask\x12\x1f.tracedray.v1.CancelTaskRequest\x1a\x1d.tracedray.v1.CancelTaskReply\x12Y\n\x11GetReferenceTable\x12&.tracedray.v1.GetReferenceTableRequest\x1a\x1c.tracedray.v1.ReferenceTable\x12\x36\n\x04\x45xit\x12\x19.tracedray.v1.ExitRequest\x1a\x13.tracedray.v1.Empty\x12S\n\x0fGetExitBlockers\x12$.tracedray.v1.GetExitBlockersRequest\x1a\x1a.tracedray.v1.ExitBlockers\x12=\n\x0bPrintOutput\x12\x19.tracedray.v1.OutputBatch\x1a\x13.tracedray.v1.Emptyb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1etracedray/v1/core_worker.proto\x12\x0ctracedray.v1\x1a\x19tracedray/v1/common.proto\x1a\x18tracedray/v1/debug.proto\"2\n\tTaskBatch\x12%\n\x05tasks\x18\x01 \x03(\x0b\x32\x16.tracedray.v1.TaskSpec\"8\n\x0bResultBatch\x12)\n\x07results\x18\x01 \x03(\x0b\x32\x18.tracedray.v1.TaskResult\"b\n\x10GetObjectRequest\x12\x11\n\tobject_id\x18\x01 \x01(\x0c\x12\x11\n\ttimeout_s\x18\x02 \x01(\x01\x12(\n\trequester\x18\x03 \x01(\x0b\x32\x15.tracedray.v1.Address\"\x9e\x01\n\x0eGetObjectReply\x12\x33\n\x06status\x18\x01 \x01(\x0e\x32#.tracedray.v1.GetObjectReply.Status\x12(\n\x05value\x18\x02 \x01(\x0b\x32\x19.tracedray.v1.ObjectValue\"-\n\x06Status\x12\t\n\x05READY\x10\x00\x12\x0b\n\x07PENDING\x10\x01\x12\x0b\n\x07UNKNOWN\x10\x02\"E\n\x0fReferenceUpdate\x12\x11\n\tobject_id\x18\x01 \x01(\x0c\x12\x10\n\x08\x62orrower\x18\x02 \x01(\t\x12\r\n\x05\x64\x65lta\x18\x03 \x01(\x05\"I\n\x17UpdateReferencesRequest\x12.\n\x07updates\x18\x01 \x03(\x0b\x32\x1d.tracedray.v1.ReferenceUpdate\"W\n\x11\x43\x61ncelTaskRequest\x12\x0f\n\x07task_id\x18\x01 \x01(\x0c\x12\r\n\x05\x66orce\x18\x02 \x01(\x08\x12\x0f\n\x07requeue\x18\x03 \x01(\x08\x12\x11\n\trecursive\x18\x04 \x01(\x08\" \n\x0f\x43\x61ncelTaskReply\x12\r\n\x05\x66ound\x18\x01 \x01(\x08\"\x1a\n\x18GetReferenceTableRequest\"\xd7\x01\n\x0cReferenceRow\x12\x11\n\tobject_id\x18\x01 \x01(\x0c\x12\x16\n\x0ereference_type\x18\x02 \x01(\t\x12\x0c\n\x04size\x18\x03 \x01(\x03\x12\x11\n\tcall_site\x18\x04 \x01(\t\x12\x13\n\x0btask_status\x18\x05 \x01(\t\x12\x0f\n\x07node_id\x18\x06 \x01(\t\x12\x17\n\x0fowner_worker_id\x18\x07 \x01(\t\x12\x12\n\nlocal_refs\x18\x08 \x01(\x05\x12\x15\n\rpending_tasks\x18\t \x01(\x05\x12\x11\n\tborrowers\x18\n \x01(\x05\"\x93\x01\n\x0eReferenceTable\x12&\n\x07\x61\x64\x64ress\x18\x01 \x01(\x0b\x32\x15.tracedray.v1.Address\x12\x11\n\tcomponent\x18\x02 \x01(\t\x12\n\n\x02ip\x18\x03 \x01(\t\x12(\n\x04rows\x18\x04 \x03(\x0b\x32\x1a.tracedray.v1.ReferenceRow\x12\x10\n\x08\x61\x63tor_id\x18\x05 \x01(\t\"\x1d\n\x0b\x45xitRequest\x12\x0e\n\x06reason\x18\x01 \x01(\t\"\x18\n\x16GetExitBlockersRequest\"\x1f\n\x0c\x45xitBlockers\x12\x0f\n\x07reasons\x18\x01 \x03(\t\"V\n\nOutputLine\x12\x11\n\ttask_name\x18\x01 \x01(\t\x12\x0b\n\x03pid\x18\x02 \x01(\x05\x12\x0e\n\x06stream\x18\x03 \x01(\t\x12\x0c\n\x04line\x18\x04 \x01(\t\x12\n\n\x02ip\x18\x05 \x01(\t\"6\n\x0bOutputBatch\x12\'\n\x05lines\x18\x01 \x03(\x0b\x32\x18.tracedray.v1.OutputLine2\xeb\x04\n\x11\x43oreWorkerService\x12I\n\tGetObject\x12\x1e.tracedray.v1.GetObjectRequest\x1a\x1c.tracedray.v1.GetObjectReply\x12N\n\x10UpdateReferences\x12%.tracedray.v1.UpdateReferencesRequest\x1a\x13.tracedray.v1.Empty\x12L\n\nCancelTask\x12\x1f.tracedray.v1.CancelTaskRequest\x1a\x1d.tracedray.v1.CancelTaskReply\x12Y\n\x11GetReferenceTable\x12&.tracedray.v1.GetReferenceTableRequest\x1a\x1c.tracedray.v1.ReferenceTable\x12\x36\n\x04\x45xit\x12\x19.tracedray.v1.ExitRequest\x1a\x13.tracedray.v1.Empty\x12S\n\x0fGetExitBlockers\x12$.tracedray.v1.GetExitBlockersRequest\x1a\x1a.tracedray.v1.ExitBlockers\x12=\n\x0bPrintOutput\x12\x19.tracedray.v1.OutputBatch\x1a\x13.tracedray.v1.Empty\x12\x46\n\nDumpStacks\x12\x1f.tracedray.v1.DumpStacksRequest\x1a\x17.tracedray.v1.StackDumpb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'tracedray.v1.core_worker_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_TASKBATCH']._serialized_start=75
-  _globals['_TASKBATCH']._serialized_end=125
-  _globals['_RESULTBATCH']._serialized_start=127
-  _globals['_RESULTBATCH']._serialized_end=183
-  _globals['_GETOBJECTREQUEST']._serialized_start=185
-  _globals['_GETOBJECTREQUEST']._serialized_end=283
-  _globals['_GETOBJECTREPLY']._serialized_start=286
-  _globals['_GETOBJECTREPLY']._serialized_end=444
-  _globals['_GETOBJECTREPLY_STATUS']._serialized_start=399
-  _globals['_GETOBJECTREPLY_STATUS']._serialized_end=444
-  _globals['_REFERENCEUPDATE']._serialized_start=446
-  _globals['_REFERENCEUPDATE']._serialized_end=515
-  _globals['_UPDATEREFERENCESREQUEST']._serialized_start=517
-  _globals['_UPDATEREFERENCESREQUEST']._serialized_end=590
-  _globals['_CANCELTASKREQUEST']._serialized_start=592
-  _globals['_CANCELTASKREQUEST']._serialized_end=679
-  _globals['_CANCELTASKREPLY']._serialized_start=681
-  _globals['_CANCELTASKREPLY']._serialized_end=713
-  _globals['_GETREFERENCETABLEREQUEST']._serialized_start=715
-  _globals['_GETREFERENCETABLEREQUEST']._serialized_end=741
-  _globals['_REFERENCEROW']._serialized_start=744
-  _globals['_REFERENCEROW']._serialized_end=959
-  _globals['_REFERENCETABLE']._serialized_start=962
-  _globals['_REFERENCETABLE']._serialized_end=1109
-  _globals['_EXITREQUEST']._serialized_start=1111
-  _globals['_EXITREQUEST']._serialized_end=1140
-  _globals['_GETEXITBLOCKERSREQUEST']._serialized_start=1142
-  _globals['_GETEXITBLOCKERSREQUEST']._serialized_end=1166
-  _globals['_EXITBLOCKERS']._serialized_start=1168
-  _globals['_EXITBLOCKERS']._serialized_end=1199
-  _globals['_OUTPUTLINE']._serialized_start=1201
-  _globals['_OUTPUTLINE']._serialized_end=1287
-  _globals['_OUTPUTBATCH']._serialized_start=1289
-  _globals['_OUTPUTBATCH']._serialized_end=1343
-  _globals['_COREWORKERSERVICE']._serialized_start=1346
-  _globals['_COREWORKERSERVICE']._serialized_end=1893
+  _globals['_TASKBATCH']._serialized_start=101
+  _globals['_TASKBATCH']._serialized_end=151
+  _globals['_RESULTBATCH']._serialized_start=153
+  _globals['_RESULTBATCH']._serialized_end=209
+  _globals['_GETOBJECTREQUEST']._serialized_start=211
+  _globals['_GETOBJECTREQUEST']._serialized_end=309
+  _globals['_GETOBJECTREPLY']._serialized_start=312
+  _globals['_GETOBJECTREPLY']._serialized_end=470
+  _globals['_GETOBJECTREPLY_STATUS']._serialized_start=425
+  _globals['_GETOBJECTREPLY_STATUS']._serialized_end=470
+  _globals['_REFERENCEUPDATE']._serialized_start=472
+  _globals['_REFERENCEUPDATE']._serialized_end=541
+  _globals['_UPDATEREFERENCESREQUEST']._serialized_start=543
+  _globals['_UPDATEREFERENCESREQUEST']._serialized_end=616
+  _globals['_CANCELTASKREQUEST']._serialized_start=618
+  _globals['_CANCELTASKREQUEST']._serialized_end=705
+  _globals['_CANCELTASKREPLY']._serialized_start=707
+  _globals['_CANCELTASKREPLY']._serialized_end=739
+  _globals['_GETREFERENCETABLEREQUEST']._serialized_start=741
+  _globals['_GETREFERENCETABLEREQUEST']._serialized_end=767
+  _globals['_REFERENCEROW']._serialized_start=770
+  _globals['_REFERENCEROW']._serialized_end=985
+  _globals['_REFERENCETABLE']._serialized_start=988
+  _globals['_REFERENCETABLE']._serialized_end=1135
+  _globals['_EXITREQUEST']._serialized_start=1137
+  _globals['_EXITREQUEST']._serialized_end=1166
+  _globals['_GETEXITBLOCKERSREQUEST']._serialized_start=1168
+  _globals['_GETEXITBLOCKERSREQUEST']._serialized_end=1192
+  _globals['_EXITBLOCKERS']._serialized_start=1194
+  _globals['_EXITBLOCKERS']._serialized_end=1225
+  _globals['_OUTPUTLINE']._serialized_start=1227
+  _globals['_OUTPUTLINE']._serialized_end=1313
+  _globals['_OUTPUTBATCH']._serialized_start=1315
+  _globals['_OUTPUTBATCH']._serialized_end=1369
+  _globals['_COREWORKERSERVICE']._serialized_start=1372
+  _globals['_COREWORKERSERVICE']._serialized_end=1991
 # @@protoc_insertion_point(module_scope)

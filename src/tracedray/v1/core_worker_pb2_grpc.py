@@ -5,6 +5,7 @@ import warnings
 
 from tracedray.v1 import common_pb2 as tracedray_dot_v1_dot_common__pb2
 from tracedray.v1 import core_worker_pb2 as tracedray_dot_v1_dot_core__worker__pb2
+from tracedray.v1 import debug_pb2 as tracedray_dot_v1_dot_debug__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
 GRPC_VERSION = grpc.__version__
@@ -74,6 +75,11 @@ class CoreWorkerServiceStub:
                 request_serializer=tracedray_dot_v1_dot_core__worker__pb2.OutputBatch.SerializeToString,
                 response_deserializer=tracedray_dot_v1_dot_common__pb2.Empty.FromString,
                 _registered_method=True)
+        self.DumpStacks = channel.unary_unary(
+                '/tracedray.v1.CoreWorkerService/DumpStacks',
+                request_serializer=tracedray_dot_v1_dot_debug__pb2.DumpStacksRequest.SerializeToString,
+                response_deserializer=tracedray_dot_v1_dot_debug__pb2.StackDump.FromString,
+                _registered_method=True)
 
 
 class CoreWorkerServiceServicer:
@@ -130,6 +136,13 @@ class CoreWorkerServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def DumpStacks(self, request, context):
+        """The Python stack of every thread, labelled with the tasks running (`tracedray stack`).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_CoreWorkerServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -167,6 +180,11 @@ def add_CoreWorkerServiceServicer_to_server(servicer, server):
                     servicer.PrintOutput,
                     request_deserializer=tracedray_dot_v1_dot_core__worker__pb2.OutputBatch.FromString,
                     response_serializer=tracedray_dot_v1_dot_common__pb2.Empty.SerializeToString,
+            ),
+            'DumpStacks': grpc.unary_unary_rpc_method_handler(
+                    servicer.DumpStacks,
+                    request_deserializer=tracedray_dot_v1_dot_debug__pb2.DumpStacksRequest.FromString,
+                    response_serializer=tracedray_dot_v1_dot_debug__pb2.StackDump.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -362,6 +380,33 @@ class CoreWorkerService:
             '/tracedray.v1.CoreWorkerService/PrintOutput',
             tracedray_dot_v1_dot_core__worker__pb2.OutputBatch.SerializeToString,
             tracedray_dot_v1_dot_common__pb2.Empty.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DumpStacks(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tracedray.v1.CoreWorkerService/DumpStacks',
+            tracedray_dot_v1_dot_debug__pb2.DumpStacksRequest.SerializeToString,
+            tracedray_dot_v1_dot_debug__pb2.StackDump.FromString,
             options,
             channel_credentials,
             insecure,

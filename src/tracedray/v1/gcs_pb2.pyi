@@ -8,7 +8,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class NodeInfo(_message.Message):
-    __slots__ = ("node_id", "raylet", "resources_total", "state", "start_time", "end_time", "death_reason", "environment", "is_head", "object_store_capacity", "hostname", "clock_offset_s", "version_drift", "clock_rtt_s")
+    __slots__ = ("node_id", "raylet", "resources_total", "state", "start_time", "end_time", "death_reason", "environment", "is_head", "object_store_capacity", "hostname", "clock_offset_s", "version_drift", "clock_rtt_s", "metrics_export_port")
     class ResourcesTotalEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -37,6 +37,7 @@ class NodeInfo(_message.Message):
     CLOCK_OFFSET_S_FIELD_NUMBER: _ClassVar[int]
     VERSION_DRIFT_FIELD_NUMBER: _ClassVar[int]
     CLOCK_RTT_S_FIELD_NUMBER: _ClassVar[int]
+    METRICS_EXPORT_PORT_FIELD_NUMBER: _ClassVar[int]
     node_id: str
     raylet: _common_pb2.Address
     resources_total: _containers.ScalarMap[str, float]
@@ -51,7 +52,8 @@ class NodeInfo(_message.Message):
     clock_offset_s: float
     version_drift: _containers.RepeatedScalarFieldContainer[str]
     clock_rtt_s: float
-    def __init__(self, node_id: _Optional[str] = ..., raylet: _Optional[_Union[_common_pb2.Address, _Mapping]] = ..., resources_total: _Optional[_Mapping[str, float]] = ..., state: _Optional[str] = ..., start_time: _Optional[float] = ..., end_time: _Optional[float] = ..., death_reason: _Optional[str] = ..., environment: _Optional[_Mapping[str, str]] = ..., is_head: _Optional[bool] = ..., object_store_capacity: _Optional[int] = ..., hostname: _Optional[str] = ..., clock_offset_s: _Optional[float] = ..., version_drift: _Optional[_Iterable[str]] = ..., clock_rtt_s: _Optional[float] = ...) -> None: ...
+    metrics_export_port: int
+    def __init__(self, node_id: _Optional[str] = ..., raylet: _Optional[_Union[_common_pb2.Address, _Mapping]] = ..., resources_total: _Optional[_Mapping[str, float]] = ..., state: _Optional[str] = ..., start_time: _Optional[float] = ..., end_time: _Optional[float] = ..., death_reason: _Optional[str] = ..., environment: _Optional[_Mapping[str, str]] = ..., is_head: _Optional[bool] = ..., object_store_capacity: _Optional[int] = ..., hostname: _Optional[str] = ..., clock_offset_s: _Optional[float] = ..., version_drift: _Optional[_Iterable[str]] = ..., clock_rtt_s: _Optional[float] = ..., metrics_export_port: _Optional[int] = ...) -> None: ...
 
 class HeartbeatRequest(_message.Message):
     __slots__ = ("node_id", "resources_available", "sent_at", "store_used", "pending_leases", "infeasible_leases", "clock_offset_s", "clock_rtt_s", "has_clock_estimate")
@@ -83,12 +85,16 @@ class HeartbeatRequest(_message.Message):
     def __init__(self, node_id: _Optional[str] = ..., resources_available: _Optional[_Mapping[str, float]] = ..., sent_at: _Optional[float] = ..., store_used: _Optional[int] = ..., pending_leases: _Optional[int] = ..., infeasible_leases: _Optional[int] = ..., clock_offset_s: _Optional[float] = ..., clock_rtt_s: _Optional[float] = ..., has_clock_estimate: _Optional[bool] = ...) -> None: ...
 
 class HeartbeatReply(_message.Message):
-    __slots__ = ("gcs_time", "unknown_node")
+    __slots__ = ("gcs_time", "unknown_node", "declared_dead", "death_reason")
     GCS_TIME_FIELD_NUMBER: _ClassVar[int]
     UNKNOWN_NODE_FIELD_NUMBER: _ClassVar[int]
+    DECLARED_DEAD_FIELD_NUMBER: _ClassVar[int]
+    DEATH_REASON_FIELD_NUMBER: _ClassVar[int]
     gcs_time: float
     unknown_node: bool
-    def __init__(self, gcs_time: _Optional[float] = ..., unknown_node: _Optional[bool] = ...) -> None: ...
+    declared_dead: bool
+    death_reason: str
+    def __init__(self, gcs_time: _Optional[float] = ..., unknown_node: _Optional[bool] = ..., declared_dead: _Optional[bool] = ..., death_reason: _Optional[str] = ...) -> None: ...
 
 class GetNodesRequest(_message.Message):
     __slots__ = ()
@@ -413,22 +419,60 @@ class TaskRecord(_message.Message):
     def __init__(self, task_id: _Optional[bytes] = ..., function_name: _Optional[str] = ..., state: _Optional[str] = ..., attempt: _Optional[int] = ..., job_id: _Optional[bytes] = ..., node_id: _Optional[str] = ..., worker_id: _Optional[str] = ..., worker_pid: _Optional[int] = ..., error_type: _Optional[str] = ..., error_message: _Optional[str] = ..., actor_id: _Optional[bytes] = ..., kind: _Optional[str] = ..., call_site: _Optional[str] = ..., parent_task_id: _Optional[bytes] = ..., trace_id: _Optional[str] = ..., events: _Optional[_Iterable[_Union[TaskEvent, _Mapping]]] = ..., resources: _Optional[_Mapping[str, float]] = ..., submit_span_id: _Optional[int] = ...) -> None: ...
 
 class GetTasksRequest(_message.Message):
-    __slots__ = ("task_ids", "limit", "job_id")
+    __slots__ = ("task_ids", "limit", "job_id", "filters", "offset", "order", "summarize", "id_prefix")
     TASK_IDS_FIELD_NUMBER: _ClassVar[int]
     LIMIT_FIELD_NUMBER: _ClassVar[int]
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    FILTERS_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    ORDER_FIELD_NUMBER: _ClassVar[int]
+    SUMMARIZE_FIELD_NUMBER: _ClassVar[int]
+    ID_PREFIX_FIELD_NUMBER: _ClassVar[int]
     task_ids: _containers.RepeatedScalarFieldContainer[bytes]
     limit: int
     job_id: bytes
-    def __init__(self, task_ids: _Optional[_Iterable[bytes]] = ..., limit: _Optional[int] = ..., job_id: _Optional[bytes] = ...) -> None: ...
+    filters: _containers.RepeatedScalarFieldContainer[str]
+    offset: int
+    order: str
+    summarize: bool
+    id_prefix: str
+    def __init__(self, task_ids: _Optional[_Iterable[bytes]] = ..., limit: _Optional[int] = ..., job_id: _Optional[bytes] = ..., filters: _Optional[_Iterable[str]] = ..., offset: _Optional[int] = ..., order: _Optional[str] = ..., summarize: _Optional[bool] = ..., id_prefix: _Optional[str] = ...) -> None: ...
+
+class TaskSummaryRow(_message.Message):
+    __slots__ = ("name", "kind", "state_counts", "error_type_counts")
+    class StateCountsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    class ErrorTypeCountsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    STATE_COUNTS_FIELD_NUMBER: _ClassVar[int]
+    ERROR_TYPE_COUNTS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    kind: str
+    state_counts: _containers.ScalarMap[str, int]
+    error_type_counts: _containers.ScalarMap[str, int]
+    def __init__(self, name: _Optional[str] = ..., kind: _Optional[str] = ..., state_counts: _Optional[_Mapping[str, int]] = ..., error_type_counts: _Optional[_Mapping[str, int]] = ...) -> None: ...
 
 class GetTasksReply(_message.Message):
-    __slots__ = ("tasks", "total")
+    __slots__ = ("tasks", "total", "summary")
     TASKS_FIELD_NUMBER: _ClassVar[int]
     TOTAL_FIELD_NUMBER: _ClassVar[int]
+    SUMMARY_FIELD_NUMBER: _ClassVar[int]
     tasks: _containers.RepeatedCompositeFieldContainer[TaskRecord]
     total: int
-    def __init__(self, tasks: _Optional[_Iterable[_Union[TaskRecord, _Mapping]]] = ..., total: _Optional[int] = ...) -> None: ...
+    summary: _containers.RepeatedCompositeFieldContainer[TaskSummaryRow]
+    def __init__(self, tasks: _Optional[_Iterable[_Union[TaskRecord, _Mapping]]] = ..., total: _Optional[int] = ..., summary: _Optional[_Iterable[_Union[TaskSummaryRow, _Mapping]]] = ...) -> None: ...
 
 class ClusterStatus(_message.Message):
     __slots__ = ("nodes", "num_actors", "num_tasks", "storage")

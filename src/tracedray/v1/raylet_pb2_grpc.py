@@ -4,6 +4,7 @@ import grpc
 import warnings
 
 from tracedray.v1 import common_pb2 as tracedray_dot_v1_dot_common__pb2
+from tracedray.v1 import debug_pb2 as tracedray_dot_v1_dot_debug__pb2
 from tracedray.v1 import raylet_pb2 as tracedray_dot_v1_dot_raylet__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
@@ -126,6 +127,11 @@ class RayletServiceStub:
                 request_serializer=tracedray_dot_v1_dot_raylet__pb2.ReadSessionFilesRequest.SerializeToString,
                 response_deserializer=tracedray_dot_v1_dot_raylet__pb2.FileChunk.FromString,
                 _registered_method=True)
+        self.DumpNodeStacks = channel.unary_unary(
+                '/tracedray.v1.RayletService/DumpNodeStacks',
+                request_serializer=tracedray_dot_v1_dot_debug__pb2.DumpStacksRequest.SerializeToString,
+                response_deserializer=tracedray_dot_v1_dot_debug__pb2.NodeStackDumps.FromString,
+                _registered_method=True)
 
 
 class RayletServiceServicer:
@@ -247,6 +253,13 @@ class RayletServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def DumpNodeStacks(self, request, context):
+        """The stacks of the processes on this node, each asked in parallel (`tracedray stack`).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_RayletServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -339,6 +352,11 @@ def add_RayletServiceServicer_to_server(servicer, server):
                     servicer.ReadSessionFiles,
                     request_deserializer=tracedray_dot_v1_dot_raylet__pb2.ReadSessionFilesRequest.FromString,
                     response_serializer=tracedray_dot_v1_dot_raylet__pb2.FileChunk.SerializeToString,
+            ),
+            'DumpNodeStacks': grpc.unary_unary_rpc_method_handler(
+                    servicer.DumpNodeStacks,
+                    request_deserializer=tracedray_dot_v1_dot_debug__pb2.DumpStacksRequest.FromString,
+                    response_serializer=tracedray_dot_v1_dot_debug__pb2.NodeStackDumps.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -828,6 +846,33 @@ class RayletService:
             '/tracedray.v1.RayletService/ReadSessionFiles',
             tracedray_dot_v1_dot_raylet__pb2.ReadSessionFilesRequest.SerializeToString,
             tracedray_dot_v1_dot_raylet__pb2.FileChunk.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DumpNodeStacks(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tracedray.v1.RayletService/DumpNodeStacks',
+            tracedray_dot_v1_dot_debug__pb2.DumpStacksRequest.SerializeToString,
+            tracedray_dot_v1_dot_debug__pb2.NodeStackDumps.FromString,
             options,
             channel_credentials,
             insecure,

@@ -26,9 +26,11 @@ def parse():
     return _parse
 
 
-@pytest.fixture
-def session_root(tmp_path, monkeypatch) -> SessionPaths:
-    """A fresh session folder under TRACEDRAY_TEMP_DIR=tmp_path (session_latest points to it)."""
+@pytest.fixture(params=["unindexed", "indexed"])
+def session_root(request, tmp_path, monkeypatch) -> SessionPaths:
+    """A fresh session folder under TRACEDRAY_TEMP_DIR=tmp_path (session_latest points to it),
+    once as an older tracedray wrote it (no trace index: readers scan every file) and once
+    with the (empty) index a node creates, which every reader brings up to date first."""
     root = tmp_path / "tracedray"
     monkeypatch.setenv("TRACEDRAY_TEMP_DIR", str(root))
     monkeypatch.delenv("TRACEDRAY_JAEGER_URL", raising=False)
@@ -37,6 +39,10 @@ def session_root(tmp_path, monkeypatch) -> SessionPaths:
     session.info_file.write_text(json.dumps({"session_id": session.session_id,
                                              "created": (T0 - 10**9) / 1e9}))
     session.address_file.write_text("127.0.0.1:6380")
+    if request.param == "indexed":
+        from tracedray.telemetry.trace_index import create_index
+
+        assert create_index(session.root) == ""
     return session
 
 

@@ -41,9 +41,13 @@ def test_trace_json_format(session_root):
 
 def test_unknown_task_suggests_close_matches(session_root):
     write(session_root)
-    result = runner.invoke(app, ["trace", TASK[:8]])
+    typo = TASK[:16] + "1" * (len(TASK) - 16)
+    result = runner.invoke(app, ["trace", typo])
     assert result.exit_code == 1
-    assert f"no task with id {TASK[:8]}; did you mean: {TASK}?" in result.stderr
+    assert f"no task with id {typo}; did you mean: {TASK}?" in result.stderr
+    prefix = runner.invoke(app, ["trace", TASK[:8], "--format", "json"])  # a unique prefix
+    assert prefix.exit_code == 0, prefix.output
+    assert json.loads(prefix.stdout)["task_id"] == TASK
     as_json = runner.invoke(app, ["trace", "beef", "--format", "json"])
     assert as_json.exit_code == 1
     assert json.loads(as_json.stdout)["error"] == "no task with id beef"
@@ -89,6 +93,18 @@ def test_live_jaeger_is_read_when_the_files_are_empty(session_root, jaeger):
     assert any(path == "/api/v3/traces" for path, _ in jaeger.requests)
 
 
+def test_jaeger_is_asked_for_the_indexed_trace_alone(session_root, jaeger):
+    from tracedray.telemetry.trace_index import create_index
+
+    write(session_root)
+    create_index(session_root.root)  # (the unindexed case too: this is about the index)
+    jaeger.serve(f"/api/v3/traces/{TRACE}", "api_v3_get_trace_minimal.json")
+    result = runner.invoke(app, ["trace", TASK, "--jaeger", jaeger.url])
+    assert result.exit_code == 0, result.output
+    assert [path for path, _ in jaeger.requests] == [f"/api/v3/traces/{TRACE}"]
+    assert "SIGKILL" in result.stdout
+
+
 def test_timeline_writes_chrome_trace(session_root, tmp_path):
     write(session_root)
     target = tmp_path / "timeline.json"
@@ -101,5 +117,7 @@ def test_timeline_writes_chrome_trace(session_root, tmp_path):
     only = runner.invoke(app, ["timeline", "--task", TASK, "--output", "-"])
     assert only.exit_code == 0
     assert json.loads(only.stdout)["otherData"]["task_id"] == TASK
-    unknown = runner.invoke(app, ["timeline", "--task", TASK[:6], "-o", "-"])
+    unknown = runner.invoke(app, ["timeline", "--task", TASK[:16] + "1" * 8, "-o", "-"])
     assert unknown.exit_code == 1 and f"did you mean: {TASK}" in unknown.stderr
+    prefix = runner.invoke(app, ["timeline", "--task", TASK[:6], "-o", "-"])
+    assert prefix.exit_code == 0 and json.loads(prefix.stdout)["otherData"]["task_id"] == TASK

@@ -84,3 +84,8 @@ def test_only_the_stalls_within_a_silence_count() -> None:
     assert nh.stalled_within(stalls, 105.0, 110.0) == 0.0
     assert nh.stalled_within(stalls, 90.0, 120.0) == 3.5
     assert nh.stalled_within([], 0.0, 1e9) == 0.0
+
+
+def test_a_late_node_is_suspect_only_past_several_intervals() -> None:
+    assert not nh.suspect(1.4, 0.3)
+    assert nh.suspect(1.6, 0.3)

@@ -70,3 +70,18 @@ def test_a_failed_transfer_fails_every_waiter_and_the_next_call_retries() -> Non
     assert table.run("obj", lambda: None) is False  # nothing in progress: a new transfer
     with pytest.raises(RaySystemError):
         table.run("other", failing)
+
+
+def test_a_free_during_a_transfer_marks_it_and_no_other() -> None:
+    table = TransferTable()
+    seen: list[str | None] = []
+
+    def pull() -> None:
+        table.mark_freed(["obj", "other"], "owner died")  # "other" has no transfer
+        seen.append(table.freed_during("obj"))
+
+    table.run("obj", pull)
+    table.mark_freed(["obj"], "released")  # after the transfer: nothing to mark
+    table.run("obj", lambda: seen.append(table.freed_during("obj")))
+    assert seen == ["owner died", None]
+    assert table.freed_during("other") is None

@@ -19,7 +19,8 @@ from tracedray.core.address import Address
 from tracedray.core.object_store.store import FREE_RELEASED, ObjectStore
 from tracedray.core.raylet import object_frees
 from tracedray.core.raylet import owner_death as od
-from tracedray.core.raylet.object_frees import CopyHolders, ObjectFrees, RecentFrees
+from tracedray.core.raylet.object_frees import CopyHolders, ObjectFrees
+from tracedray.core.raylet.transfers import TransferTable
 
 DRIVER = Address("node1", "127.0.0.1", 4002, "w-driver", 102)
 WORKER = Address("node1", "127.0.0.1", 4003, "w-worker", 103)
@@ -72,9 +73,11 @@ class Inline(Executor):
 
 
 def _frees(store: ObjectStore, *, local_alive: set[str] | None = None,
-           dead_nodes: set[str] | None = None) -> tuple[ObjectFrees, Inline]:
+           dead_nodes: set[str] | None = None,
+           transfers: TransferTable | None = None) -> tuple[ObjectFrees, Inline]:
     executor = Inline()
-    frees = ObjectFrees(store=store, node_id="node1", background=executor,
+    frees = ObjectFrees(store=store, transfers=transfers or TransferTable(), node_id="node1",
+                        background=executor,
                         local_alive=lambda: local_alive or set(),
                         dead_nodes=lambda: dead_nodes or set())
     return frees, executor
@@ -97,18 +100,23 @@ def test_a_pull_that_ends_after_its_free_frees_its_copy(
         make_store: Callable[..., ObjectStore], put: Callable[..., int]) -> None:
     source, puller = make_store(name="a"), make_store(name="b")
     put(source, "0a", array(1), owner="w-driver")
-    frees, _ = _frees(puller)
-    started = 100.0
-    frees._recent.add(["0a"], "released", now=101.0)  # the free passed on mid-pull
-    puller.receive("0a", _size(source, "0a"), source.read_chunks("0a"),
-                   owner="w-driver")
-    frees.after_pull("0a", started)
+    transfers = TransferTable()
+    frees, _ = _frees(puller, transfers=transfers)
+
+    def pull() -> None:
+        frees.free(["0a"])  # passed on by the source while the copy is on its way
+        puller.receive("0a", _size(source, "0a"), source.read_chunks("0a"), owner="w-driver")
+        frees.after_pull("0a")
+
+    transfers.run("0a", pull)
     assert not puller.contains("0a")
     assert puller.statistics().freed_by_reason == {"released": 1}
-    # A pull that began after the free (a later copy, made on purpose) keeps its copy.
-    puller.receive("0a", _size(source, "0a"), source.read_chunks("0a"),
-                   owner="w-driver")
-    frees.after_pull("0a", started=1e12)
+
+    def pull_again() -> None:  # a later pull, made on purpose, keeps its copy
+        puller.receive("0a", _size(source, "0a"), source.read_chunks("0a"), owner="w-driver")
+        frees.after_pull("0a")
+
+    transfers.run("0a", pull_again)
     assert puller.contains("0a")
 
 
@@ -155,7 +163,7 @@ def test_the_check_probes_owners_it_does_not_know(make_store: Callable[..., Obje
     assert frees.statistics().owners_gone == 3
 
 
-def test_copy_holders_and_recent_frees() -> None:
+def test_copy_holders() -> None:
     holders = CopyHolders()
     a, b = Address("na", "ip", 1), Address("nb", "ip", 2)
     holders.add("0a", a)
@@ -164,11 +172,6 @@ def test_copy_holders_and_recent_frees() -> None:
     assert {k: sorted(v) for k, v in holders.pop(["0a", "0b", "0c"]).items()} == {
         a: ["0a", "0b"], b: ["0a"]}
     assert holders.pop(["0a"]) == {}
-    recent = RecentFrees(remember_s=10)
-    recent.add(["0a"], "owner died", now=5.0)
-    assert recent.since("0a", 5.0) == "owner died" and recent.since("0a", 6.0) is None
-    recent.add(["0b"], "released", now=20.0)  # 0a is older than 10 s by now
-    assert len(recent) == 1 and recent.since("0a", 0.0) is None
 
 
 @pytest.mark.parametrize("exit_code,reason", [(0, od.OWNER_EXITED), (1, od.OWNER_DIED)])

@@ -243,3 +243,14 @@ def test_a_read_only_spool_is_read_without_being_changed(tmp_path: Path,
     assert read_data(path) == b'{"a":1}\n' and path.read_bytes() == b""
     monkeypatch.undo()
     appender.close()
+
+
+def test_without_a_spool_lines_are_written_to_the_public_file(tmp_path: Path) -> None:
+    path = tmp_path / "x.jsonl"
+    (tmp_path / "x.spool").mkdir()  # in the way, and not removable as a file
+    appender = AppendFile(path)
+    appender.append(b'{"a":1}\n')
+    stats = appender.statistics()
+    assert not stats.mapped and "FileExistsError" in stats.fallback_reason
+    assert path.read_bytes() == b'{"a":1}\n'
+    appender.close()

@@ -10,6 +10,7 @@ their shared memory. ``status`` asks the GCS and every alive raylet.
 from __future__ import annotations
 
 import json
+import time
 from typing import TYPE_CHECKING, Any
 
 import typer
@@ -84,6 +85,10 @@ def start(
     object_spilling: bool = typer.Option(True, "--object-spilling/--no-object-spilling",
                                          help="Spill to the session's spill/ folder when full."),
     block: bool = typer.Option(False, "--block", help="Stay in the foreground; Ctrl-C stops."),
+    metrics_export_port: int | None = typer.Option(
+        None, "--metrics-export-port", min=0,
+        help="Port of the node's Prometheus /metrics (default: "
+             f"${config.METRICS_EXPORT_PORT.name} or 0, a free port)."),
     token: str | None = typer.Option(
         None, "--token", help="The cluster's auth token (default: $TRACEDRAY_AUTH_TOKEN; a "
                               "head makes one, a node on the head's machine reads it from "
@@ -101,9 +106,10 @@ def start(
         _warn_if_open(settings, node_ip_address)
         extra = _parse_resources(resources)
         processes = _start_head(port, node_ip_address, num_cpus, extra, object_store_memory,
-                                gcs_storage, object_spilling, settings) if head else \
+                                gcs_storage, object_spilling, metrics_export_port,
+                                settings) if head else \
             _join(address or "", node_ip_address, num_cpus, extra, object_store_memory,
-                  object_spilling, settings)
+                  object_spilling, metrics_export_port, settings)
     except RayError as exc:
         raise fail(str(exc)) from exc
     _print_started(processes, head)
@@ -144,7 +150,8 @@ def _store_token(session: SessionPaths, settings: AuthSettings) -> None:
 
 def _start_head(port: int, host: str, num_cpus: float | None, resources: dict[str, float] | None,
                 object_store_memory: int | None, storage: str | None,
-                spilling: bool, settings: AuthSettings) -> NodeProcesses:
+                spilling: bool, metrics_export_port: int | None,
+                settings: AuthSettings) -> NodeProcesses:
     from tracedray.core.node import start_head
     from tracedray.core.session import create_session
 
@@ -153,12 +160,12 @@ def _start_head(port: int, host: str, num_cpus: float | None, resources: dict[st
     return start_head(session, port=port, host=host, num_cpus=num_cpus, resources=resources,
                       object_store_memory=object_store_memory, spilling=spilling,
                       storage=storage or config.GCS_STORAGE.get(), parent_pid=0, detach=True,
-                      auth_settings=settings)
+                      metrics_export_port=metrics_export_port, auth_settings=settings)
 
 
 def _join(address: str, host: str, num_cpus: float | None, resources: dict[str, float] | None,
           object_store_memory: int | None, spilling: bool,
-          settings: AuthSettings) -> NodeProcesses:
+          metrics_export_port: int | None, settings: AuthSettings) -> NodeProcesses:
     from tracedray.cli.cluster_client import normalize_address
     from tracedray.core.node import join_node
     from tracedray.core.session import create_session, session_for_address
@@ -169,7 +176,8 @@ def _join(address: str, host: str, num_cpus: float | None, resources: dict[str, 
     session = session_for_address(gcs) or create_session()
     processes = join_node(session, gcs, host=host, num_cpus=num_cpus, resources=resources,
                           object_store_memory=object_store_memory, spilling=spilling,
-                          parent_pid=0, detach=True, auth_settings=settings)
+                          parent_pid=0, detach=True, metrics_export_port=metrics_export_port,
+                          auth_settings=settings)
     _store_token(session, settings)  # once the cluster took it: a wrong token is never kept
     return processes
 
@@ -188,6 +196,9 @@ def _print_started(processes: NodeProcesses, head: bool) -> None:
              "TRACEDRAY_AUTH_TOKEN there)",
              "Look at it:        tracedray status",
              "Stop it:           tracedray stop"]
+    if head:  # the GCS keeps it: every node's /metrics, for Prometheus (docs/metrics.md)
+        lines.append(f"Metrics:           {processes.session.root / 'prometheus_sd.json'} "
+                     "(Prometheus file_sd)")
     typer.echo("\n".join(lines))
 
 
@@ -228,6 +239,7 @@ def _workers_by_state(view: NodeView) -> dict[str, int]:
 
 def status_rows(views: list[NodeView]) -> list[dict[str, Any]]:
     """One JSON-ready row per node: its state row plus load, workers and reachability."""
+    from tracedray.core.gcs import node_health
     from tracedray.util._state_rows import node_row
 
     out = []
@@ -240,6 +252,11 @@ def status_rows(views: list[NodeView]) -> list[dict[str, Any]]:
         # Leases of processes that died holding them, taken back by the raylet.
         row["leases_reclaimed"] = view.stats.leases_reclaimed if view.stats else 0
         row["last_heartbeat"] = view.node.last_heartbeat or None
+        silent_s = time.time() - view.node.last_heartbeat if view.node.last_heartbeat else 0.0
+        # Late heartbeats: a stalled or partitioned node, not (yet) dead.
+        row["suspect"] = row["state"] == "ALIVE" and node_health.suspect(
+            silent_s, config.HEARTBEAT_INTERVAL_S.get())
+        row["silent_s"] = round(silent_s, 1)
         row["error"] = view.error if view.alive else ""
         out.append(row)
     return out
@@ -307,6 +324,8 @@ def _print_status(summary: dict[str, Any]) -> None:
         state = row["state"] + (" head" if row["is_head"] else "")
         if row["state"] != "ALIVE" and row["death_reason"]:
             state += f": {row['death_reason']}"
+        elif row["suspect"]:
+            state += f" SUSPECT: no heartbeat for {row['silent_s']:g}s"
         elif row["error"]:
             state += f" ({row['error']})"
         table.add_row(f"{row['node_id'][:12]} {row['ip']}", state, _used_of(row, "CPU"), others,

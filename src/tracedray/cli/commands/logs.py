@@ -45,8 +45,11 @@ class RemoteLogs:
     clock_offsets_s: dict[str, float]
 
 
-def remote_logs(session: SessionPaths, address: str | None) -> RemoteLogs:
-    """Log lines of alive nodes on other machines (asked through their raylets)."""
+def remote_logs(session: SessionPaths, address: str | None,
+                keys: list[bytes] | None = None) -> RemoteLogs:
+    """Log lines of alive nodes on other machines (asked through their raylets); with
+    ``keys`` (a task's or actor's, and the clock lines) each node sends only those lines,
+    found through its index."""
     import tempfile
 
     from tracedray.cli.cluster_client import connect_cluster
@@ -72,7 +75,7 @@ def remote_logs(session: SessionPaths, address: str | None) -> RemoteLogs:
         auth.remember(target, auth.client_token(client.gcs_address))
         with tempfile.TemporaryDirectory(prefix="tracedray-logs-") as folder:
             try:
-                for chunk in RayletClient(target).read_session_files("logs"):
+                for chunk in RayletClient(target).read_session_files("logs", keys):
                     with open(Path(folder) / Path(chunk.name).name, "ab") as out:
                         out.write(chunk.data)
             except RayError as exc:
@@ -195,18 +198,20 @@ def _logs(stop: StopRequest, task: str | None, actor: str | None, node: str | No
         raise fail(str(exc)) from exc
     if not session.logs_dir.is_dir():
         raise fail(f"no log folder at {session.logs_dir}")
-    records: list[LogRecord] = []
-    lines: list[LogRecord] = []  # what the clock offsets are read from (every node's)
-    warnings: list[str] = []
     seen: dict[str, int] = {}
-    for path in sorted(session.logs_dir.glob("*.jsonl")):
-        file_records, file_warnings = read_log_file(path, {})
-        lines.extend(clock_lines(file_records))
-        matching = select(file_records, wanted)
-        seen[path.name] = len(matching)
-        records.extend(matching)
-        warnings.extend(file_warnings)
-    remote = remote_logs(session, address)
+    indexed = None if follow else _indexed_lines(session, wanted)
+    if indexed is not None:
+        wanted, records, lines, warnings = indexed
+    else:
+        records, lines, warnings = [], [], []  # lines: what the clock offsets are read from
+        for path in sorted(session.logs_dir.glob("*.jsonl")):
+            file_records, file_warnings = read_log_file(path, {})
+            lines.extend(clock_lines(file_records))
+            matching = select(file_records, wanted)
+            seen[path.name] = len(matching)
+            records.extend(matching)
+            warnings.extend(file_warnings)
+    remote = remote_logs(session, address, None if follow else _remote_keys(wanted))
     lines.extend(clock_lines(remote.records))
     records.extend(select(remote.records, wanted))
     warnings.extend(remote.warnings)
@@ -219,8 +224,7 @@ def _logs(stop: StopRequest, task: str | None, actor: str | None, node: str | No
     for warning in warnings:
         warn(warning)
     if wanted.task_id and not records and not follow:
-        known = {str(r.get("task_id")) for path in session.logs_dir.glob("*.jsonl")
-                 for r in read_log_file(path, {})[0] if r.get("task_id")}
+        known = _known_task_ids(session, wanted.task_id)
         suggestions = close_matches(wanted.task_id, known)
         hint = f"; did you mean {', '.join(suggestions)}?" if suggestions else ""
         raise fail(f"no task with id {wanted.task_id} in the logs of {session.root}{hint}")
@@ -231,6 +235,73 @@ def _logs(stop: StopRequest, task: str | None, actor: str | None, node: str | No
     if follow:
         _follow(session, wanted, output_format, seen, clocks, remote.clock_offsets_s, noted,
                 stop)
+
+
+def _indexed_lines(session: SessionPaths, wanted: LogFilter,
+                   ) -> tuple[LogFilter, list[LogRecord], list[LogRecord], list[str]] | None:
+    """With the session's index, and a task, actor or process asked for: (the filter, a
+    unique id prefix made whole; the matching lines; the clock lines; warnings), having
+    read only those lines. None without an index (the caller reads every file and says
+    so) or a filter the index cannot narrow."""
+    import dataclasses
+
+    from tracedray.cli.log_view import select
+    from tracedray.cli.output import warn
+    from tracedray.cli.tracestore.clock import clock_lines
+    from tracedray.cli.tracestore.logs import read_indexed_logs, read_log_file
+    from tracedray.telemetry.trace_index import CLOCK_KEY, key, open_index
+
+    if not (wanted.task_id or wanted.actor_id or wanted.pid is not None):
+        return None
+    index, why = open_index(session.root)
+    if index is None:
+        warn(f"{why}: reading every log file")
+        return None
+    if why:
+        warn(why)
+    try:
+        wanted = dataclasses.replace(wanted, task_id=index.resolve("task", wanted.task_id),
+                                     actor_id=index.resolve("actor", wanted.actor_id))
+        keys = [CLOCK_KEY]  # and the task's or actor's lines, in one pass
+        if wanted.task_id or wanted.actor_id:
+            keys.append(key("task", wanted.task_id) if wanted.task_id
+                        else key("actor", wanted.actor_id))
+        found = read_indexed_logs(session.logs_dir, index, keys)
+        warnings = list(found.warnings)
+        records = list(found.records)
+        if not (wanted.task_id or wanted.actor_id):  # a process's lines are one file
+            records = []
+            for path in index.files_of_pid("logs", int(wanted.pid or 0)):
+                file_records, file_warnings = read_log_file(path, {})
+                records.extend(file_records)
+                warnings.extend(file_warnings)
+        return wanted, select(records, wanted), clock_lines(found.records), warnings
+    finally:
+        index.close()
+
+
+def _remote_keys(wanted: LogFilter) -> list[bytes] | None:
+    """What to ask other nodes for: a task's or actor's lines and the clock lines; None
+    (every line) for other filters."""
+    from tracedray.telemetry.trace_index import CLOCK_KEY, key
+
+    if wanted.task_id:
+        return [key("task", wanted.task_id), CLOCK_KEY]
+    if wanted.actor_id:
+        return [key("actor", wanted.actor_id), CLOCK_KEY]
+    return None
+
+
+def _known_task_ids(session: SessionPaths, task_id: str) -> set[str]:
+    """Task ids to suggest for one that matched no line: from the index (ids sharing the
+    first characters), or every file's."""
+    from tracedray.cli.tracestore.logs import read_log_file
+    from tracedray.telemetry.trace_index import index_path, suggest_ids
+
+    if index_path(session.root).exists():
+        return set(suggest_ids(session.root, "task", task_id))
+    return {str(r.get("task_id")) for path in session.logs_dir.glob("*.jsonl")
+            for r in read_log_file(path, {})[0] if r.get("task_id")}
 
 
 def register(app: typer.Typer) -> None:

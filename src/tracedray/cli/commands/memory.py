@@ -133,7 +133,7 @@ def _timeline(address: str | None, session_path: str | None, output: str | None,
     from tracedray.cli.tracestore.sources import SessionFileSource, SpanQuery
 
     session = session_at(session_path) if session_path else resolve_session(address)
-    batch = SessionFileSource(session).find_spans(SpanQuery())
+    batch = SessionFileSource(session).find_spans(SpanQuery(name_prefix="object."))
     for warning in batch.warnings:
         warn(warning)
     series = store_usage_series(batch.spans)

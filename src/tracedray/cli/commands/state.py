@@ -41,7 +41,7 @@ class SummaryKind(str, Enum):
 # Columns without --detail: enough to find the row, short enough to fit a terminal.
 SHORT_COLUMNS: dict[str, tuple[str, ...]] = {
     "tasks": ("task_id", "name", "state", "attempt_number", "type", "node_id", "worker_pid",
-              "error_type"),
+              "error_type", "running_for_s", "slow"),
     "actors": ("actor_id", "class_name", "state", "name", "pid", "node_id", "num_restarts"),
     "objects": ("object_ref", "size", "reference_type", "type", "pid", "ip", "call_site",
                 "status"),
@@ -108,14 +108,14 @@ def list_command(
 def _resolve_id(wanted: str, known: list[str], what: str) -> str:
     """Exact id, or a unique prefix (as git does); otherwise an error with close matches."""
     from tracedray.cli.output import fail
-    from tracedray.cli.tracestore.story import close_matches
+    from tracedray.cli.tracestore.story import close_matches, unique_prefix
 
     query = wanted.strip().lower()
     if query in known:
         return query
-    prefixed = [k for k in known if query and k.startswith(query)]
-    if len(prefixed) == 1 and len(query) >= 4:
-        return prefixed[0]
+    whole = unique_prefix(query, known)
+    if whole is not None:
+        return whole
     suggestions = close_matches(query, known)
     hint = f"; did you mean {', '.join(suggestions)}?" if suggestions else \
         f" (the cluster knows {len(set(known))} {what} ids)"
@@ -135,7 +135,11 @@ def get_command(
 
     list_kind, key = _GET_SOURCE[kind.value]
     try:
-        found = _lister(list_kind)(address=_source(address, session), limit=None, detail=True)
+        if kind is GetKind.task:  # asked of the GCS by prefix: never every task
+            found = _task_candidates(_source(address, session), item_id)
+        else:
+            found = _lister(list_kind)(address=_source(address, session), limit=None,
+                                       detail=True)
     except RayError as exc:
         raise fail(str(exc)) from exc
     resolved = _resolve_id(item_id, [str(row[key]) for row in found], kind.value)
@@ -155,6 +159,18 @@ def get_command(
                 value = "\n".join(_event_line(e) for e in value)
             table.add_row(field, value if isinstance(value, str) else format_cell(field, value))
         console.print(table)
+
+
+def _task_candidates(source: Any, item_id: str) -> list[dict[str, Any]]:
+    """The tasks ``item_id`` may mean: those it is a prefix of, or, when none, those
+    sharing its first characters (for suggestions)."""
+    from tracedray.util.state import tasks_with_prefix
+
+    wanted = item_id.strip().lower()
+    found = tasks_with_prefix(wanted, address=source)
+    if not found:
+        found = tasks_with_prefix(wanted[:max(4, len(wanted) // 2)], address=source, limit=50)
+    return list(found)
 
 
 def _event_line(event: dict[str, Any]) -> str:

@@ -26,9 +26,9 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from tracedray.cli.tracestore.clock import Clocks
-    from tracedray.cli.tracestore.logs import LogRecord
+    from tracedray.cli.tracestore.logs import LogBatch, LogRecord
     from tracedray.cli.tracestore.model import SpanRecord
-    from tracedray.cli.tracestore.sources import TraceSource
+    from tracedray.cli.tracestore.sources import SessionFileSource, SpanBatch, TraceSource
     from tracedray.core.session import SessionPaths
 
 
@@ -105,16 +105,22 @@ def trace(
     from rich.markup import escape
 
     from tracedray.cli.tracestore.clock import applied_offsets, offsets_note
-    from tracedray.cli.tracestore.logs import read_logs
     from tracedray.cli.tracestore.render import print_story, story_json
     from tracedray.cli.tracestore.sources import (
         JaegerSource,
         SessionFileSource,
         SpanQuery,
     )
-    from tracedray.cli.tracestore.story import TaskStory, UnknownTask, task_story
+    from tracedray.cli.tracestore.story import (
+        TaskStory,
+        UnknownTask,
+        known_task_ids,
+        task_story,
+        unique_prefix,
+    )
     from tracedray.exceptions import RayError, RaySystemError
     from tracedray.telemetry.attributes import TASK_ID
+    from tracedray.telemetry.trace_index import suggest_ids
 
     err = Console(stderr=True)
     try:
@@ -127,17 +133,21 @@ def trace(
         sources.append(JaegerSource(jaeger_url))
     sources.append(SessionFileSource(session))
 
-    logs = read_logs(session.logs_dir)
+    task_id, logs = _task_lines(session, task_id.strip())
     clocks = _clocks(err, logs.records, clock_correction)
-    task_logs = clocks.logs(r for r in logs.records if str(r.get("task_id", "")) == task_id.strip())
+    task_logs = clocks.logs(r for r in logs.records if str(r.get("task_id", "")) == task_id)
     start = _session_start_ns(session)
     query = SpanQuery(task_id=task_id.strip(),
                       start_min_ns=None if start is None else start - 60 * 10**9)
+    # Jaeger is asked for one trace, the task's (its id from the index), not searched.
+    trace_id = _indexed_trace_id(session, task_id) if jaeger_url else ""
+    jaeger_query = SpanQuery(trace_id=trace_id) if trace_id else query
     seen: list[SpanRecord] = []
     result: TaskStory | UnknownTask | None = None
     for source in sources:
         try:
-            batch = source.find_spans(query)
+            batch = source.find_spans(jaeger_query if isinstance(source, JaegerSource)
+                                      else query)
         except RaySystemError as exc:
             _warn(err, [f"{exc}; falling back to the session files"])
             continue
@@ -148,9 +158,16 @@ def trace(
         if isinstance(result, TaskStory):
             break
     _warn(err, logs.warnings)
-    if not isinstance(result, TaskStory):
-        # Suggestions come from every span any source returned.
+    whole = None if isinstance(result, TaskStory) else unique_prefix(task_id, known_task_ids(seen))
+    if whole is not None:  # a unique prefix, in a session without an index (it resolves them)
+        task_id = whole
+        task_logs = clocks.logs(r for r in logs.records if str(r.get("task_id", "")) == whole)
         result = task_story(seen, task_logs, task_id, jaeger_url)
+    if not isinstance(result, TaskStory):
+        # Suggestions come from every span any source returned, or the index's ids.
+        result = task_story(seen, task_logs, task_id, jaeger_url)
+        if isinstance(result, UnknownTask) and not result.suggestions:
+            result = UnknownTask(task_id, tuple(suggest_ids(session.root, "task", task_id)))
     wanted = task_id.strip().lower()
     applied = applied_offsets([*(s for s in seen if str(s.get(TASK_ID, "")).lower() == wanted),
                                *task_logs])
@@ -162,6 +179,56 @@ def trace(
     if isinstance(result, UnknownTask):
         raise _fail(err, escape(result.message) + f" (searched {escape(session.root.name)})")
     print_story(result, Console(soft_wrap=True), offsets_note(applied))
+
+
+def _task_lines(session: SessionPaths, task_id: str) -> tuple[str, LogBatch]:
+    """The task's full id and the log lines `trace` needs: the task's and the clock lines.
+
+    With the session's index, a unique prefix of a task id stands for the task, and only
+    the lines the index names are read; without one, every log file is.
+    """
+    from tracedray.cli.tracestore.logs import LogBatch, read_indexed_logs, read_logs
+    from tracedray.telemetry.trace_index import CLOCK_KEY, key, open_index
+
+    index, note = open_index(session.root)
+    if index is None:  # the span source says so
+        return task_id, read_logs(session.logs_dir)
+    try:
+        task_id = index.resolve("task", task_id)
+        batch = read_indexed_logs(session.logs_dir, index, [key("task", task_id), CLOCK_KEY])
+        notes = (note,) if note else ()  # a corrupt index was rebuilt
+        return task_id, LogBatch(batch.records, (*notes, *batch.warnings))
+    finally:
+        index.close()
+
+
+def _indexed_trace_id(session: SessionPaths, task_id: str) -> str:
+    """The trace of the task's submission (its first span's), found through the index;
+    "" without an index or such a span here."""
+    from tracedray.cli.tracestore.sources import SessionFileSource, SpanQuery
+
+    source = SessionFileSource(session)
+    batch = source.find_spans(SpanQuery(task_id=task_id))
+    if not source.used_index or not batch.spans:
+        return ""
+    return min(batch.spans, key=lambda span: span.start_ns).trace_id
+
+
+def _task_traces(source: SessionFileSource, task_id: str) -> SpanBatch:
+    """Every span of the trace(s) ``task_id`` belongs to: through the index, the task's
+    spans, then their traces'; without one, every span of the session (as before)."""
+    from tracedray.cli.tracestore.sources import SpanBatch, SpanQuery
+
+    first = source.find_spans(SpanQuery(task_id=task_id))
+    if not source.used_index:
+        return first
+    spans = {(s.trace_id, s.span_id): s for s in first.spans}
+    warnings = list(first.warnings)
+    for trace_id in sorted({s.trace_id for s in first.spans}):
+        found = source.find_spans(SpanQuery(trace_id=trace_id))
+        spans.update(((s.trace_id, s.span_id), s) for s in found.spans)
+        warnings.extend(found.warnings)
+    return SpanBatch(tuple(spans.values()), tuple(warnings), first.source)
 
 
 def timeline(
@@ -181,22 +248,38 @@ def timeline(
     from tracedray.cli.tracestore.clock import offsets_note
     from tracedray.cli.tracestore.logs import read_logs
     from tracedray.cli.tracestore.sources import SessionFileSource, SpanQuery
-    from tracedray.cli.tracestore.story import UnknownTask, close_matches, known_task_ids
+    from tracedray.cli.tracestore.story import (
+        UnknownTask,
+        close_matches,
+        known_task_ids,
+        unique_prefix,
+    )
     from tracedray.exceptions import RayError
+    from tracedray.telemetry.trace_index import suggest_ids
 
     err = Console(stderr=True)
     try:
         session = resolve_session(address)
     except RayError as exc:
         raise _fail(err, escape(str(exc))) from exc
-    batch = SessionFileSource(session).find_spans(SpanQuery())
-    _warn(err, batch.warnings)
     task_id = (task or "").strip()
+    source = SessionFileSource(session)
+    logs = None
+    if task_id:  # with the index: that task's traces and the clock lines alone
+        task_id, logs = _task_lines(session, task_id)
+        batch = _task_traces(source, task_id)
+    else:
+        batch = source.find_spans(SpanQuery())
+    _warn(err, batch.warnings)
     if task_id and task_id.lower() not in {i.lower() for i in known_task_ids(batch.spans)}:
-        unknown = UnknownTask(task_id, close_matches(task_id, known_task_ids(batch.spans)))
+        task_id = unique_prefix(task_id, known_task_ids(batch.spans)) or task_id
+    if task_id and task_id.lower() not in {i.lower() for i in known_task_ids(batch.spans)}:
+        known = known_task_ids(batch.spans) or suggest_ids(session.root, "task", task_id)
+        unknown = UnknownTask(task_id, close_matches(task_id, known))
         raise _fail(err, escape(unknown.message))
     # The logs only give the clock offsets here: their own warnings belong to `tracedray logs`.
-    clocks = _clocks(err, read_logs(session.logs_dir).records, clock_correction)
+    records = (logs or read_logs(session.logs_dir)).records
+    clocks = _clocks(err, records, clock_correction)
     document = build_chrome_trace(clocks.spans(batch.spans), task_id=task_id)
     text = json.dumps(document)
     clock_note = offsets_note(document["otherData"]["clock_offsets_s"])

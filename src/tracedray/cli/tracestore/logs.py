@@ -9,14 +9,17 @@ being written) is reported as a warning, never raised, and read once complete.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tracedray.telemetry.append_file import read_data
+
+if TYPE_CHECKING:
+    from tracedray.telemetry.trace_index import IndexReader
 
 _EMPTY: Mapping[str, Any] = MappingProxyType({})
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
@@ -60,6 +63,17 @@ def _matches(record: Mapping[str, Any], filters: Mapping[str, str]) -> bool:
     return all(str(record.get(key, "")) == value for key, value in filters.items() if value)
 
 
+def parse_log_line(raw: bytes | str, source: str) -> LogRecord:
+    """One JSON log line as a record; ValueError or KeyError when it is not one."""
+    data = json.loads(raw)
+    if not isinstance(data, dict):
+        raise ValueError("not a JSON object")
+    time_ns = parse_timestamp_ns(str(data["timestamp"]))
+    return LogRecord(time_ns=time_ns, level=str(data.get("level", "")),
+                     event=str(data.get("event", "")), fields=MappingProxyType(data),
+                     source=source)
+
+
 def read_log_file(path: Path, filters: Mapping[str, str]) -> tuple[list[LogRecord], list[str]]:
     records: list[LogRecord] = []
     warnings: list[str] = []
@@ -71,20 +85,51 @@ def read_log_file(path: Path, filters: Mapping[str, str]) -> tuple[list[LogRecor
         if not line.strip():
             continue
         try:
-            data = json.loads(line)
-            if not isinstance(data, dict):
-                raise ValueError("not a JSON object")
-            time_ns = parse_timestamp_ns(str(data["timestamp"]))
+            record = parse_log_line(line, path.name)
         except (ValueError, KeyError) as exc:
             where = "last line (truncated?)" if number == len(lines) else f"line {number}"
             warnings.append(f"{path.name}: skipped {where}: {exc}")
             continue
-        if not _matches(data, filters):
-            continue
-        records.append(LogRecord(time_ns=time_ns, level=str(data.get("level", "")),
-                                 event=str(data.get("event", "")),
-                                 fields=MappingProxyType(data), source=path.name))
+        if _matches(record.fields, filters):
+            records.append(record)
     return records, warnings
+
+
+def read_indexed_logs(logs_dir: Path, index: IndexReader, keys: Iterable[bytes]) -> LogBatch:
+    """The lines of ``logs_dir/*.jsonl`` the index names under one of ``keys`` (the caller
+    filters them exactly), in time order; spools are copied to their files first."""
+    from tracedray.telemetry.line_spool import (
+        MAX_COPIES_PER_SYNC,
+        copy_spool,
+        jsonl_path,
+        spool_files,
+    )
+    from tracedray.telemetry.trace_index import LOGS, line_keys
+
+    wanted = set(keys)
+    warnings: list[str] = []
+    found: list[tuple[str, bytes]] = []
+    for spool in spool_files(logs_dir):  # what every reader does first: spools -> files
+        for _ in range(MAX_COPIES_PER_SYNC):
+            copied = copy_spool(spool)
+            warnings.extend(copied.warnings)
+            # A spool we may not write (a copied session): its lines are not in the file.
+            found.extend((jsonl_path(spool).name, line) for line in copied.lines.splitlines()
+                         if wanted & line_keys(LOGS, line))
+            if not copied.pending:
+                break
+    found.extend(index.lines(LOGS, wanted))
+    warnings.extend(index.errors)
+    records: list[LogRecord] = []
+    for source, line in found:
+        try:
+            record = parse_log_line(line, source)
+        except (ValueError, KeyError) as exc:
+            warnings.append(f"{source}: skipped a line: {exc}")
+            continue
+        records.append(record)
+    records.sort(key=lambda record: record.time_ns)
+    return LogBatch(tuple(records), tuple(warnings))
 
 
 def read_logs(logs_dir: Path, *, task_id: str = "", trace_id: str = "", actor_id: str = "",

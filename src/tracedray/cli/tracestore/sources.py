@@ -12,12 +12,15 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from tracedray.cli.tracestore.jaeger import JaegerClient, JaegerClientStatistics, search_params
 from tracedray.cli.tracestore.model import SpanRecord, parse_resource_spans
 from tracedray.core.session import SessionPaths
 from tracedray.telemetry import attributes as attr
+
+if TYPE_CHECKING:
+    from tracedray.telemetry.trace_index import IndexReader
 
 DEFAULT_LOOKBACK_NS = 7 * 24 * 3600 * 10**9
 MAX_SERVICES = 20  # a search per service; more than this is a shared Jaeger, not ours
@@ -31,6 +34,9 @@ class SpanQuery:
     trace_id: str = ""
     start_min_ns: int | None = None
     start_max_ns: int | None = None
+    # Only spans whose name starts with this (one of trace_index.NAME_FAMILIES is read
+    # from the index alone).
+    name_prefix: str = ""
 
 
 @dataclass(frozen=True)
@@ -56,27 +62,103 @@ def _in_query(span: SpanRecord, query: SpanQuery) -> bool:
 
 
 class SessionFileSource:
-    """Spans of one session folder (``traces/*.jsonl``), local or already copied here."""
+    """Spans of one session folder (``traces/*.jsonl``), local or already copied here.
+
+    A query for a task or a trace reads only the lines the session's index
+    (telemetry/trace_index.py) names, plus what the files gained since it was last
+    brought up to date; without a usable index it reads every file and says so in the
+    batch's warnings.
+    """
 
     def __init__(self, session: SessionPaths) -> None:
         self.session = session
+        self.lines_parsed = 0  # lines json-decoded by the last find_spans (for tests)
+        self.used_index = False
 
     @property
     def label(self) -> str:
         return f"session files {self.session.traces_dir}"
 
     def find_spans(self, query: SpanQuery) -> SpanBatch:
+        keys = _index_keys(query)
+        if keys:
+            from tracedray.telemetry.trace_index import open_index
+
+            index, why = open_index(self.session.root)
+            if index is not None:
+                try:
+                    batch = self._indexed(index, keys, query)
+                finally:
+                    index.close()
+                notes = (why,) if why else ()  # a corrupt index was rebuilt
+                return SpanBatch(batch.spans, (*notes, *batch.warnings), batch.source)
+            batch = self._scan(query)
+            return SpanBatch(batch.spans, (f"{why}: reading every trace file",
+                                           *batch.warnings), batch.source)
+        return self._scan(query)
+
+    def _scan(self, query: SpanQuery) -> SpanBatch:
         # Imported here: the OTLP file codec belongs to telemetry/, the one place
         # that knows how spans are written (including half-written last lines).
         from tracedray.telemetry.otlp_json import read_trace_dir
 
+        self.used_index = False
         resource_spans, read_warnings = read_trace_dir(self.session.traces_dir)
+        self.lines_parsed = len(resource_spans)
         spans, parse_warnings = parse_resource_spans(resource_spans)
         # The folder is one session already: the time window is a hint for backends that
         # hold many sessions, and clocks of other nodes may be skewed, so it is not applied.
         selected = tuple(span for span in spans
-                         if not query.trace_id or span.trace_id == query.trace_id)
+                         if (not query.trace_id or span.trace_id == query.trace_id)
+                         and span.name.startswith(query.name_prefix))
         return SpanBatch(selected, tuple(read_warnings) + tuple(parse_warnings), self.label)
+
+    def _indexed(self, index: IndexReader, keys: list[bytes],
+                 query: SpanQuery) -> SpanBatch:
+        import json
+
+        from tracedray.telemetry.spool_convert import sync_traces_dir
+        from tracedray.telemetry.trace_index import TRACES, span_line_keys
+
+        self.used_index = True
+        synced = sync_traces_dir(self.session.traces_dir)  # every ended span is in a file
+        warnings = list(synced.warnings)
+        wanted = set(keys)
+        lines = [line.encode() for line in synced.lines  # spools we may not write
+                 if wanted & span_line_keys(line.encode())]
+        lines.extend(raw for _, raw in index.lines(TRACES, wanted))
+        warnings.extend(index.errors)
+        resource_spans: list[dict[str, Any]] = []
+        for raw in lines:
+            try:
+                resource_spans.extend(json.loads(raw)["resourceSpans"])
+            except (ValueError, KeyError, TypeError) as exc:
+                warnings.append(f"{self.session.traces_dir}: skipped a corrupt line: {exc}")
+        self.lines_parsed = len(lines)
+        spans, parse_warnings = parse_resource_spans(resource_spans)
+        selected = tuple(span for span in spans if _span_matches(span, query))
+        return SpanBatch(selected, (*warnings, *parse_warnings), self.label)
+
+
+def _index_keys(query: SpanQuery) -> list[bytes]:
+    from tracedray.telemetry.trace_index import NAME_FAMILIES, key, name_key
+
+    if query.task_id:
+        return [key("task", query.task_id)]
+    if query.trace_id:
+        return [key("trace", query.trace_id)]
+    if query.name_prefix in NAME_FAMILIES:
+        return [name_key(query.name_prefix)]
+    return []
+
+
+def _span_matches(span: SpanRecord, query: SpanQuery) -> bool:
+    if query.trace_id and span.trace_id != query.trace_id:
+        return False
+    if not span.name.startswith(query.name_prefix):
+        return False
+    wanted = query.task_id.strip().lower()
+    return not wanted or str(span.get(attr.TASK_ID, "")).lower() == wanted
 
 
 @dataclass(frozen=True)

@@ -46,7 +46,7 @@ _EMPTY: Mapping[str, Any] = MappingProxyType({})
 class StoryEvent:
     time_ns: int
     kind: str  # submitted | scheduled | dispatched | started | output | ended | job_end
-    # | retry | final
+    # | retry | final | slow | breakpoint
     summary: str
     attempt: int | None = None
     duration_ns: int | None = None
@@ -107,6 +107,14 @@ def known_task_ids(spans: Iterable[SpanRecord], logs: Iterable[LogRecord] = ()) 
     ids = {str(span.get(attr.TASK_ID)) for span in spans if span.get(attr.TASK_ID)}
     ids.update(str(record.get("task_id")) for record in logs if record.get("task_id"))
     return ids
+
+
+def unique_prefix(query: str, known: Iterable[str], minimum: int = 4) -> str | None:
+    """The one id of ``known`` that ``query`` (``minimum`` characters at least) begins;
+    None when none or several do."""
+    wanted = query.strip().lower()
+    found = {k for k in known if len(wanted) >= minimum and k.lower().startswith(wanted)}
+    return found.pop() if len(found) == 1 else None
 
 
 def close_matches(query: str, known: Iterable[str], limit: int = 5) -> tuple[str, ...]:
@@ -230,6 +238,7 @@ def _attempt_events(attempt: _Attempt) -> tuple[list[StoryEvent], AttemptOutcome
         events.append(StoryEvent(span.start_ns, "started",
                                  f"started in worker pid {span.pid} on {span.host or '?'}", n,
                                  span.duration_ns, MappingProxyType(details)))
+        events.extend(_live_debugging_events(span, n))
     if not attempt.executes:
         events.extend(_killed_start(span, n) for span in attempt.exits
                       if span.int_attr(attr.TASK_STARTED) is not None)
@@ -242,6 +251,28 @@ def _attempt_events(attempt: _Attempt) -> tuple[list[StoryEvent], AttemptOutcome
         events.append(_job_end_event(attempt.job_ends[-1], n, "job_end",
                                      "the GCS recorded it failed"))
     return events, outcome
+
+
+def _live_debugging_events(span: SpanRecord, attempt: int) -> list[StoryEvent]:
+    """A task.execute's ``task.slow`` (core/worker/slow_tasks.py) and ``debugger.waiting``
+    (core/worker/remote_debugger.py) events, as the story's."""
+    out = []
+    for event in span.events:
+        a = event.attributes
+        if event.name == "task.slow":
+            details = {"running_for_s": a.get("tracedray.task.running_for_s"),
+                       "median_s": a.get("tracedray.task.median_s"),
+                       "stack": a.get("tracedray.task.stack", "")}
+            out.append(StoryEvent(event.time_ns, "slow",
+                                  f"flagged slow after {a.get('tracedray.task.running_for_s')}s "
+                                  f"(its function's median: {a.get('tracedray.task.median_s')}s)",
+                                  attempt, 0, MappingProxyType(details)))
+        elif event.name == "debugger.waiting":
+            where = a.get("tracedray.debugger.location", "?")
+            out.append(StoryEvent(event.time_ns, "breakpoint",
+                                  f"paused at a breakpoint ({where}) for `tracedray debug`",
+                                  attempt, 0, MappingProxyType(dict(a))))
+    return out
 
 
 def _job_end_event(span: SpanRecord, attempt: int, kind: str, what: str) -> StoryEvent:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import grpc
 
@@ -118,9 +118,11 @@ class GcsClient:
         self._call(self._stub.AddTaskEvents, gcs_pb2.TaskEvents(events=events), timeout=10.0)
 
     def get_tasks(self, task_ids: list[bytes] | None = None, limit: int = 0,
-                  job_id: bytes = b"") -> gcs_pb2.GetTasksReply:
+                  job_id: bytes = b"", **query: Any) -> gcs_pb2.GetTasksReply:
+        """``query``: the request's other fields (filters, offset, order, summarize,
+        id_prefix), answered in the GCS (core/gcs/task_query.py)."""
         return self._call(self._stub.GetTasks, gcs_pb2.GetTasksRequest(
-            task_ids=task_ids or [], limit=limit, job_id=job_id))
+            task_ids=task_ids or [], limit=limit, job_id=job_id, **query))
 
     def cluster_status(self) -> gcs_pb2.ClusterStatus:
         return self._call(self._stub.GetClusterStatus, common_pb2.Empty())

@@ -7,10 +7,13 @@ import json
 import sys
 import threading
 from pathlib import Path
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from tracedray import config, logs
 from tracedray.core.process import exit_on_sigterm, exit_with_parent, setup_process
+
+if TYPE_CHECKING:
+    from tracedray.metrics.exposition import MetricsServer
 
 T = TypeVar("T")
 
@@ -36,6 +39,8 @@ def main() -> None:
     from tracedray.core.gcs.server import Gcs
     from tracedray.core.gcs.storage import FlushPolicy
 
+    # Before the GCS builds its server: its RPCs are timed (metrics/rpc_latency.py).
+    endpoint = _open_metrics(args.host)
     try:
         auth.configure_from_environment()  # no token: a ConfigError, reported below
         policy = FlushPolicy(
@@ -55,12 +60,34 @@ def main() -> None:
         # sys.exit, not raise SystemExit: process.exit can tell the code (logs/_exit_status).
         sys.exit(1)
     gcs.start()
-    exit_on_sigterm(gcs.stop)
-    exit_with_parent(args.parent_pid, gcs.stop)
+    on_exit = gcs.stop
+    if endpoint is not None:
+        from tracedray.metrics import serve as metrics
+
+        discovery = metrics.attach_gcs(endpoint, gcs, args.session_dir)
+
+        def on_exit() -> None:
+            gcs.stop()
+            discovery.close()  # a stopped cluster has no targets left to scrape
+
+    exit_on_sigterm(on_exit)
+    exit_with_parent(args.parent_pid, on_exit)
     tmp = args.ready_file.with_suffix(".tmp")
     tmp.write_text(json.dumps({"port": gcs.port}))
     tmp.replace(args.ready_file)
     threading.Event().wait()
+
+
+def _open_metrics(host: str) -> MetricsServer | None:
+    """The GCS's /metrics (a free port); the GCS runs on without it."""
+    from tracedray.metrics import serve as metrics
+
+    try:
+        return metrics.open_endpoint(host, 0)
+    except Exception as exc:  # noqa: BLE001 - metrics never stop the cluster
+        logs.get_logger(__name__).warning("metrics.start_failed", component="gcs",
+                                          error=f"{type(exc).__name__}: {exc}")
+        return None
 
 
 def _or(given: T | None, fallback: T) -> T:

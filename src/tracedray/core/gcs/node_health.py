@@ -29,6 +29,8 @@ from tracedray import config
 REFUSED, UNREACHABLE, LISTENING = "refused", "unreachable", "listening"
 # Heartbeats this many intervals late make the GCS look at the raylet's port.
 LATE_INTERVALS = 2.0
+# This many intervals of silence make an ALIVE node SUSPECT in `tracedray status`.
+SUSPECT_INTERVALS = 5.0
 
 
 @dataclass(frozen=True)
@@ -40,6 +42,12 @@ class Liveness:
     timeout_s: float
     probe: str = ""  # REFUSED | UNREACHABLE | LISTENING | "" (not probed)
     stalled_s: float = 0.0  # of the silence, how long the GCS itself was stalled
+
+
+def suspect(silent_s: float, heartbeat_interval_s: float) -> bool:
+    """Whether an ALIVE node is late enough to be shown as SUSPECT (not yet dead): more
+    heartbeats missed than a busy machine delays."""
+    return silent_s > SUSPECT_INTERVALS * heartbeat_interval_s
 
 
 def should_probe(silent_s: float, heartbeat_interval_s: float) -> bool:

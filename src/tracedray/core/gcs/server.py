@@ -23,7 +23,7 @@ from opentelemetry.trace import Status, StatusCode
 from tracedray import config, logs, telemetry
 from tracedray.core import rpc
 from tracedray.core.environment import drift
-from tracedray.core.gcs import job_end, job_tasks, node_health
+from tracedray.core.gcs import job_end, job_tasks, node_health, task_query, tasks_backpressure
 from tracedray.core.gcs.actor_manager import ActorManager
 from tracedray.core.gcs.storage import (
     Flusher,
@@ -38,6 +38,9 @@ from tracedray.v1 import common_pb2, gcs_pb2, gcs_pb2_grpc
 
 log = logs.get_logger(__name__)
 TABLES = ("nodes", "jobs", "kv", "actors", "tasks")
+# Written through to any storage, the embedded one too: a GCS SIGKILL must lose no node,
+# job, actor or function (they change rarely); the task table may stay flushed-behind.
+DURABLE_TABLES = frozenset({"nodes", "jobs", "kv", "actors"})
 TERMINAL = job_tasks.TERMINAL
 # Task records a job's end fails per hold of the lock: task events wait meanwhile.
 _FAIL_BATCH = 500
@@ -52,6 +55,9 @@ class GcsStatistics:
     watch_stalls_total: int
     watch_stalled_s_total: float
     longest_watch_stall_s: float
+    # Task-event batches that found the hot set over its high-water mark and flushed it
+    # before answering: the producers waited instead of the GCS's memory growing.
+    backpressure_flushes_total: int = 0
 
 
 class Gcs:
@@ -61,9 +67,16 @@ class Gcs:
         self.session_dir = session_dir
         self.storage = open_storage(storage_url, session_dir=session_dir)
         through = is_write_through(self.storage)
-        self.tables = {name: TieredTable(name, self.storage, write_through=through)
+        self.tables = {name: TieredTable(name, self.storage,
+                                         write_through=through or name in DURABLE_TABLES)
                        for name in TABLES}
-        self.flusher = Flusher(self.tables, flush_policy or FlushPolicy(), enabled=flushing)
+        policy = flush_policy or FlushPolicy()
+        self.flusher = Flusher(self.tables, policy, enabled=flushing)
+        # A burst the flusher thread cannot keep up with (a starved machine) is flushed
+        # by the batches that grow the hot set past twice its bound, each half-bound of
+        # growth once: the producers wait for it rather than the GCS's memory growing.
+        self._backpressure = (tasks_backpressure.Backpressure(policy.max_hot_entries)
+                              if flushing and policy.max_hot_entries > 0 else None)
         self._lock = threading.RLock()
         self._nodes: dict[str, gcs_pb2.NodeWithLoad] = {}
         self._head_env: dict[str, str] = {}
@@ -159,8 +172,11 @@ class Gcs:
         now = time.time()
         with self._lock:
             entry = self._nodes.get(request.node_id)
-            if entry is None or entry.info.state == "DEAD":
-                return gcs_pb2.HeartbeatReply(gcs_time=now, unknown_node=entry is None)
+            if entry is None:
+                return gcs_pb2.HeartbeatReply(gcs_time=now, unknown_node=True)
+            if entry.info.state == "DEAD":
+                return gcs_pb2.HeartbeatReply(gcs_time=now, declared_dead=True,
+                                              death_reason=entry.info.death_reason)
             entry.last_heartbeat = now
             entry.resources_available.clear()
             entry.resources_available.update(request.resources_available)
@@ -238,7 +254,9 @@ class Gcs:
                 nodes_alive=states.count("ALIVE"), nodes_dead=states.count("DEAD"),
                 watch_stalls_total=self._stalls_total,
                 watch_stalled_s_total=self._stalled_s_total,
-                longest_watch_stall_s=self._longest_stall_s)
+                longest_watch_stall_s=self._longest_stall_s,
+                backpressure_flushes_total=(self._backpressure.flushes
+                                            if self._backpressure is not None else 0))
 
     def _mark_dead(self, verdicts: dict[str, tuple[float, str]]) -> list[gcs_pb2.NodeInfo]:
         """``verdicts``: node id -> (the last heartbeat the verdict saw, why it is dead)."""
@@ -412,9 +430,14 @@ class Gcs:
                     if self._verdicts else [])
         # Tasks of a job that has ended: their reports came after the job's end.
         self._fail_tasks(late)
+        if self._backpressure is not None and self._backpressure.due(table.hot_count()):
+            self.flusher.flush_now()
+            self._backpressure.flushed(table.hot_count())
 
     def get_tasks(self, request: gcs_pb2.GetTasksRequest) -> gcs_pb2.GetTasksReply:
         table = self.tables["tasks"]
+        if task_query.is_query(request):
+            return task_query.query_tasks(table.scan(prefix=request.id_prefix.lower()), request)
         reply = gcs_pb2.GetTasksReply()
         if request.task_ids:
             for task_id in request.task_ids:

@@ -9,7 +9,7 @@ import grpc
 
 from tracedray.core import rpc
 from tracedray.exceptions import RaySystemError
-from tracedray.v1 import common_pb2, raylet_pb2, raylet_pb2_grpc
+from tracedray.v1 import common_pb2, debug_pb2, raylet_pb2, raylet_pb2_grpc
 
 
 class LeaseCall:
@@ -110,10 +110,15 @@ class RayletClient:
         return self._call("GetWorkerExit", raylet_pb2.GetWorkerExitRequest(  # type: ignore[return-value]
             worker_id=worker_id, timeout_s=timeout_s), timeout=timeout_s + 10)
 
-    def node_stats(self, *, include_objects: bool = False,
-                   include_references: bool = False) -> raylet_pb2.NodeStats:
+    def node_stats(self, *, include_objects: bool = False, include_references: bool = False,
+                   timeout: float = 60.0) -> raylet_pb2.NodeStats:
         return self._call("GetNodeStats", raylet_pb2.GetNodeStatsRequest(  # type: ignore[return-value]
-            include_objects=include_objects, include_references=include_references))
+            include_objects=include_objects, include_references=include_references),
+            timeout=timeout)
+
+    def dump_node_stacks(self, request: debug_pb2.DumpStacksRequest,
+                         timeout: float) -> debug_pb2.NodeStackDumps:
+        return self._call("DumpNodeStacks", request, timeout)  # type: ignore[return-value]
 
     def kill_worker(self, worker_id: str, force: bool = True) -> None:
         self._call("KillWorker", raylet_pb2.KillWorkerRequest(worker_id=worker_id, force=force))
@@ -136,8 +141,11 @@ class RayletClient:
     def shutdown_node(self) -> None:
         self._call("ShutdownNode", raylet_pb2.ShutdownNodeRequest(), timeout=10.0)
 
-    def read_session_files(self, subdir: str) -> Iterator[raylet_pb2.FileChunk]:
+    def read_session_files(self, subdir: str,
+                           keys: list[bytes] | None = None) -> Iterator[raylet_pb2.FileChunk]:
+        """The node's ``subdir`` files, or with ``keys`` (telemetry/trace_index.py) only
+        their lines holding one of them."""
         with rpc.translate("raylet", self.address):
-            request = raylet_pb2.ReadSessionFilesRequest(subdir=subdir)
+            request = raylet_pb2.ReadSessionFilesRequest(subdir=subdir, keys=keys or [])
             yield from self._stub.ReadSessionFiles(request, timeout=120.0)
 

@@ -54,12 +54,14 @@ class Heartbeats:
     def __init__(self, *, gcs: GcsClient, node_id: str, interval_s: float,
                  request: Callable[[], gcs_pb2.HeartbeatRequest],
                  reregister: Callable[[], None], stopped: threading.Event,
+                 fence: Callable[[str], None] = lambda reason: None,
                  clock_skew_s: float = 0.0) -> None:
         self._gcs = gcs
         self._node_id = node_id
         self._interval_s = interval_s
         self._request = request
         self._reregister = reregister
+        self._fence = fence
         self._stopped = stopped
         self._skew_s = clock_skew_s
         self._estimate: tuple[float, float] | None = None  # clock (offset, rtt)
@@ -100,6 +102,9 @@ class Heartbeats:
             reply = self._gcs.heartbeat(request)
             self._note_clock(node_health.clock_offset(request.sent_at, time.time(),
                                                       reply.gcs_time))
+            if reply.declared_dead:
+                self._fence(reply.death_reason)
+                return
             if reply.unknown_node:
                 log.warning("node.reregister", reason="the GCS does not know this node")
                 self._reregister()

@@ -30,6 +30,9 @@ def main() -> None:
     parser.add_argument("--supervise-gcs", default="",
                         help="JSON GcsLaunchSpec: restart that GCS when it dies (head only)")
     parser.add_argument("--gcs-pid", type=int, default=0)
+    parser.add_argument("--metrics-export-port", type=int, default=None,
+                        help="port of /metrics (default: $TRACEDRAY_METRICS_EXPORT_PORT, or "
+                             "0: a free port)")
     args = parser.parse_args()
     setup_process("raylet", session_dir=args.session_dir, node_id=args.node_id,
                   config={"resources": args.resources, "gcs": args.gcs,
@@ -38,14 +41,20 @@ def main() -> None:
                   ip=args.ip)
     from tracedray.core import auth
     from tracedray.core.raylet.server import Raylet
+    from tracedray.metrics import serve as metrics
 
     try:
         auth.configure_from_environment()  # no token: a ConfigError, reported below
+        # Before the raylet: its port goes into the node's registration.
+        endpoint = metrics.open_endpoint(args.ip, args.metrics_export_port)
         raylet = Raylet(node_id=args.node_id, ip=args.ip, gcs_address=args.gcs,
                         session_dir=args.session_dir, resources=json.loads(args.resources),
                         object_store_memory=args.object_store_memory,
                         object_spilling=not args.no_spilling, is_head=args.head, port=args.port,
-                        listen_host=args.ip)
+                        listen_host=args.ip,
+                        metrics_export_port=endpoint.port if endpoint is not None else 0)
+        if endpoint is not None:
+            metrics.attach_raylet(endpoint, raylet)
         raylet.start(prestart_workers=args.prestart)
     except Exception as exc:
         logs.get_logger(__name__).error("raylet.start_failed", error=str(exc))

@@ -7,9 +7,9 @@ reference counts them, until evicted. So the raylet that serves a pull remembers
 raylet it went to (:class:`CopyHolders`) and passes each free of the object on to it.
 
 A free can overtake the copy it is meant for: passed on while the pull is still under
-way, it finds nothing to free at the puller. So every raylet remembers what it freed in
-the last ``REMEMBER_S`` (:class:`RecentFrees`), and a pull that ends after its object
-was freed here frees the copy it just stored.
+way, it finds nothing to free at the puller. So a free marks the transfer of the object
+under way here (``transfers.TransferTable.mark_freed``), and the pull frees the copy it
+just stored (:meth:`ObjectFrees.after_pull`).
 
 Every free is an ``object.free`` span with its reason (the store's), and the store counts
 frees by reason; a batch freed because its owner is gone is one ``objects.owner_gone``
@@ -20,8 +20,6 @@ from __future__ import annotations
 
 import functools
 import threading
-import time
-from collections import OrderedDict
 from collections.abc import Callable, Collection, Iterable, Mapping
 from concurrent.futures import Executor
 from dataclasses import dataclass
@@ -32,12 +30,11 @@ from tracedray.core.object_store.store import FREE_RELEASED, ObjectStore
 from tracedray.core.raylet import lease_reclaim as lr
 from tracedray.core.raylet import owner_death as od
 from tracedray.core.raylet.client import RayletClient
+from tracedray.core.raylet.transfers import TransferTable
 from tracedray.exceptions import RaySystemError
 
 log = logs.get_logger(__name__)
 
-# Far longer than a transfer takes.
-REMEMBER_S = 600.0
 # A raylet that does not take a passed-on free within this long keeps its copy (it
 # checks the copy's owner itself; a copy of a released object stays until evicted).
 PASS_ON_TIMEOUT_S = 10.0
@@ -69,35 +66,6 @@ class CopyHolders:
             return len(self._holders)
 
 
-class RecentFrees:
-    """Object id -> when (monotonic seconds) and why this raylet was last asked to free
-    it, for ``remember_s``. Thread-safe."""
-
-    def __init__(self, remember_s: float = REMEMBER_S) -> None:
-        self._remember_s = remember_s
-        self._lock = threading.Lock()
-        self._freed: OrderedDict[str, tuple[float, str]] = OrderedDict()  # oldest first
-
-    def add(self, object_ids: Iterable[str], reason: str, now: float) -> None:
-        with self._lock:
-            for object_id in object_ids:
-                self._freed.pop(object_id, None)  # to the end: oldest first
-                self._freed[object_id] = (now, reason)
-            cutoff = now - self._remember_s
-            while self._freed and next(iter(self._freed.values()))[0] < cutoff:
-                self._freed.popitem(last=False)
-
-    def since(self, object_id: str, started: float) -> str | None:
-        """Why the object was freed at or after ``started``; None if it was not."""
-        with self._lock:
-            freed = self._freed.get(object_id)
-        return freed[1] if freed is not None and freed[0] >= started else None
-
-    def __len__(self) -> int:
-        with self._lock:
-            return len(self._freed)
-
-
 @dataclass(frozen=True)
 class ObjectFreeStatistics:
     owners_gone: int  # owners known to have exited or died (the most recent 10,000)
@@ -112,10 +80,11 @@ class ObjectFrees:
     the raylet directly), ``dead_nodes`` the nodes the GCS declared dead; both are read
     once per check of the owners."""
 
-    def __init__(self, *, store: ObjectStore, node_id: str, background: Executor,
-                 local_alive: Callable[[], Collection[str]],
+    def __init__(self, *, store: ObjectStore, transfers: TransferTable, node_id: str,
+                 background: Executor, local_alive: Callable[[], Collection[str]],
                  dead_nodes: Callable[[], Collection[str]]) -> None:
         self._store = store
+        self._transfers = transfers
         self._node_id = node_id
         self._bg = background
         self._local_alive = local_alive
@@ -123,14 +92,13 @@ class ObjectFrees:
         self._lock = threading.Lock()
         self._dead_owners = od.DeadOwners()
         self.copy_holders = CopyHolders()
-        self._recent = RecentFrees()
         self._freed_for_gone = 0
         self._passed_on = 0
 
     def free(self, object_ids: Collection[str], reason: str = FREE_RELEASED) -> int:
         """Free the objects here and pass the free on to the raylets that pulled copies
         of them from here; returns the bytes freed here."""
-        self._recent.add(object_ids, reason, time.monotonic())
+        self._transfers.mark_freed(object_ids, reason)
         freed = self._store.free(object_ids, reason)
         for raylet, pulled in self.copy_holders.pop(object_ids).items():
             with self._lock:
@@ -138,10 +106,10 @@ class ObjectFrees:
             self._bg.submit(_pass_on, raylet, pulled, reason)
         return freed
 
-    def after_pull(self, object_id: str, started: float) -> None:
-        """A pull that began at ``started`` (monotonic) stored its copy: if the object was
+    def after_pull(self, object_id: str) -> None:
+        """A pull (still under way for ``transfers``) stored its copy: if the object was
         freed here meanwhile, the free was meant for this copy too."""
-        reason = self._recent.since(object_id, started)
+        reason = self._transfers.freed_during(object_id)
         if reason is not None:
             log.info("object.freed_during_pull", object_id=object_id, reason=reason)
             self.free([object_id], reason)

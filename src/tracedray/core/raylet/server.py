@@ -28,6 +28,7 @@ from tracedray.core.raylet import driver_watch as dw
 from tracedray.core.raylet import lease_reclaim as lr
 from tracedray.core.raylet import owner_death as od
 from tracedray.core.raylet import scheduler
+from tracedray.core.raylet import stack_dumps as sd
 from tracedray.core.raylet import worker_pool as wp
 from tracedray.core.raylet.client import RayletClient
 from tracedray.core.raylet.early_withdrawals import EarlyWithdrawals
@@ -39,11 +40,14 @@ from tracedray.core.worker.flight_recorder import read_slot
 from tracedray.exceptions import ConfigError, ObjectStoreFullError, RaySystemError
 from tracedray.telemetry import attributes as A
 from tracedray.telemetry.append_file import read_data
+from tracedray.telemetry.line_spool import sync_lines_dir
 from tracedray.telemetry.spool_convert import sync_traces_dir
+from tracedray.telemetry.trace_index import matching_lines
 from tracedray.v1 import (
     common_pb2,
     core_worker_pb2,
     core_worker_pb2_grpc,
+    debug_pb2,
     gcs_pb2,
     raylet_pb2,
     raylet_pb2_grpc,
@@ -80,8 +84,12 @@ class RayletStatistics:
 class Raylet:
     def __init__(self, *, node_id: str, ip: str, gcs_address: str, session_dir: Path,
                  resources: dict[str, float], object_store_memory: int, object_spilling: bool,
-                 is_head: bool, port: int = 0, listen_host: str = "127.0.0.1") -> None:
+                 is_head: bool, port: int = 0, listen_host: str = "127.0.0.1",
+                 metrics_export_port: int = 0) -> None:
         self.node_id = node_id
+        # Where this node's /metrics is served (metrics/), registered with the GCS for
+        # prometheus_sd.json; 0: not served.
+        self.metrics_export_port = metrics_export_port
         self.ip = ip
         self.session_dir = session_dir
         self.is_head = is_head
@@ -119,10 +127,11 @@ class Raylet:
             gcs=self.gcs, node_id=node_id, interval_s=config.HEARTBEAT_INTERVAL_S.get(),
             request=self._heartbeat_request, stopped=self._stopped,
             reregister=lambda: self.gcs.register_node(self._node_info()),
-            clock_skew_s=_clock_skew())
+            fence=self._fence, clock_skew_s=_clock_skew())
         self.transfers = TransferTable()
-        self.frees = ObjectFrees(store=self.store, node_id=node_id, background=self._bg,
-                                 local_alive=self._local_processes, dead_nodes=self._dead_nodes)
+        self.frees = ObjectFrees(store=self.store, transfers=self.transfers, node_id=node_id,
+                                 background=self._bg, local_alive=self._local_processes,
+                                 dead_nodes=self._dead_nodes)
         self._agent: subprocess.Popen[bytes] | None = None
         # Read here so that a malformed value fails the node's start, naming the variable.
         self.idle_worker_timeout_s = config.IDLE_WORKER_TIMEOUT_S.get()
@@ -141,7 +150,7 @@ class Raylet:
     # --- lifecycle
     def start(self, prestart_workers: int) -> None:
         self._server.start()
-        self._agent = start_agent(self.session_dir, self.node_id)
+        self._agent = start_agent(self.session_dir, self.node_id, ip=self.ip)
         with telemetry.span("node.start", {A.NODE_ID: self.node_id, A.NODE_IP: self.ip}) as span:
             info = self._node_info()
             self.gcs.register_node(info)
@@ -172,7 +181,8 @@ class Raylet:
                                 resources_total=self.total, state="ALIVE", start_time=time.time(),
                                 environment=environment_fingerprint(), is_head=self.is_head,
                                 object_store_capacity=self.store.statistics().capacity,
-                                hostname=os.uname().nodename)
+                                hostname=os.uname().nodename,
+                                metrics_export_port=self.metrics_export_port)
 
     def _version_drift(self, info: gcs_pb2.NodeInfo) -> list[str]:
         """How this node's versions differ from the head's (the GCS flags it too)."""
@@ -234,6 +244,18 @@ class Raylet:
             pending.reply = self._reply(decision, status=raylet_pb2.LeaseReply.SPILLBACK,
                                         spillback=Address.from_proto(peer.info.raylet))
             pending.done.set()
+
+    def _fence(self, death_reason: str) -> None:
+        """The GCS declared this node dead while it ran (a stall or a partition longer
+        than the death timeout): stop, killing the workers, so that nothing runs under the
+        dead node's identity; its work was already failed or retried elsewhere."""
+        if self._stopped.is_set():
+            return
+        log.error("node.fenced", node_id=self.node_id, death_reason=death_reason,
+                  action="the raylet stops and kills its workers; start the node again to "
+                         "rejoin the cluster as a new node")
+        threading.Thread(target=_shutdown_and_exit, args=(self, 1), daemon=True,
+                         name="tracedray-fence").start()
 
     def shutdown(self) -> None:
         if self._stopped.is_set():
@@ -895,12 +917,13 @@ class Raylet:
                                owner=owner.worker_id if owner is not None else "",
                                owner_address=owner, call_site=first.call_site)
             span.set_attribute(A.TRANSFER_BYTES, total)
-        self.frees.after_pull(object_id.hex(), started)
+        self.frees.after_pull(object_id.hex())
         log.info("object.transfer", object_id=object_id.hex(), bytes=total,
                  from_node=source.node_id, duration_s=round(time.monotonic() - started, 6))
 
     def node_stats(self, request: raylet_pb2.GetNodeStatsRequest) -> raylet_pb2.NodeStats:
         stats = self.store.statistics()
+        host_use = _host_use()  # /proc reads, outside the lock
         with self._lock:
             reply = raylet_pb2.NodeStats(
                 node_id=self.node_id, ip=self.ip, pid=os.getpid(), resources_total=self.total,
@@ -912,6 +935,7 @@ class Raylet:
                 leases_reclaimed=self._reclaimed, session_dir=str(self.session_dir),
                 freed_count=stats.freed_count, freed_bytes=stats.freed_bytes,
                 freed_by_reason=stats.freed_by_reason)
+            reply.host_cpu_percent, reply.host_memory_percent = host_use
             for worker in self.pool.workers.values():
                 reply.workers.add(worker_id=worker.worker_id, pid=worker.pid, state=worker.state,
                                   actor_id=worker.actor_id.hex(), exit_code=worker.exit_code,
@@ -930,6 +954,28 @@ class Raylet:
                 if table is not None:
                     reply.reference_tables.append(table)
         return reply
+
+
+    def dump_stacks(self, request: debug_pb2.DumpStacksRequest) -> debug_pb2.NodeStackDumps:
+        """The stacks of this node's workers (and drivers, if asked), asked outside the lock."""
+        with self._lock:
+            targets = [sd.Target(w.worker_id, w.pid, "worker", w.state,
+                                 self.pool.address_of(w) if w.port else None, w.actor_id.hex())
+                       for w in self.pool.workers.values() if w.state not in (wp.DEAD,)]
+            if request.include_drivers:
+                targets += [sd.Target(a.worker_id, a.pid, "driver", "DRIVER", a)
+                            for a in self._drivers.values() if a.port]
+        return sd.dump_node(self.node_id, self.ip, targets, request)
+
+
+def _host_use() -> tuple[float, float]:
+    """The machine's CPU use since the previous call and its memory use, in percent."""
+    import psutil
+
+    try:
+        return psutil.cpu_percent(interval=None), psutil.virtual_memory().percent
+    except (OSError, RuntimeError):
+        return 0.0, 0.0
 
 
 def _reference_table(address: Address) -> bytes | None:
@@ -1113,9 +1159,23 @@ class _Servicer(raylet_pb2_grpc.RayletServiceServicer):
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"no such folder {request.subdir!r}")
         if request.subdir == "traces":
             sync_traces_dir(folder)  # every span that had ended, not only what the agent did
+        if request.keys:  # the matching lines alone, found through the node's index
+            if request.subdir == "logs":
+                sync_lines_dir(folder)  # every line that was logged
+            by_file: dict[str, list[bytes]] = {}
+            for name, line in matching_lines(self._r.session_dir, request.subdir,
+                                             request.keys):
+                by_file.setdefault(name, []).append(line)
+            for name, lines in by_file.items():
+                yield raylet_pb2.FileChunk(name=name, data=b"\n".join(lines) + b"\n")
+            return
         for path in sorted(folder.glob("*.jsonl")):
             # Without the NUL tail a live writer reserves (telemetry/append_file.py).
             yield raylet_pb2.FileChunk(name=path.name, data=read_data(path))
+
+
+    def DumpNodeStacks(self, request: Any, context: Any) -> Any:
+        return self._r.dump_stacks(request)
 
 
 def _when_gone(context: Any, withdraw: Callable[[], None]) -> None:
@@ -1124,9 +1184,9 @@ def _when_gone(context: Any, withdraw: Callable[[], None]) -> None:
         withdraw()  # the RPC is over already
 
 
-def _shutdown_and_exit(raylet: Raylet) -> None:
+def _shutdown_and_exit(raylet: Raylet, code: int = 0) -> None:
     time.sleep(0.05)
     raylet.shutdown()
-    logs.record_process_exit(0)
+    logs.record_process_exit(code)
     telemetry.shutdown()
-    os._exit(0)
+    os._exit(code)

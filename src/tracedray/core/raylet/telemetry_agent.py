@@ -55,12 +55,15 @@ from tracedray import config, logs
 from tracedray.core.process import process_alive, terminate
 from tracedray.core.raylet.conversion_policy import CpuMeter, conversion_due
 from tracedray.telemetry import export_config
+from tracedray.telemetry._host import advertise_ip
 from tracedray.telemetry.line_spool import has_uncopied, sync_lines_dir
 from tracedray.telemetry.spool_convert import (
     MAX_BYTES_PER_ROUND,
+    MAX_ROUNDS_PER_SYNC,
     has_unconverted,
     sync_traces_dir,
 )
+from tracedray.telemetry.trace_index import IndexWriter, create_index
 
 DEFAULT_INTERVAL_S = 0.5
 NICENESS = 19
@@ -68,6 +71,7 @@ AGENT_BYTES_PER_ROUND = 256 << 10  # ~700 spans, ~5 ms of CPU under one lock: a 
 # SCHED_IDLE agent holding a lock a reader waits on finishes that much, not more
 POLL_S = 0.05
 PARENT_CHECK_S = 0.5
+WRITERS_POLL_S = 0.25  # how often a stopped agent looks for what live writers added
 STOP_TIMEOUT_S = 15.0  # a final conversion of a long burst's backlog takes seconds
 
 if TYPE_CHECKING:
@@ -84,6 +88,7 @@ class AgentStatistics:
     spans_converted: int = 0
     busiest_round_spans: int = 0
     warnings: int = 0
+    lines_indexed: int = 0  # lines entered in the session's trace index (trace_index.py)
 
 
 class SpoolConverter:
@@ -102,6 +107,9 @@ class SpoolConverter:
         self._meter = meter if meter is not None else CpuMeter()
         self._stats = AgentStatistics()
         self._lock = threading.Lock()
+        # After each round, the lines it wrote go into the session's index, here, at the
+        # agent's priority: no reader or runtime process waits for it.
+        self._index = IndexWriter(traces_dir.parent)
 
     def convert_once(self, *, blocking: bool = False) -> int:
         # The final (blocking) pass runs when the node stops: nothing waits on it then.
@@ -110,7 +118,9 @@ class SpoolConverter:
         copied = sync_lines_dir(self.logs_dir, blocking=blocking, max_bytes=(
             MAX_BYTES_PER_ROUND if blocking else AGENT_BYTES_PER_ROUND))
         result.warnings.extend(copied.warnings)
+        lines_indexed = self._update_index(blocking, result.warnings)
         with self._lock:
+            self._stats.lines_indexed += lines_indexed
             self._stats.rounds += 1
             self._stats.spans_converted += result.spans
             self._stats.busiest_round_spans = max(self._stats.busiest_round_spans,
@@ -119,6 +129,21 @@ class SpoolConverter:
         for warning in result.warnings[:5]:  # a corrupt spool repeats itself each round
             log.warning("telemetry.spool_warning", detail=warning)
         return result.spans
+
+    def _update_index(self, blocking: bool, warnings: list[str]) -> int:
+        """Index what this round wrote, AGENT_BYTES_PER_ROUND per transaction (one write
+        lock another node's agent may wait on), as many as a sync converts; the last
+        pass (``blocking``) indexes everything."""
+        budget = MAX_BYTES_PER_ROUND if blocking else AGENT_BYTES_PER_ROUND
+        lines = 0
+        for _ in range(1 << 30 if blocking else MAX_ROUNDS_PER_SYNC):
+            update = self._index.update(max_bytes=budget)
+            lines += update.lines
+            if update.error:
+                warnings.append(update.error)
+            if not update.pending or not update.lines or update.error:
+                break
+        return lines
 
     def run(self, should_stop: Callable[[], bool]) -> None:
         """Convert every interval until ``should_stop()``; then convert what is left.
@@ -166,29 +191,34 @@ class SpoolConverter:
 
 
 def start_agent(session_dir: Path, node_id: str, *,
-                only_pid: int = 0) -> subprocess.Popen[bytes]:
+                only_pid: int = 0, ip: str = "") -> subprocess.Popen[bytes]:
     """Start this node's agent as a child of the calling (raylet) process.
 
     Its stdout is a pipe on which it says when its last conversion is done
     (:func:`stop_agent` waits for that). ``only_pid``: export that process's files only
     (a driver's own agent, in a session of its own: see :func:`start_for_driver`).
     """
+    if not only_pid:
+        warning = create_index(session_dir)
+        if warning:
+            log.warning("telemetry.index_unavailable", detail=warning)
     # SIGTERM blocked from its first instruction until its handler is in place (main):
     # a node stopped while its agent still imports would lose that agent's conversion
     # and export; the blocked signal waits for the handler instead.
     blocked = signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGTERM])
     try:
-        process = _spawn_agent(session_dir, node_id, only_pid)
+        process = _spawn_agent(session_dir, node_id, only_pid, ip)
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
     lower_priority(process.pid)  # from its first instruction, not once it has started
     return process
 
 
-def _spawn_agent(session_dir: Path, node_id: str, only_pid: int) -> subprocess.Popen[bytes]:
+def _spawn_agent(session_dir: Path, node_id: str, only_pid: int,
+                 ip: str) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
         [sys.executable, "-m", "tracedray.core.raylet.telemetry_agent",
-         "--session-dir", str(session_dir), "--node-id", node_id,
+         "--session-dir", str(session_dir), "--node-id", node_id, "--ip", ip,
          "--parent-pid", str(os.getpid()),
          "--interval", str(config.TELEMETRY_AGENT_INTERVAL_S.get()),
          "--max-defer", str(config.TELEMETRY_AGENT_MAX_DEFER_S.get()),
@@ -270,7 +300,9 @@ def main() -> None:
     parser.add_argument("--max-defer", type=float, default=0.0)
     parser.add_argument("--linger", type=float, default=0.0)
     parser.add_argument("--only-pid", type=int, default=0)
+    parser.add_argument("--ip", default="")  # the node's advertised address, for its lines
     args = parser.parse_args()
+    advertise_ip(args.ip)
     os.umask(0o077)  # the traces it writes are its user's alone, like every session file
     policy = lower_priority(0)  # before any thread starts: threads inherit it
     # Logs only: the agent records no spans of its own (it would feed its own input).
@@ -282,6 +314,11 @@ def main() -> None:
     converter = SpoolConverter(args.session_dir / "traces", args.interval,
                                max_defer_s=args.max_defer)
     export = _start_export(args.session_dir, args.interval, args.only_pid)
+    if not args.only_pid:  # the node's agent: its counts on the raylet's /metrics
+        from tracedray.metrics.agent_metrics import start_reporting
+
+        start_reporting(args.session_dir, args.node_id, converter.statistics,
+                        export.exporter.statistics if export is not None else None)
     started = time.monotonic()
     stop_requested = [False]
     signal.signal(signal.SIGTERM, lambda signum, frame: stop_requested.__setitem__(0, True))
@@ -303,12 +340,12 @@ def main() -> None:
     converter.run(should_stop)
     stats = converter.statistics()
     log.info("telemetry.agent_stop", rounds=stats.rounds, rounds_deferred=stats.rounds_deferred,
-             spans_converted=stats.spans_converted,
+             spans_converted=stats.spans_converted, lines_indexed=stats.lines_indexed,
              busiest_round_spans=stats.busiest_round_spans, warnings=stats.warnings,
              run_time_s=round(time.monotonic() - started, 3))
     _say_converted()
     if export is not None:
-        _finish_export(export, args.linger)
+        _finish_export(export, converter, args.session_dir, args.linger, args.only_pid)
     logs.record_process_exit(0)
 
 
@@ -334,6 +371,23 @@ def _warn(event: str, fields: Mapping[str, object]) -> None:
     log.warning(event, **fields)
 
 
+def live_writers(session_dir: Path, only_pid: int = 0) -> list[int]:
+    """Pids of the live processes (other than this one) with a span or log spool in the
+    session: their spans and lines may still come. ``only_pid``: that one's alone."""
+    pids = set()
+    for folder in (session_dir / "traces", session_dir / "logs"):
+        with contextlib.suppress(OSError):
+            for entry in os.scandir(folder):
+                stem, _, suffix = entry.name.rpartition(".")
+                pid_text = stem.rpartition("-")[2]
+                if suffix == "spool" and pid_text.isdigit():
+                    pids.add(int(pid_text))
+    pids.discard(os.getpid())
+    if only_pid:
+        pids &= {only_pid}
+    return sorted(pid for pid in pids if process_alive(pid))
+
+
 def _say_converted() -> None:
     """Tell the raylet (stop_agent) that the last conversion is done."""
     with contextlib.suppress(OSError, ValueError):
@@ -345,9 +399,20 @@ def _say_converted() -> None:
         os.close(devnull)
 
 
-def _finish_export(export: ExportLoop, linger_s: float) -> None:
+def _finish_export(export: ExportLoop, converter: SpoolConverter, session_dir: Path,
+                   linger_s: float, only_pid: int) -> None:
+    """Export what is left, then what the session's other writers on this machine still
+    record (the GCS stops after the raylet; a driver may outlive a node), until none is
+    left or ``linger_s`` has passed."""
     started = time.monotonic()
-    drained = export.drain(started + linger_s)
+    deadline = started + linger_s
+    while True:
+        writers = live_writers(session_dir, only_pid)
+        converter.convert_once()
+        drained = export.drain(deadline)
+        if not drained or not writers:
+            break  # out of time, or everything the writers had ended was exported
+        time.sleep(WRITERS_POLL_S)
     stats = export.exporter.statistics()
     export.exporter.close()
     (log.info if drained else log.warning)(

@@ -4,12 +4,17 @@ When several tasks on a node need the same remote object at once, the first
 ``LocateObject`` pulls it and the others wait for that pull's outcome instead of
 starting their own (which would copy the bytes again and race to create the
 same file in the store).
+
+An object freed here while its transfer is under way (its owner let go of it, or is
+gone, and the raylet that served the pull passed the free on) finds nothing to free
+yet: the transfer is marked, and the copy it brings goes as soon as it is stored
+(``object_frees.ObjectFrees.after_pull``).
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 
@@ -18,6 +23,7 @@ class _Transfer:
     done: threading.Event = field(default_factory=threading.Event)
     error: BaseException | None = None
     waiters: int = 0
+    freed: str | None = None  # why the object was freed while this transfer was under way
 
 
 @dataclass(frozen=True)
@@ -66,6 +72,22 @@ class TransferTable:
                 del self._inflight[key]
             transfer.done.set()
         return False
+
+    def mark_freed(self, keys: Iterable[str], reason: str) -> None:
+        """The objects ``keys`` were freed here: a transfer of one under way brings a
+        copy that must go too."""
+        with self._lock:
+            for key in keys:
+                transfer = self._inflight.get(key)
+                if transfer is not None:
+                    transfer.freed = reason
+
+    def freed_during(self, key: str) -> str | None:
+        """Why the object of the transfer under way for ``key`` was freed since it began;
+        None if it was not (or no transfer of it is under way)."""
+        with self._lock:
+            transfer = self._inflight.get(key)
+            return transfer.freed if transfer is not None else None
 
     def statistics(self) -> TransferStatistics:
         with self._lock:

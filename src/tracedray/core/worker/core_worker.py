@@ -29,6 +29,7 @@ from tracedray.core.functions import FunctionManager, driver_import_paths
 from tracedray.core.gcs.client import GcsClient
 from tracedray.core.raylet.client import RayletClient
 from tracedray.core.worker import reference_table as rt
+from tracedray.core.worker import remote_debugger, slow_tasks, stack_dump
 from tracedray.core.worker.actor_submitter import ActorSubmitter
 from tracedray.core.worker.exit_blockers import WorkState, exit_blockers
 from tracedray.core.worker.flight_recorder import FlightRecorder
@@ -132,6 +133,10 @@ class CoreWorker:
         self.submitter = TaskSubmitter(self)
         self.actor_submitter = ActorSubmitter(self)
         self.executor: TaskExecutor | None = TaskExecutor(self) if mode == "worker" else None
+        self.slow_tasks = (slow_tasks.start_watch(self, self.executor, self._stopped)
+                           if self.executor is not None else None)
+        if self.executor is not None:
+            remote_debugger.install(self)  # breakpoint() waits for `tracedray debug`
         self._flusher = threading.Thread(target=self._flush_loop, daemon=True,
                                          name="tracedray-flusher")
         self._flusher.start()
@@ -211,7 +216,9 @@ class CoreWorker:
         rebuilt value (or the error saying why it cannot be); None: nothing to do.
 
         The owner rebuilds (see recovery.py); a borrower waits for the same verdict on
-        the node and then asks the owner again until it hands out the new copy.
+        the node and then asks the owner again until it hands out the new copy. A
+        borrower first asks the owner at once: an owner gone (every copy went with it,
+        raylet/owner_death.py) answers nothing, which is an OwnerDiedError.
         """
         object_id, node_id = value.object_id, value.store_node_id
         entry = self.references.get(object_id)
@@ -714,6 +721,9 @@ class _Servicer(core_worker_pb2_grpc.CoreWorkerServiceServicer):
                 stream.write(f"{prefix} {line.line}\n")
             sys.stdout.flush()
         return common_pb2.Empty()
+
+    def DumpStacks(self, request: Any, context: grpc.ServicerContext) -> Any:
+        return stack_dump.dump_process(self._w, request)
 
 
 def echo_name(function_name: str, kind: int) -> str:

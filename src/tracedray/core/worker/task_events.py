@@ -58,6 +58,12 @@ class TaskEventBuffer:
                 return
             self._pending.append(transition)
 
+    def add(self, event: gcs_pb2.TaskEvent) -> None:
+        """An event built elsewhere (a slow attempt's mark), sent with the next flush."""
+        with self._lock:
+            if len(self._unsent) < MAX_BUFFERED:
+                self._unsent.append(event)
+
     def flush(self) -> None:
         with self._lock:
             pending, self._pending = self._pending, []

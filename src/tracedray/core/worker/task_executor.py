@@ -26,8 +26,11 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from tracedray import logs, telemetry
 from tracedray.core import code_source, ids, trace_context
 from tracedray.core.serialization import serialize
+from tracedray.core.worker import remote_debugger
 from tracedray.core.worker.async_actor import ActorEventLoop, actor_concurrency, is_async_actor
 from tracedray.core.worker.pending_task import error_value
+from tracedray.core.worker.slow_tasks import FunctionDurations
+from tracedray.core.worker.stack_dump import LiveTask
 from tracedray.exceptions import ActorDiedError, RayError, RayTaskError, TaskCancelledError
 from tracedray.telemetry import attributes as A
 from tracedray.v1 import common_pb2
@@ -82,6 +85,9 @@ class TaskExecutor:
         self.actor_instance: Any = None
         self.actor_id: bytes = b""
         self._running: dict[bytes, int] = {}  # task id -> thread ident
+        # What runs now and how long each function took, for stack dumps and slow tasks.
+        self.live: dict[bytes, LiveTask] = {}
+        self.durations = FunctionDurations()
         self._interrupted: set[bytes] = set()  # running tasks a TaskInterrupt was sent to
         self._cancelled_early: set[bytes] = set()
         self._actor_lock = threading.Lock()  # a single-threaded actor runs one call at a time
@@ -177,13 +183,15 @@ class TaskExecutor:
         span, parent_fields = trace_context.start_child(spec, shape, (spec.task_id, spec.attempt))
         # The raylet reads this slot if the process dies mid-task: the parent's trace
         # fields there, so it needs no spec to attach worker.exit to the task's trace.
+        started = time.time()
         worker.flight_recorder.record({"task_id": task_hex, "attempt": spec.attempt,
                                        "function": name, "trace": parent_fields,
-                                       "started_at": time.time()})
+                                       "started_at": started})
         try:
             # First in the ``try``: from here a cancel may interrupt the task, and the
             # ``finally`` ends that (_stop_interrupts).
-            self._running[spec.task_id] = threading.get_ident()
+            self._running[spec.task_id] = thread_id = threading.get_ident()
+            self.live[spec.task_id] = LiveTask(spec, started, thread_id, span)
             worker.task_events.record(spec, "RUNNING", node_id=worker.node_id,
                                       worker_id=worker.worker_id, worker_pid=worker.address.pid)
             # The span is current while the task runs: attach/detach rather than
@@ -215,6 +223,9 @@ class TaskExecutor:
                 exc = self._begin_actor_exit(spec, exc)
             elif isinstance(exc, SystemExit):
                 self._exit_process(spec, span, exc)  # as in Ray: the process exits
+            if remote_debugger.post_mortem_enabled() and not isinstance(
+                    exc, KeyboardInterrupt | SystemExit):
+                remote_debugger.post_mortem(exc)  # waits for `tracedray debug` to detach
             if isinstance(exc, KeyboardInterrupt):  # a cancel, or the task's own: as Ray
                 exc = TaskCancelledError(task_hex)
             cancelled = isinstance(exc, TaskCancelledError)
@@ -245,6 +256,8 @@ class TaskExecutor:
                 worker.settle_blocked()
             worker.current_task = None
             worker.flight_recorder.clear()
+            self.live.pop(spec.task_id, None)
+            self.durations.observe(name, time.time() - started)
             span.end()
         return result
 

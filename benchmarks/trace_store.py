@@ -1,0 +1,216 @@
+"""How long the trace-store commands take as a session grows (issue 24), before and after.
+
+One cluster (``tracedray start --head``) gets tasks from drivers until the session holds
+each size in turn (default 1,000 then 20,000 tasks; each task prints a line, every
+hundredth one also puts 200 KB into the object store). At each size every command runs
+``--repeat`` times as a user runs it (a fresh ``tracedray`` process) and the median wall
+time is kept:
+
+    trace ID, logs --task ID, get task ID, list tasks --limit 10, memory --timeline
+
+"after" is this checkout. "before" is the same commands from another commit's code
+(``--before REV``, default the commit before the index: its ``src`` from ``git archive``,
+first on PYTHONPATH) against the same live cluster and session; that code ignores the
+index and reads every file, and its ``list``/``get`` pull every task from the GCS.
+Timing starts once the node's agent (nice 19) has converted and indexed the burst
+("agent_caught_up_s"); each command runs once before it is timed. Wall and CPU time
+(of the command's process) are both kept: on a loaded shared machine the wall time of
+the same command moves by tens of percent, its CPU time much less.
+
+Also printed: the session's bytes on disk per task (spans, logs, GCS tables, index).
+
+Usage: python benchmarks/trace_store.py [--sizes 1000 20000] [--repeat 3]
+                                        [--before REV | --no-before] [--save DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tarfile
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+BEFORE_REV = "c99fd07"  # the last commit before the trace index and server-side queries
+
+DRIVER = textwrap.dedent("""
+    import json, sys
+    import tracedray as ray
+
+    ray.init(address="auto")
+
+    @ray.remote
+    def step(i):
+        print("step", i, "done")
+        return i
+
+    count = int(sys.argv[1])
+    picked = None
+    kept = []
+    for start in range(0, count, 500):
+        refs = [step.remote(i) for i in range(start, min(count, start + 500))]
+        ray.get(refs)
+        if picked is None:
+            picked = refs[len(refs) // 2].task_id().hex()
+        for i in range(start, min(count, start + 500), 100):
+            kept.append(ray.put(b"x" * 200_000))
+        del kept[:-5]
+    print(json.dumps({"task": picked}), flush=True)
+    ray.shutdown()
+""")
+
+
+def _cli(env: dict[str, str], *args: str, check: bool = True) -> tuple[float, float]:
+    """Run one command; (its wall time, its process's CPU time) in seconds. The CPU time
+    moves much less than the wall time on a shared, loaded machine."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    started = time.perf_counter()
+    done = subprocess.run([sys.executable, "-c", "from tracedray.cli.app import app; app()",
+                           *args], env=env, capture_output=True, text=True, timeout=900)
+    took = time.perf_counter() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if check and done.returncode != 0:
+        raise SystemExit(f"tracedray {' '.join(args)} failed ({done.returncode}):\n"
+                         f"{done.stdout[-2000:]}\n{done.stderr[-2000:]}")
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return took, cpu
+
+
+def _wait_quiet(session: Path, timeout_s: float = 600.0) -> float:
+    """Wait until the node's agent has converted and indexed the burst (it competes for
+    the CPU with the commands timed otherwise); returns how long that took."""
+    import sqlite3
+
+    started = time.monotonic()
+    index = session / "trace_index.sqlite"
+    while time.monotonic() - started < timeout_s:
+        try:
+            conn = sqlite3.connect(f"{index.as_uri()}?mode=ro", uri=True)
+            done = dict(conn.execute("SELECT kind || '/' || name, indexed_to FROM files"))
+            conn.close()
+        except sqlite3.Error:
+            done = {}
+        sizes = {f"{p.parent.name}/{p.name}": p.stat().st_size
+                 for kind in ("traces", "logs") for p in (session / kind).glob("*.jsonl")}
+        # Live processes keep logging a little; what the agent had not converted yet a
+        # command converts itself, as it does for a user.
+        if sizes and all(done.get(name) == size for name, size in sizes.items()):
+            break
+        time.sleep(1.0)
+    return time.monotonic() - started
+
+
+def _before_tree(rev: str, folder: Path) -> Path:
+    archive = folder / "before.tar"
+    with open(archive, "wb") as out:
+        subprocess.run(["git", "-C", str(ROOT), "archive", rev, "src"], stdout=out, check=True)
+    with tarfile.open(archive) as tar:
+        tar.extractall(folder / "before", filter="data")
+    return folder / "before" / "src"
+
+
+def _session(temp_root: Path) -> Path:
+    return max(temp_root.glob("session_2*"), key=lambda p: p.stat().st_mtime)
+
+
+def _disk(session: Path) -> dict[str, int]:
+    def size(paths: list[Path]) -> int:
+        return sum(p.stat().st_size for p in paths if p.is_file())
+
+    return {"traces": size(list((session / "traces").glob("*"))),
+            "logs": size(list((session / "logs").glob("*"))),
+            "gcs": size(list(session.glob("gcs.sqlite3*"))),
+            "index": size(list(session.glob("trace_index.sqlite*")))}
+
+
+COMMANDS = {
+    "trace": lambda task: ("trace", task, "--format", "json"),
+    "logs --task": lambda task: ("logs", "--task", task),
+    "get task": lambda task: ("get", "task", task, "--format", "json"),
+    "list tasks --limit 10": lambda task: ("list", "tasks", "--limit", "10", "--format", "json"),
+    "memory --timeline": lambda task: ("memory", "--timeline", "--format", "json"),
+}
+
+
+def _time(env: dict[str, str], args: tuple[str, ...], repeat: int) -> dict[str, float]:
+    _cli(env, *args)  # warm: the page cache
+    runs = [_cli(env, *args) for _ in range(repeat)]
+    return {"wall_s": round(statistics.median(r[0] for r in runs), 3),
+            "cpu_s": round(statistics.median(r[1] for r in runs), 3)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--sizes", type=int, nargs="+", default=[1000, 20000])
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--before", default=BEFORE_REV)
+    parser.add_argument("--save", type=Path, default=None)
+    parser.add_argument("--no-before", action="store_true",
+                        help="time this checkout only (the old code takes minutes at 200k)")
+    args = parser.parse_args()
+    results: dict[str, Any] = {"sizes": {}, "before_rev": args.before,
+                               "commit": subprocess.run(
+                                   ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
+                                   capture_output=True, text=True).stdout.strip(),
+                               "date": datetime.datetime.now(datetime.timezone.utc).isoformat(),
+                               "cpus": os.cpu_count()}
+    with tempfile.TemporaryDirectory(prefix="td-bench-store-") as folder:
+        temp_root = Path(folder) / "root"
+        env = {**os.environ, "TRACEDRAY_TEMP_DIR": str(temp_root)}
+        env.pop("TRACEDRAY_ADDRESS", None)
+        before_env = {**env, "PYTHONPATH": str(_before_tree(args.before, Path(folder)))}
+        driver = Path(folder) / "driver.py"
+        driver.write_text(DRIVER)
+        _cli(env, "start", "--head", "--port", "0", "--num-cpus", "2")
+        try:
+            done = 0
+            for size in sorted(args.sizes):
+                started = time.perf_counter()
+                out = subprocess.run([sys.executable, str(driver), str(size - done)], env=env,
+                                     capture_output=True, text=True, timeout=3600, check=True)
+                made_s = time.perf_counter() - started
+                done = size
+                task = json.loads(out.stdout.strip().splitlines()[-1])["task"]
+                quiet_s = _wait_quiet(_session(temp_root))
+                row: dict[str, Any] = {"tasks_made_s": round(made_s, 1),
+                                       "agent_caught_up_s": round(quiet_s, 1),
+                                       "disk_bytes": _disk(_session(temp_root))}
+                row["disk_bytes_per_task"] = round(sum(row["disk_bytes"].values()) / size)
+                for name, command in COMMANDS.items():
+                    row[name] = {"after": _time(env, command(task), args.repeat),
+                                 "before": {"wall_s": 0.0, "cpu_s": 0.0} if args.no_before
+                                 else _time(before_env, command(task), args.repeat)}
+                    after, before = row[name]["after"], row[name]["before"]
+                    print(f"{size:>7} tasks  {name:<24} after {after['wall_s']:7.3f} s "
+                          f"(cpu {after['cpu_s']:6.3f})   before {before['wall_s']:7.3f} s "
+                          f"(cpu {before['cpu_s']:6.3f})", flush=True)
+                print(f"{size:>7} tasks  disk {row['disk_bytes_per_task']} B/task "
+                      f"{row['disk_bytes']}  (made in {made_s:.0f} s)", flush=True)
+                results["sizes"][str(size)] = row
+        finally:
+            _cli(env, "stop", check=False)
+    sizes = sorted(results["sizes"], key=int)
+    if len(sizes) > 1:
+        small, large = results["sizes"][sizes[0]], results["sizes"][sizes[-1]]
+        results["growth_after"] = {
+            name: {unit: round(large[name]["after"][unit] / small[name]["after"][unit], 2)
+                   for unit in ("wall_s", "cpu_s")} for name in COMMANDS}
+        print(f"after, {sizes[-1]} vs {sizes[0]} tasks:", results["growth_after"])
+    if args.save:
+        args.save.mkdir(parents=True, exist_ok=True)
+        name = "trace_store_after_only.json" if args.no_before else "trace_store.json"
+        (args.save / name).write_text(json.dumps(results, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()

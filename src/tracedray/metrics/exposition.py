@@ -1,0 +1,114 @@
+"""The ``/metrics`` HTTP endpoint of a raylet or the GCS (prometheus-client's server:
+Prometheus text 0.0.4, or OpenMetrics when the scraper asks for it in ``Accept``), and
+the conversion of merged snapshot families into prometheus-client metric families."""
+
+from __future__ import annotations
+
+import errno
+import threading
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+from prometheus_client.registry import Collector, CollectorRegistry
+
+from tracedray import logs
+from tracedray.exceptions import ConfigError
+from tracedray.metrics.snapshot import COUNTER, GAUGE, Family, cumulative
+
+log = logs.get_logger(__name__)
+
+
+@dataclass
+class MetricsServer:
+    """A running endpoint: where it listens, and the registry its collectors join."""
+
+    host: str
+    port: int
+    registry: CollectorRegistry
+    _server: Any
+    _thread: threading.Thread
+
+    def register(self, collector: Collector) -> None:
+        self.registry.register(collector)
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+
+def start_server(host: str, port: int) -> MetricsServer:
+    """Serve an empty registry on ``host:port`` (0: a free port); collectors join later,
+    so the port is known before the component that they read is built."""
+    from prometheus_client import start_http_server
+
+    registry = CollectorRegistry(auto_describe=False)
+    try:
+        server, thread = start_http_server(port, addr=host, registry=registry)
+    except OSError as exc:
+        taken = exc.errno == errno.EADDRINUSE
+        raise ConfigError(
+            f"cannot serve metrics on {host}:{port}: "
+            f"{'the port is in use' if taken else exc.strerror or exc}; pass another "
+            f"--metrics-export-port (0 picks a free one)") from exc
+    return MetricsServer(host, int(server.server_port), registry, server, thread)
+
+
+def to_prometheus(families: Iterable[Family],
+                  const_labels: Mapping[str, str]) -> Iterator[Metric]:
+    """Snapshot families as prometheus-client families, each series with
+    ``const_labels`` (``node_id``) added before its own labels."""
+    extra_names = list(const_labels)
+    extra_values = list(const_labels.values())
+    for family in families:
+        names = extra_names + [n for n in family.label_names if n not in const_labels]
+        metric: Metric
+        if family.kind == COUNTER:
+            name = family.name[:-6] if family.name.endswith("_total") else family.name
+            metric = CounterMetricFamily(name, family.help, labels=names)
+            for labels, series in family.series.items():
+                metric.add_metric(extra_values + list(labels), series.value)
+        elif family.kind == GAUGE:
+            metric = GaugeMetricFamily(family.name, family.help, labels=names)
+            for labels, series in family.series.items():
+                metric.add_metric(extra_values + list(labels), series.value)
+        else:
+            metric = HistogramMetricFamily(family.name, family.help, labels=names)
+            bounds = [_bound(b) for b in family.boundaries] + ["+Inf"]
+            for labels, series in family.series.items():
+                if len(series.buckets) != len(bounds):
+                    continue
+                metric.add_metric(extra_values + list(labels),
+                                  list(zip(bounds, cumulative(series.buckets), strict=True)),
+                                  series.sum)
+        yield metric
+
+
+def _bound(value: float) -> str:
+    return repr(float(value))
+
+
+class SafeCollector:
+    """A collector whose failure costs its families, not the scrape: telemetry never
+    breaks the runtime, and one bad source must not hide the others."""
+
+    def __init__(self, name: str, collect: Any) -> None:
+        self._name = name
+        self._collect = collect
+        self.failures = 0
+
+    def collect(self) -> Iterator[Metric]:
+        try:
+            metrics = list(self._collect())
+        except Exception as exc:  # noqa: BLE001 - a scrape must answer with the rest
+            self.failures += 1
+            log.warning("metrics.collect_failed", collector=self._name,
+                        error=f"{type(exc).__name__}: {exc}")
+            return iter(())
+        return iter(metrics)

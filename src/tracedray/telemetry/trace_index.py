@@ -1,0 +1,591 @@
+"""The session's trace index: which lines of ``traces/*.jsonl`` and ``logs/*.jsonl``
+name a task, actor, object, trace or process, and when they happened.
+
+Readers (``tracedray trace``, ``logs --task/--actor/--worker``) read only the lines the
+index names, so their cost follows the answer, not the session. The index is an SQLite
+database in WAL mode, ``<session>/trace_index.sqlite``, written by each node's telemetry
+agent (core/raylet/telemetry_agent.py, nice 19 / SCHED_IDLE) after each conversion
+round: the agent reads the files' new complete lines from where it stopped
+(``files.indexed_to``) and records, per line, its keys and time range. Several agents
+sharing a session folder (nodes on one machine) serialise on SQLite's write lock; each
+file's progress is read and moved inside one transaction, so no line is indexed twice.
+
+Keys are found with byte patterns, not a JSON parse (a third of the cost): a line is
+named under every id it holds. A reader always applies its exact filter to the lines
+it reads, so an extra key costs a read, never a wrong answer. Lines a file gained after
+the index's ``indexed_to`` (the agent is behind, or was killed) are scanned by the
+reader itself, so an answer is never missing a line.
+
+A missing index (an older or copied session) or one that does not open (corrupt) makes
+:func:`open_index` return None with a reason: the caller scans every file and says so.
+A writer that finds its index corrupt moves it aside and builds a new one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import sqlite3
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+INDEX_NAME = "trace_index.sqlite"
+SCHEMA_VERSION = "3"
+TRACES = "traces"
+LOGS = "logs"
+KINDS = (TRACES, LOGS)
+CLOCK_KEY = b"clock"  # log lines tracestore.clock needs: offsets, each process's first node line
+# Keys are bytes: a kind's tag and the id's bytes (17 for a task id, not 37 characters of
+# "task:<hex>"): the keys are most of the index.
+_TAGS = {"task": b"t", "actor": b"a", "object": b"o", "trace": b"r"}
+_TAG_OF = {b"task": b"t", b"actor": b"a", b"object": b"o", b"trace": b"r"}
+# Span-name families a line is keyed under (``name:object.``): `memory --timeline` reads
+# the object store's events alone.
+NAME_FAMILIES = ("object.",)
+DEFAULT_MAX_BYTES = 256 << 10  # what one agent round indexes at most (one write lock)
+
+# Byte patterns, whitespace between JSON tokens allowed (tracedray writes none; a tool's
+# rewrite of the files may): a line must never lack a key it holds.
+_SPAN_ID_ATTR = re.compile(
+    rb'"key"\s*:\s*"tracedray\.(task|actor|object)\.id"\s*,\s*"value"\s*:\s*\{\s*'
+    rb'"stringValue"\s*:\s*"([0-9A-Fa-f]+)"')
+_SPAN_TRACE = re.compile(rb'"traceId"\s*:\s*"([0-9A-Fa-f]+)"')
+_SPAN_START = re.compile(rb'"startTimeUnixNano"\s*:\s*"?(\d+)')
+_SPAN_END = re.compile(rb'"endTimeUnixNano"\s*:\s*"?(\d+)')
+_SPAN_NAME = re.compile(rb'"name"\s*:\s*"([^"]*)"')
+# Not trace_id: a log line is found by its task or actor (the trace by its spans).
+_LOG_ID = re.compile(rb'"(task|actor|object)_id"\s*:\s*"([0-9A-Fa-f]+)"')
+_LOG_OFFSET = re.compile(rb'"event"\s*:\s*"node\.clock_offset"')
+_LOG_NODE = re.compile(rb'"node_id"\s*:\s*"[0-9A-Fa-f]')
+_LOG_TIME = re.compile(rb'"timestamp"\s*:\s*"([0-9T:.\-]+)Z?"')
+_PID_IN_NAME = re.compile(r"-(\d+)\.jsonl$")
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta(name TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS files(
+    id INTEGER PRIMARY KEY, kind TEXT NOT NULL, name TEXT NOT NULL, pid INTEGER,
+    indexed_to INTEGER NOT NULL DEFAULT 0, named INTEGER NOT NULL DEFAULT 0,
+    UNIQUE(kind, name));
+CREATE TABLE IF NOT EXISTS lines(
+    file_id INTEGER NOT NULL, offset INTEGER NOT NULL, length INTEGER NOT NULL,
+    t_min INTEGER, t_max INTEGER, PRIMARY KEY(file_id, offset)) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS lines_by_time ON lines(t_min);
+CREATE TABLE IF NOT EXISTS keys(
+    key BLOB NOT NULL, file_id INTEGER NOT NULL, offset INTEGER NOT NULL,
+    PRIMARY KEY(key, file_id, offset)) WITHOUT ROWID;
+"""
+
+
+def index_path(session_root: Path) -> Path:
+    return session_root / INDEX_NAME
+
+
+def key(kind: str, value: str) -> bytes:
+    """The index key of an id of ``kind`` (task, actor, object, trace) given in hex."""
+    text = value.strip().lower()
+    try:
+        return _TAGS[kind] + bytes.fromhex(text)
+    except ValueError:  # not an id: a key no line has
+        return _TAGS[kind] + b"~" + text.encode()
+
+
+def name_key(family: str) -> bytes:
+    """The key of lines holding spans whose name starts with ``family`` (NAME_FAMILIES)."""
+    return b"name:" + family.encode()
+
+
+def _id_key(kind: bytes, hex_id: bytes) -> bytes:
+    return _TAG_OF[kind] + bytes.fromhex(hex_id.decode()) if len(hex_id) % 2 == 0 \
+        else _TAG_OF[kind] + b"~" + hex_id.lower()
+
+
+# --------------------------------------------------------------------------- pure parts
+
+
+def span_line_keys(raw: bytes) -> set[bytes]:
+    keys = {_id_key(m[1], m[2]) for m in _SPAN_ID_ATTR.finditer(raw)}
+    keys.update(_id_key(b"trace", m[1]) for m in _SPAN_TRACE.finditer(raw))
+    names = {m[1] for m in _SPAN_NAME.finditer(raw)}
+    keys.update(name_key(family) for family in NAME_FAMILIES
+                if any(name.startswith(family.encode()) for name in names))
+    return keys
+
+
+def log_line_keys(raw: bytes) -> set[bytes]:
+    keys = {_id_key(m[1], m[2]) for m in _LOG_ID.finditer(raw)}
+    if _LOG_OFFSET.search(raw):
+        keys.add(CLOCK_KEY)
+    return keys
+
+
+def line_keys(kind: str, raw: bytes) -> set[bytes]:
+    return span_line_keys(raw) if kind == TRACES else log_line_keys(raw)
+
+
+def names_node(raw: bytes) -> bool:
+    """Whether a log line names its node (the first such line of a process is a clock
+    line: tracestore.clock maps the process to its node with it)."""
+    return _LOG_NODE.search(raw) is not None
+
+
+def span_line_times(raw: bytes) -> tuple[int | None, int | None]:
+    starts = [int(m[1]) for m in _SPAN_START.finditer(raw)]
+    ends = [int(m[1]) for m in _SPAN_END.finditer(raw)]
+    return (min(starts) if starts else None, max(ends) if ends else None)
+
+
+def log_line_time(raw: bytes) -> int | None:
+    from datetime import datetime, timezone
+
+    found = _LOG_TIME.search(raw)
+    if found is None:
+        return None
+    try:
+        moment = datetime.fromisoformat(found[1].decode()).replace(tzinfo=timezone.utc)
+    except ValueError:
+        return None
+    return round(moment.timestamp() * 1_000_000) * 1000
+
+
+def complete_end(data: bytes) -> int:
+    """Length of the prefix of ``data`` made of complete lines (before any NUL byte)."""
+    nul = data.find(b"\0")
+    return data.rfind(b"\n", 0, len(data) if nul < 0 else nul) + 1
+
+
+def complete_lines(data: bytes, start: int) -> Iterator[tuple[int, bytes]]:
+    """(offset, line without its newline) of every complete non-empty line of ``data``,
+    which begins at file offset ``start``; data after the last newline (a line still
+    being written) or from a NUL byte on is not included."""
+    offset = start
+    for raw in data[:complete_end(data)].split(b"\n")[:-1]:
+        if raw.strip():
+            yield offset, raw
+        offset += len(raw) + 1
+
+
+def pid_of(name: str) -> int | None:
+    found = _PID_IN_NAME.search(name)
+    return int(found[1]) if found else None
+
+
+def jsonl_files(folder: Path) -> list[Path]:
+    try:
+        return sorted(p for p in folder.iterdir() if p.name.endswith(".jsonl") and p.is_file())
+    except OSError:
+        return []
+
+
+# --------------------------------------------------------------------------- writer
+
+
+def create_index(session_root: Path) -> str:
+    """Create the session's (empty) index, so readers know the session is indexed even
+    before its agent's first round (they scan what it has not indexed yet); returns a
+    warning, "" when it worked. Never raises."""
+    try:
+        _connect(index_path(session_root), timeout_s=1.0).close()
+    except (sqlite3.Error, OSError) as exc:
+        return f"cannot create the trace index in {session_root}: {exc}"
+    return ""
+
+
+@dataclass
+class IndexUpdate:
+    lines: int = 0
+    bytes: int = 0
+    pending: bool = False  # lines remain (the byte budget ran out, or a lock was held)
+    rebuilt: bool = False  # the index did not open and was built anew
+    error: str = ""
+
+
+def _connect(path: Path, *, timeout_s: float) -> sqlite3.Connection:
+    conn = sqlite3.connect(path, timeout=timeout_s, isolation_level=None)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("PRAGMA synchronous=NORMAL")  # an index can be rebuilt; no fsync per round
+    conn.execute("PRAGMA wal_autocheckpoint=256")  # pages: the WAL stays near 1 MiB
+    conn.execute("PRAGMA journal_size_limit=1048576")  # and shrinks back after a burst
+    conn.executescript(_SCHEMA)
+    conn.execute("INSERT OR IGNORE INTO meta VALUES ('schema', ?)", (SCHEMA_VERSION,))
+    return conn
+
+
+class IndexWriter:
+    """Brings the index of one session folder up to date with its files."""
+
+    def __init__(self, session_root: Path, *, timeout_s: float = 0.0) -> None:
+        self.root = session_root
+        self.path = index_path(session_root)
+        self.timeout_s = timeout_s
+        self._conn: sqlite3.Connection | None = None
+        self.lines_indexed = 0
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    def _connection(self, result: IndexUpdate) -> sqlite3.Connection:
+        if self._conn is None:
+            try:
+                self._conn = _connect(self.path, timeout_s=self.timeout_s)
+                _check_schema(self._conn)
+            except sqlite3.DatabaseError as exc:
+                if "locked" in str(exc):
+                    raise
+                result.rebuilt = True
+                result.error = f"{self.path}: {exc}; rebuilt"
+                self._set_aside()
+                self._conn = _connect(self.path, timeout_s=self.timeout_s)
+        return self._conn
+
+    def _set_aside(self) -> None:
+        if self._conn is not None:
+            with contextlib.suppress(sqlite3.Error):
+                self._conn.close()
+            self._conn = None
+        for suffix in ("", "-wal", "-shm"):
+            with contextlib.suppress(OSError):
+                os.replace(f"{self.path}{suffix}", f"{self.path}.corrupt{suffix}")
+
+    def update(self, *, max_bytes: int = DEFAULT_MAX_BYTES) -> IndexUpdate:
+        """Index the complete lines every file gained, up to ``max_bytes`` of them.
+
+        Never raises: a file another writer is indexing (its lock is held) is left for
+        the next round, a corrupt index is moved aside and rebuilt.
+        """
+        result = IndexUpdate()
+        try:
+            conn = self._connection(result)
+            # One read of every file's progress: a round with nothing new writes nothing.
+            done = {(kind, name): int(to) for kind, name, to in conn.execute(
+                "SELECT kind, name, indexed_to FROM files").fetchall()}
+            for kind in KINDS:
+                for path in jsonl_files(self.root / kind):
+                    if result.bytes >= max_bytes:
+                        result.pending = True
+                        return result
+                    try:
+                        if path.stat().st_size == done.get((kind, path.name), -1):
+                            continue
+                    except OSError:
+                        continue
+                    self._index_file(conn, kind, path, max_bytes - result.bytes, result)
+        except sqlite3.OperationalError as exc:
+            if "locked" in str(exc) or "busy" in str(exc):
+                result.pending = True
+            else:
+                result.error = f"{self.path}: {exc}"
+        except sqlite3.DatabaseError as exc:  # corrupt under us: build it again next round
+            result.error = f"{self.path}: {exc}; it will be rebuilt"
+            self._set_aside()
+        self.lines_indexed += result.lines
+        return result
+
+    def _index_file(self, conn: sqlite3.Connection, kind: str, path: Path, budget: int,
+                    result: IndexUpdate) -> None:
+        try:
+            size = path.stat().st_size
+        except OSError:
+            return
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            row = conn.execute("SELECT id, indexed_to, named FROM files WHERE kind=? AND name=?",
+                               (kind, path.name)).fetchone()
+            if row is None:
+                file_id = int(conn.execute(
+                    "INSERT INTO files(kind, name, pid) VALUES (?, ?, ?)",
+                    (kind, path.name, pid_of(path.name))).lastrowid or 0)
+                indexed_to, named = 0, 0
+            else:
+                file_id, indexed_to, named = row
+            if size < indexed_to:  # replaced or truncated: its old entries are wrong
+                conn.execute("DELETE FROM keys WHERE file_id=?", (file_id,))
+                conn.execute("DELETE FROM lines WHERE file_id=?", (file_id,))
+                indexed_to, named = 0, 0
+            if size == indexed_to:
+                conn.execute("COMMIT")
+                return
+            data = _read(path, indexed_to, min(size - indexed_to, max(budget, 1)))
+            if b"\n" not in data and len(data) < size - indexed_to:  # one long line
+                data = _read(path, indexed_to, size - indexed_to)
+            end = indexed_to + complete_end(data)
+            line_rows: list[tuple[int, int, int, int | None, int | None]] = []
+            key_rows: list[tuple[bytes, int, int]] = []
+            for offset, raw in complete_lines(data, indexed_to):
+                keys = line_keys(kind, raw)
+                if kind == TRACES:
+                    t_min, t_max = span_line_times(raw)
+                else:
+                    t_min = t_max = log_line_time(raw)
+                    if not named and names_node(raw):
+                        named = 1
+                        keys.add(CLOCK_KEY)
+                line_rows.append((file_id, offset, len(raw), t_min, t_max))
+                key_rows.extend((k, file_id, offset) for k in keys)
+            conn.executemany("INSERT OR REPLACE INTO lines VALUES (?, ?, ?, ?, ?)", line_rows)
+            conn.executemany("INSERT OR IGNORE INTO keys VALUES (?, ?, ?)", key_rows)
+            conn.execute("UPDATE files SET indexed_to=?, named=? WHERE id=?",
+                         (end, named, file_id))
+            conn.execute("COMMIT")
+        except BaseException:
+            with contextlib.suppress(sqlite3.Error):
+                conn.execute("ROLLBACK")
+            raise
+        result.lines += len(line_rows)
+        result.bytes += end - indexed_to
+        if end < size and len(data) >= budget:
+            result.pending = True
+
+
+def _check_schema(conn: sqlite3.Connection) -> None:
+    row = conn.execute("SELECT value FROM meta WHERE name='schema'").fetchone()
+    if row is None or row[0] != SCHEMA_VERSION:
+        raise sqlite3.DatabaseError(f"schema {row[0] if row else None}, not {SCHEMA_VERSION}")
+
+
+def _read(path: Path, offset: int, length: int) -> bytes:
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(offset)
+            return handle.read(length)
+    except OSError:
+        return b""
+
+
+# --------------------------------------------------------------------------- reader
+
+
+@dataclass(frozen=True)
+class Extent:
+    """One line of one file: ``length`` bytes at ``offset`` (without its newline)."""
+
+    kind: str
+    name: str
+    offset: int
+    length: int
+
+
+@dataclass(frozen=True)
+class IndexReadStatistics:
+    lookups: int
+    lines_read: int  # lines the index named, read by offset
+    tail_lines_scanned: int  # lines after the index's end of a file, scanned
+    bytes_read: int
+
+
+class IndexReader:
+    """Answers "which lines name this key?" from the index plus the files' unindexed tails.
+
+    Opened read-only: a reader never writes the index (a copied or read-only session
+    works the same), and never waits for a writer (WAL).
+    """
+
+    def __init__(self, session_root: Path, conn: sqlite3.Connection) -> None:
+        self.root = session_root
+        self._conn = conn
+        self._lookups = 0
+        self._lines_read = 0
+        self._tail_lines = 0
+        self._bytes_read = 0
+        self.errors: list[str] = []  # a query the database failed: answered by scanning
+
+    def close(self) -> None:
+        self._conn.close()
+
+    def statistics(self) -> IndexReadStatistics:
+        return IndexReadStatistics(self._lookups, self._lines_read, self._tail_lines,
+                                   self._bytes_read)
+
+    def _indexed_to(self, kind: str) -> dict[str, int]:
+        return dict(self._conn.execute("SELECT name, indexed_to FROM files WHERE kind=?",
+                                       (kind,)).fetchall())
+
+    def lines(self, kind: str, keys: Iterable[bytes]) -> Iterator[tuple[str, bytes]]:
+        """Every line of ``kind``'s files holding one of ``keys``, each once, in file
+        and offset order (a file's lines in the order they were written), with the
+        name of its file."""
+        wanted = set(keys)
+        self._lookups += 1
+        marks = ",".join("?" * len(wanted))
+        # One snapshot for both: lines an agent indexes in between are then either in
+        # the rows or in the tails, never in neither nor in both.
+        try:
+            self._conn.execute("BEGIN")
+            try:
+                rows = self._conn.execute(
+                    f"SELECT DISTINCT f.name, k.offset, l.length FROM keys k "  # noqa: S608
+                    f"JOIN files f ON f.id = k.file_id "
+                    f"JOIN lines l ON l.file_id = k.file_id AND l.offset = k.offset "
+                    f"WHERE f.kind = ? AND k.key IN ({marks}) ORDER BY f.name, k.offset",
+                    (kind, *wanted)).fetchall() if wanted else []
+                indexed = self._indexed_to(kind)
+            finally:
+                self._conn.execute("COMMIT")
+        except sqlite3.DatabaseError as exc:  # damaged after it opened: every line scanned
+            self.errors.append(f"trace index {index_path(self.root)}: {exc}; "
+                               "reading every file")
+            rows, indexed = [], {}
+        extents = [Extent(kind, name, offset, length) for name, offset, length in rows]
+        yield from self.read(extents)
+        yield from self._tails(kind, wanted, indexed)
+
+    def files_of_pid(self, kind: str, pid: int) -> list[Path]:
+        """The files a process wrote (one per process and kind)."""
+        return [p for p in jsonl_files(self.root / kind) if pid_of(p.name) == pid]
+
+    def read(self, extents: Sequence[Extent]) -> Iterator[tuple[str, bytes]]:
+        handle = None
+        current = ""
+        try:
+            for extent in extents:
+                if extent.name != current:
+                    if handle is not None:
+                        handle.close()
+                    current = extent.name
+                    try:
+                        handle = open(self.root / extent.kind / extent.name, "rb")  # noqa: SIM115
+                    except OSError:
+                        handle = None
+                if handle is None:
+                    continue
+                handle.seek(extent.offset)
+                raw = handle.read(extent.length)
+                self._lines_read += 1
+                self._bytes_read += len(raw)
+                yield extent.name, raw
+        finally:
+            if handle is not None:
+                handle.close()
+
+    def _tails(self, kind: str, wanted: set[bytes],
+               indexed: dict[str, int]) -> Iterator[tuple[str, bytes]]:
+        for path in jsonl_files(self.root / kind):
+            start = indexed.get(path.name, 0)
+            try:
+                size = path.stat().st_size
+            except OSError:
+                continue
+            if size == start:
+                continue
+            if size < start:  # replaced since it was indexed: all of it is unindexed
+                start = 0
+            data = _read(path, start, size - start)
+            self._bytes_read += len(data)
+            for _, raw in complete_lines(data, start):
+                self._tail_lines += 1
+                if wanted & line_keys(kind, raw) or (
+                        CLOCK_KEY in wanted and kind == LOGS and names_node(raw)):
+                    yield path.name, raw
+
+    def ids_with_prefix(self, kind: str, prefix: str, limit: int = 10) -> list[str]:
+        """Ids of ``kind`` (task, actor, object, trace) starting with ``prefix`` (hex)."""
+        text = prefix.strip().lower()
+        try:
+            low = _TAGS[kind] + bytes.fromhex(text + "0" * (len(text) % 2))
+            high = _TAGS[kind] + bytes.fromhex(text + "f" * (len(text) % 2)) + b"\xff" * 64
+        except ValueError:
+            return []
+        try:
+            rows = self._conn.execute(
+                "SELECT DISTINCT key FROM keys WHERE key >= ? AND key <= ? ORDER BY key LIMIT ?",
+                (low, high, limit)).fetchall()
+        except sqlite3.DatabaseError as exc:
+            self.errors.append(f"trace index {index_path(self.root)}: {exc}")
+            return []
+        return [bytes(row[0][1:]).hex() for row in rows]
+    def resolve(self, kind: str, given: str) -> str:
+        """The whole id when ``given`` is a unique prefix of one; ``given`` otherwise."""
+        found = self.ids_with_prefix(kind, given, limit=2) if given.strip() else []
+        return found[0] if len(found) == 1 else given
+
+    def similar_ids(self, kind: str, given: str, limit: int = 5) -> list[str]:
+        """Ids sharing the first half (at least 4 characters) of ``given``: what a cut or
+        mistyped paste may have meant."""
+        text = given.strip()
+        return self.ids_with_prefix(kind, text[:max(4, len(text) // 2)], limit)
+
+
+def suggest_ids(session_root: Path, kind: str, given: str) -> list[str]:
+    """:meth:`IndexReader.similar_ids` of the session's index as it stands ([] without)."""
+    index, _ = open_index(session_root, up_to_date=False)
+    if index is None:
+        return []
+    try:
+        return index.similar_ids(kind, given)
+    finally:
+        index.close()
+
+
+def matching_lines(session_root: Path, kind: str,
+                   keys: Iterable[bytes]) -> Iterator[tuple[str, bytes]]:
+    """(file name, line) of every line of ``kind`` holding one of ``keys``: through the
+    index, or, without a usable one, by scanning every file (still sending only those)."""
+    wanted = set(keys)
+    index, _ = open_index(session_root)
+    if index is not None:
+        try:
+            yield from index.lines(kind, wanted)
+        finally:
+            index.close()
+        return
+    for path in jsonl_files(session_root / kind):
+        named = False
+        for _, raw in complete_lines(_read(path, 0, 1 << 62), 0):
+            clock = CLOCK_KEY in wanted and kind == LOGS and not named and names_node(raw)
+            named = named or clock
+            if clock or wanted & line_keys(kind, raw):
+                yield path.name, raw
+
+
+def catch_up(session_root: Path, *, timeout_s: float = 2.0) -> str:
+    """Index what the agents have not yet (they run only when a core is idle), if this
+    process may write the index: the work a reader would otherwise do scanning the
+    tails, done once. Returns what went wrong ("" if nothing). Never raises."""
+    path = index_path(session_root)
+    if not os.access(path, os.W_OK) or not os.access(session_root, os.W_OK):
+        return ""
+    writer = IndexWriter(session_root, timeout_s=timeout_s)
+    try:
+        for _ in range(1 << 20):
+            update = writer.update(max_bytes=64 << 20)
+            if update.error:
+                return update.error
+            if not update.pending or not update.lines:
+                return ""
+    finally:
+        writer.close()
+    return ""
+
+
+def open_index(session_root: Path, *,
+               up_to_date: bool = True) -> tuple[IndexReader | None, str]:
+    """The session's index, read-only, and a note to show ("" if none); or None and why
+    (the caller scans instead).
+
+    ``up_to_date``: first index what the agents have not (:func:`catch_up`; a corrupt
+    index is rebuilt then), so id prefixes find every id; a read-only session's reader
+    scans those lines instead.
+    """
+    path = index_path(session_root)
+    if not path.exists():
+        return None, f"no trace index in {session_root} (an older or copied session)"
+    note = catch_up(session_root) if up_to_date else ""
+    try:
+        # mode=ro: a copied session may be read-only; the WAL needs its -shm beside it,
+        # which a read-only folder may lack: then immutable=1 reads the main file alone.
+        conn = sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True, isolation_level=None)
+        try:
+            _check_schema(conn)
+        except sqlite3.OperationalError as exc:
+            if "unable to open" not in str(exc) and "readonly" not in str(exc):
+                raise
+            conn.close()
+            conn = sqlite3.connect(f"{path.as_uri()}?immutable=1", uri=True,
+                                   isolation_level=None)
+            _check_schema(conn)
+    except sqlite3.DatabaseError as exc:
+        return None, f"trace index {path} unusable ({exc}); ignoring it"
+    return IndexReader(session_root, conn), note
