@@ -48,6 +48,8 @@ class Variable(Generic[T]):
     parse: Callable[[str], T]
     default: Callable[[], T]
     doc: str
+    # A credential: never written to logs or printed (effective_configuration redacts it).
+    secret: bool = False
 
     def get(self, environ: Mapping[str, str] | None = None) -> T:
         env = os.environ if environ is None else environ
@@ -296,6 +298,58 @@ METRICS_EXPORT_PORT: Variable[int] = Variable(
     "Port of a raylet's /metrics when --metrics-export-port is not given (0: a free port).",
 )
 
+_AUTH_MODES = ("token", "disabled")
+
+
+def _parse_auth_mode(text: str) -> str:
+    lowered = text.strip().lower()
+    if lowered not in _AUTH_MODES:
+        raise ValueError(f"expected one of {', '.join(_AUTH_MODES)}, got {text!r}")
+    return lowered
+
+
+def _parse_existing_file(text: str) -> Path:
+    path = Path(text).expanduser()
+    if not path.is_file():
+        raise ValueError(f"no such file {str(path)!r}")
+    return path
+
+
+AUTH_MODE: Variable[str] = Variable(
+    "TRACEDRAY_AUTH_MODE",
+    _parse_auth_mode,
+    lambda: "token",
+    "'token' (default): every connection to a cluster process must present the cluster's "
+    "token; 'disabled': anyone who reaches a port may use the cluster.",
+)
+AUTH_TOKEN: Variable[str] = Variable(
+    "TRACEDRAY_AUTH_TOKEN",
+    str,
+    lambda: "",
+    "The cluster's token (`tracedray get-auth-token` on the head prints it). Unset: a head "
+    "makes one; drivers and nodes read the session's token file.",
+    secret=True,
+)
+TLS_CERT: Variable[Path | None] = Variable(
+    "TRACEDRAY_TLS_CERT",
+    _parse_existing_file,
+    lambda: None,
+    "PEM certificate of this node (with TRACEDRAY_TLS_KEY): every server and client of the "
+    "cluster then speaks TLS.",
+)
+TLS_KEY: Variable[Path | None] = Variable(
+    "TRACEDRAY_TLS_KEY",
+    _parse_existing_file,
+    lambda: None,
+    "PEM private key of TRACEDRAY_TLS_CERT.",
+)
+TLS_CA: Variable[Path | None] = Variable(
+    "TRACEDRAY_TLS_CA",
+    _parse_existing_file,
+    lambda: None,
+    "PEM CA certificate(s) that peers' certificates must be signed by; with it, TLS is mutual.",
+)
+
 ALL_VARIABLES: tuple[Variable[Any], ...] = (
     TEMP_DIR,
     ADDRESS,
@@ -325,4 +379,9 @@ ALL_VARIABLES: tuple[Variable[Any], ...] = (
     OTLP_EXPORT_LINGER_S,
     METRICS_ENABLED,
     METRICS_EXPORT_PORT,
+    AUTH_MODE,
+    AUTH_TOKEN,
+    TLS_CERT,
+    TLS_KEY,
+    TLS_CA,
 )

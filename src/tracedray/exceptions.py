@@ -16,6 +16,8 @@
     ├── NodeDiedError
     ├── RaySystemError               tracedray's own machinery failed (GCS, raylet unreachable)
     │   └── ClusterConnectionError   no cluster at the address tried (also a ConnectionError)
+    ├── AuthenticationError          the cluster refused this process's token (also a
+    │                                PermissionError)
     ├── SerializationError           a value cannot be pickled (also a TypeError)
     └── ConfigError                  a bad option, environment variable or config file
                                      (also a ValueError)
@@ -42,6 +44,14 @@ class RaySystemError(RayError):
 
 class ClusterConnectionError(RaySystemError, ConnectionError):
     """No tracedray cluster answered at the address tried."""
+
+
+class AuthenticationError(RayError, PermissionError):
+    """The cluster refused this process's credentials (no token, or the wrong one).
+
+    Not a ``ClusterConnectionError``: retrying does not help, and callers that retry
+    an unreachable cluster must give up on this at once.
+    """
 
 
 class ConfigError(RayError, ValueError):
@@ -217,6 +227,7 @@ __all__ = [
     "ActorDiedError",
     "ActorUnavailableError",
     "ClusterConnectionError",
+    "AuthenticationError",
     "ConfigError",
     "GetTimeoutError",
     "OptionTypeError",

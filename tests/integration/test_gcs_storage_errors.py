@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -63,7 +64,8 @@ def test_a_gcs_that_cannot_start_exits_1_and_logs_it(tmp_path: Path) -> None:
     done = subprocess.run([sys.executable, "-m", "tracedray.core.gcs.main", "--session-dir",
                            str(tmp_path), "--storage", "mysql://127.0.0.1:3306",
                            "--ready-file", str(tmp_path / "ready")],
-                          capture_output=True, text=True, timeout=60, check=False)
+                          capture_output=True, text=True, timeout=60, check=False,
+                          env={**os.environ, "TRACEDRAY_AUTH_TOKEN": "storage-test-0123456789"})
     assert done.returncode == 1, done.stderr[-2000:]
     assert json.loads((tmp_path / "ready").read_text())["error_type"] == "ConfigError"
     (log,) = (tmp_path / "logs").glob("gcs-*.jsonl")

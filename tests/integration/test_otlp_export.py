@@ -206,7 +206,9 @@ def test_a_driver_whose_node_runs_no_agent_for_it_has_its_spans_exported(
         done = subprocess.run(
             [sys.executable, "-c", REMOTE_DRIVER, head.gcs_address], capture_output=True,
             text=True, timeout=120, check=False,
-            env=_env(tmp_path / "driver", OTEL_EXPORTER_OTLP_ENDPOINT=f"http://127.0.0.1:{port}"))
+            env=_env(tmp_path / "driver", OTEL_EXPORTER_OTLP_ENDPOINT=f"http://127.0.0.1:{port}",
+                     # As on another machine: the head's token, given.
+                     TRACEDRAY_AUTH_TOKEN=(head.session.root / "auth_token").read_text()))
         assert done.returncode == 0, done.stderr
         session = Path(json.loads(done.stdout.splitlines()[-1])["session_dir"])
         assert session.is_relative_to(tmp_path / "driver")

@@ -18,7 +18,8 @@ TOP_LEVEL = [
 ]
 
 EXCEPTIONS = [
-    "ActorDiedError", "ActorUnavailableError", "ClusterConnectionError", "ConfigError",
+    "ActorDiedError", "ActorUnavailableError", "AuthenticationError", "ClusterConnectionError",
+    "ConfigError",
     "GetTimeoutError", "NodeDiedError", "ObjectLostError", "ObjectStoreFullError",
     "OptionTypeError", "OwnerDiedError", "RayActorError", "RayError", "RaySystemError",
     "RayTaskError", "SerializationError", "TaskCancelledError", "TaskUnschedulableError",

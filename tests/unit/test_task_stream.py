@@ -85,6 +85,16 @@ def _wait(predicate: Callable[[], bool], timeout_s: float = 10.0) -> None:
         time.sleep(0.01)
 
 
+TOKEN = "task-stream-test-token-0123456789"
+
+
+@pytest.fixture(autouse=True)
+def _token(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Callers and servers of these tests (subprocesses too) share this token."""
+    monkeypatch.setenv("TRACEDRAY_AUTH_TOKEN", TOKEN)
+    monkeypatch.delenv("TRACEDRAY_AUTH_MODE", raising=False)
+
+
 @pytest.fixture
 def server() -> Iterator[TaskStreamServer]:
     srv = TaskStreamServer("127.0.0.1", _echo)
@@ -336,7 +346,7 @@ def test_results_for_a_vanished_caller_are_dropped() -> None:
     srv = TaskStreamServer("127.0.0.1", lambda spec, reply: replies.append((spec, reply)))
     try:
         raw = socket.create_connection(("127.0.0.1", srv.port))
-        raw.sendall(task_stream.one_item_frame(_spec(1)))
+        raw.sendall(task_stream.handshake_frame(TOKEN) + task_stream.one_item_frame(_spec(1)))
         _wait(lambda: len(replies) == 1)
         raw.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
         raw.close()  # a reset: the caller died
@@ -344,5 +354,68 @@ def test_results_for_a_vanished_caller_are_dropped() -> None:
         spec, reply = replies[0]
         _echo(spec, reply)  # must not raise
         assert srv.statistics().results_dropped == 1
+    finally:
+        srv.stop()
+
+
+# --- the handshake
+def _pushes_and_server() -> tuple[list[int], TaskStreamServer]:
+    pushed: list[int] = []
+
+    def push(spec: common_pb2.TaskSpec, reply: Reply) -> None:
+        pushed.append(_number(spec.task_id))
+        _echo(spec, reply)
+
+    return pushed, TaskStreamServer("127.0.0.1", push)
+
+
+@pytest.mark.parametrize("opening", [
+    b"",  # no handshake: tasks straight away
+    task_stream.handshake_frame("wrong-token-but-long-enough-0000"),
+    task_stream.handshake_frame(None),
+], ids=["no-handshake", "wrong-token", "empty-token"])
+def test_a_stream_without_the_right_handshake_is_closed_without_effect(opening: bytes) -> None:
+    pushed, srv = _pushes_and_server()
+    try:
+        with socket.create_connection(("127.0.0.1", srv.port)) as rogue:
+            rogue.sendall(opening + task_stream.one_item_frame(_spec(7)))
+            rogue.settimeout(10)
+            assert rogue.recv(100) == b""  # closed, nothing answered
+        _wait(lambda: srv.statistics().refused_total == 1)
+        assert pushed == [] and srv.statistics().tasks_received == 0
+        caller = Caller(srv.port)  # the right token still gets in
+        caller.conn.send(_spec(8))
+        assert caller.wait_results(1) == [8] and pushed == [8]
+        caller.close_cleanly()
+        assert srv.statistics().refused_total == 1
+    finally:
+        srv.stop()
+
+
+def test_a_caller_that_never_sends_its_handshake_is_dropped(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from tracedray.core.worker import task_stream_server
+
+    monkeypatch.setattr(task_stream_server, "HANDSHAKE_TIMEOUT_S", 0.3)
+    pushed, srv = _pushes_and_server()
+    try:
+        with socket.create_connection(("127.0.0.1", srv.port)) as idle:
+            idle.settimeout(10)
+            assert idle.recv(100) == b""
+        assert srv.statistics().refused_total == 1 and pushed == []
+    finally:
+        srv.stop()
+
+
+def test_auth_disabled_accepts_any_handshake(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TRACEDRAY_AUTH_MODE", "disabled")
+    pushed, srv = _pushes_and_server()
+    try:
+        with socket.create_connection(("127.0.0.1", srv.port)) as raw:
+            raw.sendall(task_stream.handshake_frame(None) + task_stream.one_item_frame(_spec(2)))
+            raw.settimeout(10)
+            reader = task_stream.FrameReader(raw)
+            assert reader.read() is not None
+        assert pushed == [2]
     finally:
         srv.stop()

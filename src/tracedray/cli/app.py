@@ -43,6 +43,7 @@ COMMAND_MODULES = (
     "tracedray.cli.commands.stack",  # stack
     "tracedray.cli.commands.top",  # top
     "tracedray.cli.commands.debug",  # debug
+    "tracedray.cli.commands.auth",  # get-auth-token
 )
 
 

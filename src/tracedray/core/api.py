@@ -14,11 +14,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from tracedray import config, logs, telemetry
-from tracedray.core import exit_hook, ids, node, runtime, session
+from tracedray.core import auth, exit_hook, ids, node, runtime, session
 from tracedray.core.address import parse_host_port
 from tracedray.core.object_ref import ObjectRef
 from tracedray.core.runtime import Runtime
 from tracedray.exceptions import (
+    AuthenticationError,
     ClusterConnectionError,
     ConfigError,
     RaySystemError,
@@ -60,8 +61,13 @@ def init(address: str | None = None, *, num_cpus: float | None = None,
          resources: dict[str, float] | None = None, object_store_memory: int | None = None,
          namespace: str | None = None, object_spilling: bool = True, local_mode: bool = False,
          ignore_reinit_error: bool = False, _metrics_export_port: int | None = None,
-         **kwargs: Any) -> dict[str, Any]:
-    """Start a local cluster, or connect to one (``"auto"``, ``"host:port"``)."""
+         _auth_token: str | None = None, **kwargs: Any) -> dict[str, Any]:
+    """Start a local cluster, or connect to one (``"auto"``, ``"host:port"``).
+
+    ``_auth_token``: the cluster's token. A new cluster makes one unless given (or
+    ``TRACEDRAY_AUTH_TOKEN``); connecting, it defaults to that variable, then to the
+    token file of the local session at that address (``core/auth.py``).
+    """
     global _cluster
     unknown = set(kwargs) - RAY_ONLY_KEYWORDS
     if unknown:
@@ -90,6 +96,7 @@ def init(address: str | None = None, *, num_cpus: float | None = None,
         processes = None
         created: session.SessionPaths | None = None  # a folder this call made, unpublished
         if address in (None, "local"):
+            _configure_auth(auth.choose_for_new_cluster(_auth_token))
             paths = created = session.create_session(publish=False)
             _configure_driver_telemetry(paths)
             telemetry_ready = True
@@ -101,6 +108,7 @@ def init(address: str | None = None, *, num_cpus: float | None = None,
                                             metrics_export_port=_metrics_export_port)
             except BaseException:
                 _forget_session(created)
+                auth.reset()
                 raise
             gcs_address = processes.gcs_address
         else:
@@ -117,6 +125,7 @@ def init(address: str | None = None, *, num_cpus: float | None = None,
                 if given is not None:
                     raise ConfigError(f"{name} cannot be set when connecting to an existing "
                                       f"cluster at {gcs_address}; set it on `tracedray start`")
+            _configure_auth(_token_to_connect(gcs_address, _auth_token))
             # A cluster no local folder names (another machine's) gets one of this driver's.
             paths = found or session.create_session(publish=False)
             created = None if found is not None else paths
@@ -128,12 +137,38 @@ def init(address: str | None = None, *, num_cpus: float | None = None,
             if processes is not None:
                 processes.stop()
             _forget_session(created)
+            auth.reset()
             raise
         if created is not None:
             session.publish_latest(created)
     for key in sorted(set(kwargs) & RAY_ONLY_KEYWORDS):
         log.debug("init.ignored_keyword", keyword=key)
     return _context_info()
+
+
+def _token_to_connect(gcs_address: str, explicit: str | None) -> auth.TokenChoice:
+    """The token for the cluster at ``gcs_address``. None found and the cluster answers
+    without one: it runs with TRACEDRAY_AUTH_MODE=disabled, so this driver too (else its
+    own server would refuse the cluster's calls)."""
+    choice = auth.find_token(gcs_address, explicit)
+    if choice.token is not None or not auth.enabled_by_config():
+        return choice
+    from tracedray.core.gcs.client import connect
+
+    try:
+        connect(gcs_address).get_nodes()  # a missing cluster: its ClusterConnectionError
+    except AuthenticationError:  # it wants a token: connecting says so, with its advice
+        return choice
+    log.warning("auth.cluster_open", gcs=gcs_address,
+                hint="the cluster checks no token (TRACEDRAY_AUTH_MODE=disabled there)")
+    return auth.TokenChoice(None, "disabled")
+
+
+def _configure_auth(choice: auth.TokenChoice) -> None:
+    if auth.enabled_by_config() and choice.source != "disabled":
+        auth.configure(choice.token, enabled=True, source=choice.source)
+    else:
+        auth.configure(None, enabled=False)
 
 
 def _forget_session(created: session.SessionPaths | None) -> None:
@@ -234,6 +269,7 @@ def shutdown() -> None:
         from tracedray.core import rpc
 
         rpc.close_all_channels()
+        auth.reset()
         telemetry.force_flush()
         log.info("driver.shutdown")
         # The job is over (the next init() starts another). The node id stays: this

@@ -107,9 +107,11 @@ class ClusterClient:
         alive = [n for n in nodes if n.info.state == "ALIVE"]
 
         def ask(node: gcs_pb2.NodeWithLoad) -> NodeView:
+            from tracedray.core import auth
             from tracedray.core.raylet.client import RayletClient
 
             target = f"{node.info.raylet.ip}:{node.info.raylet.port}"
+            auth.remember(target, auth.client_token(self.gcs_address))
             # A stalled or cut-off node must not hold the command up: its row says so.
             timeout = LISTING_TIMEOUT_S if include_objects or include_references \
                 else STATS_TIMEOUT_S

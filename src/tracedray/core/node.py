@@ -7,19 +7,26 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import psutil
 
 from tracedray import config, logs
-from tracedray.core import ids
+from tracedray.core import auth, ids
 from tracedray.core.gcs.launch import GcsLaunchSpec
 from tracedray.core.gcs.storage.policy import FlushPolicy
 from tracedray.core.gcs.storage.url import parse_storage_url
 from tracedray.core.process import terminate
-from tracedray.core.session import SessionPaths
-from tracedray.exceptions import ClusterConnectionError, ConfigError, RayError, RaySystemError
+from tracedray.core.session import SessionPaths, write_private
+from tracedray.exceptions import (
+    AuthenticationError,
+    ClusterConnectionError,
+    ConfigError,
+    RayError,
+    RaySystemError,
+)
 
 log = logs.get_logger(__name__)
 STARTUP_TIMEOUT_S = 60.0
@@ -51,12 +58,27 @@ class NodeProcesses:
 
 
 def _spawn(module: str, args: list[str], log_name: str, session: SessionPaths,
-           detach: bool) -> subprocess.Popen[bytes]:
+           detach: bool, settings: auth.AuthSettings | None = None) -> subprocess.Popen[bytes]:
     stderr_path = session.logs_dir / f"{log_name}.stderr"
-    with open(stderr_path, "ab") as stderr:
+    fd = os.open(stderr_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    with os.fdopen(fd, "ab") as stderr:
         return subprocess.Popen([sys.executable, "-m", module, *args], stdin=subprocess.DEVNULL,
                                 stdout=subprocess.DEVNULL, stderr=stderr, close_fds=True,
-                                start_new_session=detach)
+                                start_new_session=detach,
+                                env=auth_environment(os.environ, settings or auth.current()))
+
+
+def auth_environment(environ: Mapping[str, str],
+                     settings: auth.AuthSettings) -> dict[str, str]:
+    """``environ`` with ``settings``, for the processes a node starts (they take the
+    token from there: ``process.setup_process``)."""
+    env = dict(environ)
+    if not settings.enabled:
+        env[config.AUTH_MODE.name] = "disabled"
+        env.pop(config.AUTH_TOKEN.name, None)
+    elif settings.token is not None:
+        env[config.AUTH_TOKEN.name] = settings.token
+    return env
 
 
 def _wait_ready(path: Path, process: subprocess.Popen[bytes], what: str,
@@ -90,11 +112,14 @@ def _start_error(what: str, data: dict[str, object]) -> RayError:
         return ConfigError(message)
     if kind == ClusterConnectionError.__name__:
         return ClusterConnectionError(message)
+    if kind == AuthenticationError.__name__:
+        return AuthenticationError(message)
     return RaySystemError(f"the {what} failed to start: {message}")
 
 
-def launch_gcs(spec: GcsLaunchSpec, *, parent_pid: int,
-               detach: bool) -> tuple[subprocess.Popen[bytes], int]:
+def launch_gcs(spec: GcsLaunchSpec, *, parent_pid: int, detach: bool,
+               settings: auth.AuthSettings | None = None,
+               ) -> tuple[subprocess.Popen[bytes], int]:
     """Start a GCS process and wait until it answers; returns it and its bound port.
 
     Used for the first start and by the supervisor for restarts (same spec, same port).
@@ -102,7 +127,7 @@ def launch_gcs(spec: GcsLaunchSpec, *, parent_pid: int,
     session = SessionPaths(spec.session_dir)
     spec.ready_file.unlink(missing_ok=True)
     process = _spawn("tracedray.core.gcs.main", spec.argv(parent_pid=parent_pid), "gcs", session,
-                     detach)
+                     detach, settings)
     try:
         data = _wait_ready(spec.ready_file, process, "gcs", session)
     except BaseException:
@@ -115,12 +140,13 @@ def launch_gcs(spec: GcsLaunchSpec, *, parent_pid: int,
 
 def start_gcs(session: SessionPaths, *, port: int, host: str, storage: str, parent_pid: int,
               detach: bool, flushing: bool = True,
-              flush_policy: FlushPolicy | None = None) -> tuple[subprocess.Popen[bytes], str]:
+              flush_policy: FlushPolicy | None = None,
+              settings: auth.AuthSettings | None = None) -> tuple[subprocess.Popen[bytes], str]:
     # Fail on a malformed storage URL here, before any process starts.
     parse_storage_url(storage)
     spec = GcsLaunchSpec(session.root, host, port, storage, flushing,
                          flush_policy or FlushPolicy.from_config())
-    process, bound = launch_gcs(spec, parent_pid=parent_pid, detach=detach)
+    process, bound = launch_gcs(spec, parent_pid=parent_pid, detach=detach, settings=settings)
     return process, f"{host}:{bound}"
 
 
@@ -129,6 +155,7 @@ def start_raylet(session: SessionPaths, *, gcs_address: str, ip: str, resources:
                  detach: bool, prestart: int, port: int = 0, node_id: str | None = None,
                  supervise_gcs: tuple[GcsLaunchSpec, int] | None = None,
                  metrics_export_port: int | None = None,
+                 settings: auth.AuthSettings | None = None,
                  ) -> tuple[subprocess.Popen[bytes], str, str]:
     """``supervise_gcs=(spec, gcs_pid)``: this raylet restarts that GCS when it dies.
     ``metrics_export_port``: of its /metrics (None: ``TRACEDRAY_METRICS_EXPORT_PORT``)."""
@@ -147,9 +174,37 @@ def start_raylet(session: SessionPaths, *, gcs_address: str, ip: str, resources:
     if supervise_gcs is not None:
         spec, gcs_pid = supervise_gcs
         args += ["--supervise-gcs", spec.to_json(), "--gcs-pid", str(gcs_pid)]
-    process = _spawn("tracedray.core.raylet.main", args, f"raylet-{node_id[:8]}", session, detach)
+    process = _spawn("tracedray.core.raylet.main", args, f"raylet-{node_id[:8]}", session, detach,
+                     settings)
     data = _wait_ready(ready, process, f"raylet-{node_id[:8]}", session)
     return process, str(data["address"]), node_id
+
+
+def head_auth() -> auth.AuthSettings:
+    """The settings a new cluster's processes get: this process's if it set them (a
+    driver's ``init()``, ``tracedray start``), else the environment's token or a new one."""
+    settings = auth.current()
+    if not settings.enabled or settings.token is not None:
+        return settings
+    choice = auth.choose_for_new_cluster(None)
+    return auth.AuthSettings(True, choice.token, choice.source)
+
+
+def join_auth(gcs_address: str) -> auth.AuthSettings:
+    """The settings a joining node's processes get: the token this process presents to
+    the cluster at ``gcs_address``."""
+    if not auth.current().enabled:
+        return auth.AuthSettings(False, None)
+    choice = auth.client_token(gcs_address)
+    return auth.AuthSettings(True, choice.token, choice.source)
+
+
+def _remember(settings: auth.AuthSettings, *addresses: str) -> None:
+    """This process may call what it started (a test, a script), even once it has no
+    driver connected: it knows their token."""
+    if settings.enabled:
+        for address in addresses:
+            auth.remember(address, auth.TokenChoice(settings.token, settings.source))
 
 
 def resolve_resources(num_cpus: float | None,
@@ -174,22 +229,29 @@ def start_head(session: SessionPaths, *, port: int = 0, host: str = "127.0.0.1",
                storage: str = "memory", parent_pid: int = 0, detach: bool = False,
                flushing: bool | None = None, flush_policy: FlushPolicy | None = None,
                supervise_gcs: bool = True,
-               metrics_export_port: int | None = None) -> NodeProcesses:
+               metrics_export_port: int | None = None,
+               auth_settings: auth.AuthSettings | None = None) -> NodeProcesses:
     """Start the GCS, then the head raylet, which supervises the GCS (restarts it on the
     same port if it dies) unless ``supervise_gcs=False``.
 
     ``storage``: ``"memory"`` or a Redis URL; a malformed one raises ``ConfigError``,
     an unreachable Redis ``ClusterConnectionError``, both naming the URL.
     ``flushing``, ``flush_policy``: default to the ``TRACEDRAY_GCS_FLUSH_*`` variables.
+    ``auth_settings``: what the cluster's processes expect (default: :func:`head_auth`).
     """
     if flushing is None:
         flushing = config.GCS_FLUSH_ENABLED.get()
+    settings = auth_settings or head_auth()
+    if settings.enabled and settings.token is not None:
+        # Before any process starts: a CLI or driver of this user finds it here.
+        auth.store_token(settings.token, session.root, user_file=False)
     total = resolve_resources(num_cpus, resources)
     store = object_store_memory or default_object_store_memory()
     policy = flush_policy or FlushPolicy.from_config()
     gcs_process, gcs_address = start_gcs(session, port=port, host=host, storage=storage,
                                          parent_pid=parent_pid, detach=detach, flushing=flushing,
-                                         flush_policy=policy)
+                                         flush_policy=policy, settings=settings)
+    auth.forget(gcs_address)  # a token this process kept for an earlier cluster there
     bound = int(gcs_address.rsplit(":", 1)[1])
     spec = GcsLaunchSpec(session.root, host, bound, storage, flushing, policy)
     try:
@@ -198,14 +260,13 @@ def start_head(session: SessionPaths, *, port: int = 0, host: str = "127.0.0.1",
             object_store_memory=store, spilling=spilling, head=True, parent_pid=parent_pid,
             detach=detach, prestart=int(min(total["CPU"], 4)),
             supervise_gcs=(spec, gcs_process.pid) if supervise_gcs else None,
-            metrics_export_port=metrics_export_port)
+            metrics_export_port=metrics_export_port, settings=settings)
     except BaseException:
         gcs_process.kill()
         gcs_process.wait()
         raise
-    tmp = session.address_file.with_suffix(".tmp")
-    tmp.write_text(gcs_address)
-    tmp.replace(session.address_file)
+    write_private(session.address_file, gcs_address)
+    _remember(settings, gcs_address, raylet_address)
     log.info("cluster.head_started", gcs=gcs_address, raylet=raylet_address, node_id=node_id)
     return NodeProcesses(session, gcs_address, raylet_address, node_id,
                          [gcs_process, raylet_process])
@@ -215,16 +276,26 @@ def join_node(session: SessionPaths, gcs_address: str, *, host: str = "127.0.0.1
               num_cpus: float | None = None, resources: dict[str, float] | None = None,
               object_store_memory: int | None = None, spilling: bool = True,
               parent_pid: int = 0, detach: bool = True,
-              metrics_export_port: int | None = None) -> NodeProcesses:
+              metrics_export_port: int | None = None,
+              auth_settings: auth.AuthSettings | None = None) -> NodeProcesses:
+    """``auth_settings``: the token to present (default: :func:`join_auth`)."""
     from tracedray.core.gcs.client import connect
 
-    connect(gcs_address)  # fail fast, naming the address, if no GCS answers there
+    settings = auth_settings or join_auth(gcs_address)
+    if settings.enabled:
+        auth.remember(gcs_address, auth.TokenChoice(settings.token, settings.source))
+
+    # Fail fast, naming the address, if no GCS answers there or it refuses our token
+    # (AuthenticationError), before any process starts.
+    connect(gcs_address).get_nodes()
     total = resolve_resources(num_cpus, resources)
     raylet_process, raylet_address, node_id = start_raylet(
         session, gcs_address=gcs_address, ip=host, resources=total,
         object_store_memory=object_store_memory or default_object_store_memory(),
         spilling=spilling, head=False, parent_pid=parent_pid, detach=detach,
-        prestart=int(min(total["CPU"], 4)), metrics_export_port=metrics_export_port)
+        prestart=int(min(total["CPU"], 4)), metrics_export_port=metrics_export_port,
+        settings=settings)
+    _remember(settings, raylet_address)
     return NodeProcesses(session, gcs_address, raylet_address, node_id, [raylet_process])
 
 

@@ -19,7 +19,13 @@ from tracedray.telemetry import _host as telemetry_host
 def setup_process(component: str, *, session_dir: Path, node_id: str = "",
                   config: dict[str, Any] | None = None, ip: str = "") -> None:
     """``ip``: the node's advertised address, which this process's log lines and span
-    resources carry (``host.ip``); "" or a bind-all address: the default route's."""
+    resources carry (``host.ip``); "" or a bind-all address: the default route's.
+
+    Everything the process writes is its user's alone (umask 077: logs, traces,
+    spools, spill files). Each main then takes the cluster's token from its
+    environment (``auth.configure_from_environment``) where it reports start errors.
+    """
+    os.umask(0o077)
     session_id = session_dir.name
     telemetry_host.advertise_ip(ip)
     telemetry.configure(component, session_dir=session_dir, node_id=node_id,

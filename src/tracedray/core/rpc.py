@@ -1,8 +1,10 @@
 """gRPC at the edge: channel and server construction, and error translation.
 
 Everything that crosses a process boundary goes through here, so that grpc's
-exceptions become tracedray's (``RaySystemError`` / ``ClusterConnectionError``)
-with a message naming the component and the address.
+exceptions become tracedray's (``RaySystemError`` / ``ClusterConnectionError`` /
+``AuthenticationError``) with a message naming the component and the address.
+Every server checks the cluster's token and every channel presents it
+(``rpc_auth``); both speak TLS when ``TRACEDRAY_TLS_*`` configure it (``tls``).
 """
 
 from __future__ import annotations
@@ -16,7 +18,14 @@ from contextlib import contextmanager
 
 import grpc
 
-from tracedray.exceptions import ClusterConnectionError, ConfigError, RaySystemError
+from tracedray import config, logs
+from tracedray.core import auth, rpc_auth, tls
+from tracedray.exceptions import (
+    AuthenticationError,
+    ClusterConnectionError,
+    ConfigError,
+    RaySystemError,
+)
 
 # Large objects travel in 4 MiB chunks; inline values are far below this.
 MAX_MESSAGE_BYTES = 512 * 1024 * 1024
@@ -37,11 +46,16 @@ _channels_lock = threading.Lock()
 
 
 def channel(address: str) -> grpc.Channel:
-    """A shared insecure channel to ``host:port`` (one per address per process)."""
+    """A shared channel to ``host:port`` (one per address per process) that presents
+    the cluster's token on every call, over TLS when configured."""
     with _channels_lock:
         ch = _channels.get(address)
         if ch is None:
-            ch = grpc.insecure_channel(address, options=_CHANNEL_OPTIONS)
+            files = tls.from_config()
+            raw = grpc.insecure_channel(address, options=_CHANNEL_OPTIONS) if files is None \
+                else grpc.secure_channel(address, tls.channel_credentials(files),
+                                         options=_CHANNEL_OPTIONS)
+            ch = rpc_auth.AuthChannel(raw, address)
             _channels[address] = ch
         return ch
 
@@ -54,6 +68,7 @@ def drop_channel(address: str) -> None:
 
 
 def close_all_channels() -> None:
+    auth.forget()
     with _channels_lock:
         chans = list(_channels.values())
         _channels.clear()
@@ -100,17 +115,37 @@ def add_server_interceptor(interceptor: grpc.ServerInterceptor) -> None:
 
 
 def make_server(max_workers: int = 64) -> grpc.Server:
+    """A server that refuses every call without this process's token (``auth``)."""
     return grpc.server(
         futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="tracedray-rpc"),
-        options=_CHANNEL_OPTIONS, interceptors=list(_server_interceptors),
+        options=_CHANNEL_OPTIONS,
+        interceptors=[rpc_auth.AuthServerInterceptor(), *_server_interceptors],
     )
 
 
 def bind(server: grpc.Server, host: str = "127.0.0.1", port: int = 0) -> int:
-    bound = server.add_insecure_port(f"{host}:{port}")
+    files = tls.from_config()
+    bound = server.add_insecure_port(f"{host}:{port}") if files is None else \
+        server.add_secure_port(f"{host}:{port}", tls.server_credentials(files))
     if bound == 0:
         raise RaySystemError(f"could not listen on {host}:{port} (port in use?)")
+    if not auth.current().enabled and not is_loopback(host):
+        logs.get_logger(__name__).warning(
+            "auth.disabled_on_network", address=f"{host}:{bound}",
+            hint=f"{config.AUTH_MODE.name}=disabled: anyone who reaches this port can run "
+                 "code as this user; unset it to require the cluster's token")
     return bound
+
+
+def is_loopback(host: str) -> bool:
+    import ipaddress
+
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
 
 
 @contextmanager
@@ -121,6 +156,10 @@ def translate(what: str, address: str) -> Iterator[None]:
     except grpc.RpcError as exc:
         code = exc.code() if hasattr(exc, "code") else None
         details = exc.details() if hasattr(exc, "details") else str(exc)
+        if code == grpc.StatusCode.UNAUTHENTICATED:
+            source = auth.client_token(address).source
+            auth.forget(address)  # a token file may have changed since: read it again
+            raise AuthenticationError(auth.refusal_message(address, source)) from exc
         if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
             raise ClusterConnectionError(
                 f"the {what} at {address} is unreachable ({code.name if code else '?'}: {details})"

@@ -8,6 +8,10 @@
       logs/<component>-<pid>.jsonl
       traces/<component>-<pid>.jsonl
       spill/
+      auth_token     the cluster's token (``core/auth.py``)
+
+The folder and its subfolders are 0700 and the files in it 0600: logs, traces and
+objects may hold what tasks print and compute, the token lets anyone run code.
 """
 
 from __future__ import annotations
@@ -53,9 +57,13 @@ class SessionPaths:
     def info_file(self) -> Path:
         return self.root / "session.json"
 
+    @property
+    def token_file(self) -> Path:
+        return self.root / "auth_token"
+
     def ensure(self) -> SessionPaths:
         for folder in (self.root, self.logs_dir, self.traces_dir, self.spill_dir):
-            folder.mkdir(parents=True, exist_ok=True)
+            folder.mkdir(parents=True, exist_ok=True, mode=0o700)
         return self
 
     def read_address(self) -> str:
@@ -80,7 +88,7 @@ def create_session(root: Path | None = None, *, publish: bool = True) -> Session
     cluster that is running.
     """
     base = root or temp_root()
-    base.mkdir(parents=True, exist_ok=True)
+    base.mkdir(parents=True, exist_ok=True, mode=0o700)
     stamp = time.strftime("%Y-%m-%d_%H-%M-%S", time.gmtime())
     path = base / f"session_{stamp}_{os.getpid()}"
     suffix = 0
@@ -88,11 +96,23 @@ def create_session(root: Path | None = None, *, publish: bool = True) -> Session
         suffix += 1
         path = base / f"session_{stamp}_{os.getpid()}_{suffix}"
     session = SessionPaths(path).ensure()
-    session.info_file.write_text(json.dumps({"session_id": session.session_id,
-                                             "created": time.time()}))
+    write_private(session.info_file, json.dumps({"session_id": session.session_id,
+                                                 "created": time.time()}))
     if publish:
         publish_latest(session)
     return session
+
+
+def write_private(path: Path, text: str) -> None:
+    """Write ``text`` to ``path``, owner-only (0600) whatever the umask, atomically."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        os.fchmod(fd, 0o600)  # O_CREAT's mode does not apply to a file that existed
+        os.write(fd, text.encode())
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
 
 
 def publish_latest(session: SessionPaths) -> None:

@@ -91,6 +91,10 @@ def effective_configuration() -> dict[str, object]:
     """
     result: dict[str, object] = {}
     for variable in config.ALL_VARIABLES:
+        if variable.secret:
+            # Whether it is set, never its value.
+            result[variable.name] = "<set>" if os.environ.get(variable.name) else ""
+            continue
         try:
             value = variable.get()
         except Exception as exc:

@@ -121,7 +121,7 @@ class _Cursor:
 @contextlib.contextmanager
 def _held_cursor(path: Path) -> Iterator[_Cursor | None]:
     """The cursor at ``path``, locked; None when another agent holds it."""
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -195,10 +195,10 @@ class SessionExporter:
         self._last_warning = -WARNING_INTERVAL_S
         self._lock_fds: list[int] = []
         for stream in self._streams:
-            stream.cursor_dir.mkdir(parents=True, exist_ok=True)
+            stream.cursor_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
             with contextlib.suppress(OSError):
                 fd = os.open(stream.cursor_dir.parent / LOCK_NAME, os.O_RDONLY | os.O_CREAT,
-                             0o644)
+                             0o600)
                 fcntl.flock(fd, fcntl.LOCK_SH)
                 self._lock_fds.append(fd)
 

@@ -180,7 +180,7 @@ class AppendFile(MappedAppender):
     """
 
     def __init__(self, path: Path, *, mapped: bool = True) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         self._public = path
         self._forked_path = ""
         spool = line_spool.spool_path(path)
@@ -201,7 +201,7 @@ class AppendFile(MappedAppender):
         finally:
             os.close(public)
         try:
-            fd = os.open(spool, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+            fd = os.open(spool, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
         except OSError as exc:  # a spool we could not remove, a read-only folder: no spool
             super().__init__(path, self._open_public(path))
             self._fallback = f"{type(exc).__name__}: {exc}"
@@ -222,7 +222,7 @@ class AppendFile(MappedAppender):
 
     @staticmethod
     def _open_public(path: Path) -> int:
-        return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
 
     @property
     def path(self) -> Path:

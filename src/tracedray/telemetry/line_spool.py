@@ -184,7 +184,7 @@ def _copy_locked(fd: int, path: Path, result: LineCopy, *, writable: bool,
     data = _read_from(fd, HEADER_BYTES + converted, max_bytes)
     if complete_length(data):  # else a round with nothing to copy: a header and a page
         public = jsonl_path(path)
-        out = os.open(public, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+        out = os.open(public, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o600)
         try:
             size = os.fstat(out).st_size
             if size > copied_to:

@@ -297,7 +297,7 @@ def _record_at(fd: int, offset: int) -> bool:
 
 def _append_lines(path: Path, lines: list[str]) -> None:
     data = ("\n".join(lines) + "\n").encode("utf-8", "surrogateescape")
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     try:
         written = 0
         while written < len(data):

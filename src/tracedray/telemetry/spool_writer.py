@@ -54,7 +54,7 @@ class SpoolWriter(MappedAppender):
     """
 
     def __init__(self, path: Path, line_prefix: str, *, mapped: bool = True) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         if path.exists():
             from tracedray.telemetry.spool_convert import convert_spool
 
@@ -68,7 +68,7 @@ class SpoolWriter(MappedAppender):
 
     def _create(self, path: Path, mapped: bool) -> None:
         """A fresh spool at ``path``: header, window, and the PREFIX record."""
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
         try:
             os.pwrite(fd, fmt.header_bytes(os.getpid()), 0)
             super().__init__(path, fd)

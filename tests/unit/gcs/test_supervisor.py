@@ -60,7 +60,10 @@ def test_supervisor_needs_the_bound_port(tmp_path: Path) -> None:
 
 
 @pytest.mark.timeout(60)
-def test_a_killed_gcs_comes_back_on_the_same_port(tmp_path: Path) -> None:
+def test_a_killed_gcs_comes_back_on_the_same_port(tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    # The GCS and its restarts take the token from here; so does this test's client.
+    monkeypatch.setenv("TRACEDRAY_AUTH_TOKEN", "supervisor-test-token-0123456789")
     session = SessionPaths(tmp_path / "session").ensure()
     spec = GcsLaunchSpec(session.root, "127.0.0.1", 0, "memory")
     first, port = node.launch_gcs(spec, parent_pid=os.getpid(), detach=False)

@@ -19,8 +19,10 @@ from tracedray import config
 from tracedray.cli.output import ADDRESS_HELP, FORMAT_HELP, OutputFormat
 
 if TYPE_CHECKING:
+    from tracedray.core.auth import AuthSettings
     from tracedray.core.cluster_client import NodeView
     from tracedray.core.node import NodeProcesses
+    from tracedray.core.session import SessionPaths
 
 
 def _parse_resources(text: str | None) -> dict[str, float] | None:
@@ -87,6 +89,10 @@ def start(
         None, "--metrics-export-port", min=0,
         help="Port of the node's Prometheus /metrics (default: "
              f"${config.METRICS_EXPORT_PORT.name} or 0, a free port)."),
+    token: str | None = typer.Option(
+        None, "--token", help="The cluster's auth token (default: $TRACEDRAY_AUTH_TOKEN; a "
+                              "head makes one, a node on the head's machine reads it from "
+                              "there). `tracedray get-auth-token` prints it."),
 ) -> None:
     """Start a head node, or join a node to a running cluster; returns once it is ready."""
     from tracedray.cli.output import fail
@@ -96,11 +102,14 @@ def start(
         raise fail("give exactly one of --head (start a cluster) or --address HOST:PORT "
                    "(join one)")
     try:
+        settings = _auth_settings(token, head, address)
+        _warn_if_open(settings, node_ip_address)
         extra = _parse_resources(resources)
         processes = _start_head(port, node_ip_address, num_cpus, extra, object_store_memory,
-                                gcs_storage, object_spilling, metrics_export_port) if head else \
+                                gcs_storage, object_spilling, metrics_export_port,
+                                settings) if head else \
             _join(address or "", node_ip_address, num_cpus, extra, object_store_memory,
-                  object_spilling, metrics_export_port)
+                  object_spilling, metrics_export_port, settings)
     except RayError as exc:
         raise fail(str(exc)) from exc
     _print_started(processes, head)
@@ -108,22 +117,55 @@ def start(
         raise typer.Exit(code=_block_until_signalled(processes))
 
 
+def _auth_settings(token: str | None, head: bool, address: str | None) -> AuthSettings:
+    """The token this node's processes get (``core/auth.py`` says where it is found)."""
+    from tracedray.core.cluster_client import normalize_address
+    from tracedray.core import auth
+
+    if not auth.enabled_by_config():
+        return auth.AuthSettings(False, None)
+    choice = auth.choose_for_new_cluster(token) if head else \
+        auth.find_token(normalize_address(address or ""), token)
+    return auth.AuthSettings(True, choice.token, choice.source)
+
+
+def _warn_if_open(settings: AuthSettings, host: str) -> None:
+    from tracedray import config
+    from tracedray.cli.output import note
+    from tracedray.core.rpc import is_loopback
+
+    if not settings.enabled and not is_loopback(host):
+        note(f"{config.AUTH_MODE.name}=disabled and the node listens on {host}: anyone who "
+             "reaches its ports can run code as this user (docs/security.md)")
+
+
+def _store_token(session: SessionPaths, settings: AuthSettings) -> None:
+    """Owner-only copies for this user's drivers and CLIs on this machine: the session
+    folder's and the per-user file (``$TRACEDRAY_TEMP_DIR/auth_token``)."""
+    from tracedray.core import auth
+
+    if settings.enabled and settings.token is not None:
+        auth.store_token(settings.token, session.root, user_file=True)
+
+
 def _start_head(port: int, host: str, num_cpus: float | None, resources: dict[str, float] | None,
                 object_store_memory: int | None, storage: str | None,
-                spilling: bool, metrics_export_port: int | None) -> NodeProcesses:
+                spilling: bool, metrics_export_port: int | None,
+                settings: AuthSettings) -> NodeProcesses:
     from tracedray.core.node import start_head
     from tracedray.core.session import create_session
 
     session = create_session()
+    _store_token(session, settings)
     return start_head(session, port=port, host=host, num_cpus=num_cpus, resources=resources,
                       object_store_memory=object_store_memory, spilling=spilling,
                       storage=storage or config.GCS_STORAGE.get(), parent_pid=0, detach=True,
-                      metrics_export_port=metrics_export_port)
+                      metrics_export_port=metrics_export_port, auth_settings=settings)
 
 
 def _join(address: str, host: str, num_cpus: float | None, resources: dict[str, float] | None,
           object_store_memory: int | None, spilling: bool,
-          metrics_export_port: int | None) -> NodeProcesses:
+          metrics_export_port: int | None, settings: AuthSettings) -> NodeProcesses:
     from tracedray.core.cluster_client import normalize_address
     from tracedray.core.node import join_node
     from tracedray.core.session import create_session, session_for_address
@@ -132,9 +174,12 @@ def _join(address: str, host: str, num_cpus: float | None, resources: dict[str, 
     # On the head's machine the node shares the head's session folder (one place for
     # logs and traces); elsewhere it gets its own.
     session = session_for_address(gcs) or create_session()
-    return join_node(session, gcs, host=host, num_cpus=num_cpus, resources=resources,
-                     object_store_memory=object_store_memory, spilling=spilling,
-                     parent_pid=0, detach=True, metrics_export_port=metrics_export_port)
+    processes = join_node(session, gcs, host=host, num_cpus=num_cpus, resources=resources,
+                          object_store_memory=object_store_memory, spilling=spilling,
+                          parent_pid=0, detach=True, metrics_export_port=metrics_export_port,
+                          auth_settings=settings)
+    _store_token(session, settings)  # once the cluster took it: a wrong token is never kept
+    return processes
 
 
 def _print_started(processes: NodeProcesses, head: bool) -> None:
@@ -146,7 +191,9 @@ def _print_started(processes: NodeProcesses, head: bool) -> None:
              f"  session:  {processes.session.root}",
              "",
              f"Connect a driver:  tracedray.init(address=\"auto\")  or  tracedray.init(\"{gcs}\")",
-             f"Add a node:        tracedray start --address {gcs}",
+             f"Add a node:        tracedray start --address {gcs} --token TOKEN",
+             "  TOKEN:           `tracedray get-auth-token` here prints it (or "
+             "TRACEDRAY_AUTH_TOKEN there)",
              "Look at it:        tracedray status",
              "Stop it:           tracedray stop"]
     if head:  # the GCS keeps it: every node's /metrics, for Prometheus (docs/metrics.md)

@@ -67,10 +67,12 @@ def remote_logs(session: SessionPaths, address: str | None,
     remote = [n for n in nodes if n.info.state == "ALIVE" and n.info.hostname != here]
     records: list[LogRecord] = []
     warnings: list[str] = []
+    from tracedray.core import auth
     from tracedray.core.raylet.client import RayletClient
 
     for node in remote:
         target = f"{node.info.raylet.ip}:{node.info.raylet.port}"
+        auth.remember(target, auth.client_token(client.gcs_address))
         with tempfile.TemporaryDirectory(prefix="tracedray-logs-") as folder:
             try:
                 for chunk in RayletClient(target).read_session_files("logs", keys):

@@ -35,12 +35,14 @@ def main() -> None:
     setup_process("gcs", session_dir=args.session_dir,
                   config={"storage": args.storage, "port": args.port, "flush": not args.no_flush},
                   ip=args.host)
+    from tracedray.core import auth
     from tracedray.core.gcs.server import Gcs
     from tracedray.core.gcs.storage import FlushPolicy
 
     # Before the GCS builds its server: its RPCs are timed (metrics/rpc_latency.py).
     endpoint = _open_metrics(args.host)
     try:
+        auth.configure_from_environment()  # no token: a ConfigError, reported below
         policy = FlushPolicy(
             interval_s=_or(args.flush_interval, config.GCS_FLUSH_INTERVAL_S.get()),
             max_hot_entries=_or(args.flush_max_hot_entries,

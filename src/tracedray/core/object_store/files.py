@@ -59,6 +59,7 @@ def copy_atomically(source: Path, destination: Path) -> None:
     temporary = temp_path(destination, "copying")
     try:
         shutil.copyfile(source, temporary)
+        os.chmod(temporary, 0o600)  # owner-only, whatever the process's umask
         os.replace(temporary, destination)
     except BaseException:
         unlink_quietly(temporary)

@@ -630,7 +630,9 @@ class ObjectStore:
     def _write_chunks(self, path: Path, chunks: Iterable[bytes]) -> int:
         written = 0
         try:
-            with open(path, "xb") as out:
+            # Owner-only like every object file, whatever the process's umask.
+            with os.fdopen(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_CLOEXEC,
+                                   0o600), "wb") as out:
                 for chunk in chunks:
                     written += out.write(chunk)
         except OSError as exc:

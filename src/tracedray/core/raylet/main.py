@@ -10,6 +10,7 @@ from pathlib import Path
 
 from tracedray import logs
 from tracedray.core.process import exit_on_sigterm, exit_with_parent, setup_process
+from tracedray.exceptions import AuthenticationError
 
 
 def main() -> None:
@@ -38,10 +39,12 @@ def main() -> None:
                           "object_store_memory": args.object_store_memory,
                           "spilling": not args.no_spilling},
                   ip=args.ip)
+    from tracedray.core import auth
     from tracedray.core.raylet.server import Raylet
     from tracedray.metrics import serve as metrics
 
     try:
+        auth.configure_from_environment()  # no token: a ConfigError, reported below
         # Before the raylet: its port goes into the node's registration.
         endpoint = metrics.open_endpoint(args.ip, args.metrics_export_port)
         raylet = Raylet(node_id=args.node_id, ip=args.ip, gcs_address=args.gcs,
@@ -55,7 +58,10 @@ def main() -> None:
         raylet.start(prestart_workers=args.prestart)
     except Exception as exc:
         logs.get_logger(__name__).error("raylet.start_failed", error=str(exc))
-        args.ready_file.write_text(json.dumps({"error": str(exc)}))
+        report = {"error": str(exc)}
+        if isinstance(exc, AuthenticationError):  # the starter re-raises it as one
+            report["error_type"] = type(exc).__name__
+        args.ready_file.write_text(json.dumps(report))
         # sys.exit, not raise SystemExit: process.exit can tell the code (logs/_exit_status).
         sys.exit(1)
     on_exit = raylet.shutdown

@@ -303,6 +303,7 @@ def main() -> None:
     parser.add_argument("--ip", default="")  # the node's advertised address, for its lines
     args = parser.parse_args()
     advertise_ip(args.ip)
+    os.umask(0o077)  # the traces it writes are its user's alone, like every session file
     policy = lower_priority(0)  # before any thread starts: threads inherit it
     # Logs only: the agent records no spans of its own (it would feed its own input).
     logs.configure("agent", session_dir=args.session_dir, node_id=args.node_id,

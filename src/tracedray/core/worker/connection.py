@@ -28,6 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from tracedray import logs
+from tracedray.core import auth
 from tracedray.core.address import Address
 from tracedray.core.worker import task_stream
 from tracedray.exceptions import RaySystemError
@@ -99,6 +100,8 @@ class WorkerConnection:
     def _try_send(self, sock: socket.socket, data: bytes) -> int | None:
         """A non-blocking send (lock held): bytes the kernel took; None after a failure,
         which ``_fail`` has recorded for the reader to report."""
+        if task_stream.is_tls(sock):
+            return 0  # no non-blocking send in TLS: the writer thread sends it all
         try:
             return sock.send(data, socket.MSG_DONTWAIT)
         except BlockingIOError:
@@ -141,7 +144,7 @@ class WorkerConnection:
             self._failure = self._translate(exc)
         if self._sock is not None:
             with contextlib.suppress(OSError):
-                self._sock.shutdown(socket.SHUT_RDWR)
+                task_stream.shutdown(self._sock, socket.SHUT_RDWR)
         self._cond.notify_all()
 
     def _shutdown_write(self) -> None:
@@ -150,7 +153,7 @@ class WorkerConnection:
             return
         self._write_shut = True
         try:
-            self._sock.shutdown(socket.SHUT_WR)
+            task_stream.shutdown(self._sock, socket.SHUT_WR)
         except OSError as exc:
             self._fail(exc)
 
@@ -206,7 +209,7 @@ class WorkerConnection:
             self._cond.notify_all()
             if self._sock is not None:
                 with contextlib.suppress(OSError):
-                    self._sock.shutdown(socket.SHUT_RDWR)
+                    task_stream.shutdown(self._sock, socket.SHUT_RDWR)
                 self._sock.close()
         if error is None and not closed:
             error = RaySystemError(f"{self._describe()} ended the task stream: the worker "
@@ -228,11 +231,18 @@ class WorkerConnection:
         except OSError as exc:
             return self._translate(exc)
         try:
-            sock.settimeout(None)
             task_stream.tune(sock)
-        except OSError as exc:
+            sock = task_stream.wrap_client(sock, address.ip)  # under CONNECT_TIMEOUT_S
+            sock.settimeout(None)
+            # First, before any task: the worker reads nothing else until it has it.
+            token = auth.client_token(f"{address.ip}:{address.task_port}").token
+            sock.sendall(task_stream.handshake_frame(token))
+        except OSError as exc:  # ssl.SSLError too: a certificate the worker refused
             sock.close()
             return self._translate(exc)
+        except ValueError as exc:  # a TRACEDRAY_TLS_* setting that is wrong (ConfigError)
+            sock.close()
+            return RaySystemError(f"task stream to {self._describe()}: {exc}")
         with self._cond:
             self._sock = sock
             if self._pending:

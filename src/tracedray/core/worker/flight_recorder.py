@@ -23,8 +23,8 @@ _encode = json.JSONEncoder(separators=(",", ":")).encode
 
 class FlightRecorder:
     def __init__(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
         try:
             os.ftruncate(fd, SLOT_BYTES)
             self._map = mmap.mmap(fd, SLOT_BYTES)

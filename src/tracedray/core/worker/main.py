@@ -22,11 +22,12 @@ def main() -> None:
     args = parser.parse_args()
     setup_process("worker", session_dir=args.session_dir, node_id=args.node_id, ip=args.ip)
     from tracedray import logs
-    from tracedray.core import runtime
+    from tracedray.core import auth, runtime
     from tracedray.core.cluster_runtime import ClusterRuntime
     from tracedray.core.worker.core_worker import CoreWorker
 
     logs.set_process_context(worker_id=args.worker_id)
+    auth.configure_from_environment()  # its raylet passes the token on
     worker = CoreWorker(mode="worker", gcs_address=args.gcs, raylet_address=args.raylet,
                         node_id=args.node_id, ip=args.ip, worker_id=args.worker_id,
                         job_id=b"", session_dir=args.session_dir,

@@ -13,6 +13,11 @@ A frame is a 4-byte big-endian payload length, then the payload: a serialized
 ``repeated <message> = 1``, so one task or result is encoded as that field
 directly (tag, varint length, message bytes) without copying it into a batch,
 and a receiver may find several in one payload.
+
+The caller's first frame is a handshake holding the cluster's token
+(``auth.handshake_payload``); the worker reads it before anything else and closes
+a connection whose handshake is missing or wrong without reading further. One
+handshake per stream: the frames after it cost nothing more.
 """
 
 from __future__ import annotations
@@ -20,8 +25,11 @@ from __future__ import annotations
 import errno
 import socket
 import struct
+import time
+from typing import cast
 
-from tracedray.core import rpc
+from tracedray.core import auth, rpc, tls
+from tracedray.core.worker.tls_stream import LockedTlsSocket
 from tracedray.exceptions import RaySystemError
 from tracedray.v1 import common_pb2
 
@@ -60,6 +68,77 @@ def one_item_frame(message: common_pb2.TaskSpec | common_pb2.TaskResult) -> byte
     """A frame whose payload is a ``TaskBatch`` / ``ResultBatch`` holding ``message``."""
     body = message.SerializeToString()
     return frame(_FIELD_1_BYTES + _varint(len(body)) + body)
+
+
+def handshake_frame(token: str | None) -> bytes:
+    return frame(auth.handshake_payload(token))
+
+
+def read_handshake(sock: socket.socket, timeout_s: float) -> bytes | None:
+    """The payload of the stream's first frame, if it is a plausible handshake that
+    arrives within ``timeout_s``; None otherwise (a caller that skips it, stalls, or
+    claims a large frame is read no further). Restores the socket to blocking."""
+    deadline = time.monotonic() + timeout_s
+    received = bytearray()
+    needed = HEADER_BYTES
+    try:
+        while len(received) < needed:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return None
+            sock.settimeout(remaining)
+            chunk = sock.recv(needed - len(received))
+            if not chunk:
+                return None
+            received += chunk
+            if needed == HEADER_BYTES and len(received) == HEADER_BYTES:
+                (length,) = _HEADER.unpack_from(received)
+                if length > auth.MAX_HANDSHAKE_BYTES:
+                    return None
+                needed += length
+    except OSError:  # a timeout, or the caller went away
+        return None
+    finally:
+        sock.settimeout(None)
+    return bytes(received[HEADER_BYTES:])
+
+
+def is_tls(sock: socket.socket) -> bool:
+    return isinstance(sock, LockedTlsSocket)
+
+
+def shutdown(sock: socket.socket, how: int) -> None:
+    """Shut the TCP connection's ``how`` side (of a TLS stream too: the peer sees a
+    clean end of the stream either way)."""
+    sock.shutdown(how)
+
+
+def _as_socket(tls_socket: LockedTlsSocket) -> socket.socket:
+    # It has every socket method a task stream calls (tls_stream.py); the stream code
+    # stays typed for the plain socket it uses without TLS.
+    return cast(socket.socket, tls_socket)
+
+
+def wrap_client(sock: socket.socket, ip: str) -> socket.socket:
+    """``sock`` in TLS if ``TRACEDRAY_TLS_*`` configure it (handshake done), else itself."""
+    files = tls.from_config()
+    if files is None:
+        return sock
+    wrapped = tls.stream_client_context(files).wrap_socket(sock, server_hostname=ip)
+    return _as_socket(LockedTlsSocket(wrapped))
+
+
+def wrap_server(sock: socket.socket, timeout_s: float) -> socket.socket | None:
+    """The server's side of :func:`wrap_client`; None if the TLS handshake fails."""
+    try:
+        files = tls.from_config()  # a bad setting: ConfigError (a ValueError), refused
+        if files is None:
+            return sock
+        sock.settimeout(timeout_s)
+        wrapped = tls.stream_server_context(files).wrap_socket(sock, server_side=True)
+        return _as_socket(LockedTlsSocket(wrapped))
+    except (OSError, ValueError):  # ssl.SSLError is an OSError
+        return None
 
 
 def tune(sock: socket.socket) -> None:

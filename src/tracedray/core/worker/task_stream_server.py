@@ -3,7 +3,9 @@
 Each caller's connection has one reader thread that hands every task to
 ``push(spec, reply)`` (the ``TaskExecutor``); a single-threaded actor runs its
 call right there. ``reply`` writes the result frame itself, from whichever
-thread finished the task, under the connection's lock. When a caller ends its
+thread finished the task, under the connection's lock. A connection's first frame
+must be the handshake with the cluster's token; one without it is closed before
+any task is read (``auth.refused``, counted in ``refused_total``). When a caller ends its
 stream the worker answers what it still runs, then closes its side. A caller
 that is gone loses its results (the send fails; its own reader has reported).
 Wire format: ``task_stream.py``.
@@ -18,12 +20,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from tracedray import logs
+from tracedray.core import auth
 from tracedray.core.worker import task_stream
 from tracedray.v1 import common_pb2, core_worker_pb2
 
 log = logs.get_logger(__name__)
 Reply = Callable[[common_pb2.TaskResult], None]
 Push = Callable[[common_pb2.TaskSpec, Reply], None]
+# A caller sends its handshake right after connecting; this bounds one that does not.
+HANDSHAKE_TIMEOUT_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -34,6 +39,7 @@ class TaskStreamStatistics:
     tasks_received: int
     results_sent: int
     results_dropped: int  # the caller had gone
+    refused_total: int  # connections closed for a missing or wrong handshake
 
 
 class _Peer:
@@ -59,7 +65,7 @@ class _Peer:
         if not self.closed:
             self.closed = True
             with contextlib.suppress(OSError):
-                self.sock.shutdown(socket.SHUT_RDWR)
+                task_stream.shutdown(self.sock, socket.SHUT_RDWR)
             self.sock.close()
             self.outbox.clear()
             self.lock.notify_all()
@@ -79,7 +85,7 @@ class TaskStreamServer:
         self._lock = threading.Lock()
         self._peers: set[_Peer] = set()
         self._stopped = False
-        self._accepted = self._tasks = self._sent = self._dropped = 0
+        self._accepted = self._tasks = self._sent = self._dropped = self._refused = 0
         threading.Thread(target=self._accept_loop, daemon=True,
                          name=f"tracedray-task-stream-{self.port}").start()
 
@@ -100,7 +106,7 @@ class TaskStreamServer:
     def statistics(self) -> TaskStreamStatistics:
         with self._lock:
             return TaskStreamStatistics(self.port, len(self._peers), self._accepted, self._tasks,
-                                        self._sent, self._dropped)
+                                        self._sent, self._dropped, self._refused)
 
     def _accept_loop(self) -> None:
         while True:
@@ -126,8 +132,37 @@ class TaskStreamServer:
             threading.Thread(target=self._serve, args=(peer,), daemon=True,
                              name=f"tracedray-task-stream-{port}").start()
 
+    # --- the handshake
+    def _admit(self, peer: _Peer) -> bool:
+        """TLS if configured, then the handshake; a peer that fails either is closed,
+        unanswered."""
+        wrapped = task_stream.wrap_server(peer.sock, HANDSHAKE_TIMEOUT_S)
+        if wrapped is not None:
+            with peer.lock:
+                if peer.closed:  # the server stopped meanwhile
+                    wrapped.close()
+                    return False
+                peer.sock = wrapped
+        payload = task_stream.read_handshake(peer.sock, HANDSHAKE_TIMEOUT_S) \
+            if wrapped is not None else None
+        token = auth.handshake_token(payload) if payload is not None else None
+        if token is not None and auth.current().accepts(token):
+            return True
+        total = auth.count_refusal("stream")
+        with self._lock:
+            self._refused += 1
+        if auth.should_log_refusal(total):
+            log.warning("auth.refused", peer=peer.name, method="task_stream",
+                        refused_total=total,
+                        reason="no handshake" if token is None else "wrong token")
+        with peer.lock:
+            self._close_locked(peer)
+        return False
+
     # --- reading tasks
     def _serve(self, peer: _Peer) -> None:
+        if not self._admit(peer):
+            return
         reply = self._replier(peer)
         parse = core_worker_pb2.TaskBatch.FromString
         reader = task_stream.FrameReader(peer.sock)
