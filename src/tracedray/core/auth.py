@@ -212,6 +212,8 @@ _client_tokens: dict[str, TokenChoice] = {}  # per address, for unconfigured pro
 # Tokens of clusters this process started or learned of (``remember``): kept across
 # a driver's shutdown, which only clears the lookups above.
 _known: dict[str, TokenChoice] = {}
+# The token of the cluster this process last read (adopt): for its raylets and workers.
+_fallback: TokenChoice | None = None
 _rpc_refused = 0
 _streams_refused = 0
 
@@ -284,7 +286,21 @@ def client_token(address: str) -> TokenChoice:
         if known.token is not None:  # none found: look again next call (it may appear)
             with _lock:
                 _client_tokens[address] = known
+        elif _fallback is not None:  # a node of the cluster this process reads (adopt)
+            return _fallback
     return known
+
+
+def adopt(address: str) -> None:
+    """A process that reads a cluster (the CLI, a script of the state API) presents the
+    token found for its GCS at ``address`` to the other processes of that cluster too
+    (raylets and workers reached through the GCS: stack dumps, files, index queries),
+    whose addresses no session file names. The latest cluster read wins."""
+    global _fallback
+    choice = client_token(address)
+    if choice.token is not None:
+        with _lock:
+            _fallback = choice
 
 
 def remember(address: str, choice: TokenChoice) -> None:
@@ -300,9 +316,11 @@ def remember(address: str, choice: TokenChoice) -> None:
 def forget(address: str | None = None) -> None:
     """Look the token for ``address`` up again next time (a refused one: remembered
     ones too); None: every lookup (a driver's shutdown), not what was remembered."""
+    global _fallback
     with _lock:
         if address is None:
             _client_tokens.clear()
+            _fallback = None
         else:
             _client_tokens.pop(address, None)
             _known.pop(address, None)

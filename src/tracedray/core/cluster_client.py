@@ -146,7 +146,10 @@ def connect_cluster(address: str | None = None,
                     timeout_s: float = CONNECT_TIMEOUT_S) -> ClusterClient:
     """A client for a cluster that answers now; the error says where the address came from."""
     resolved = resolve_address(address)
+    from tracedray.core import auth
     from tracedray.core.gcs.client import GcsClient, connect
+
+    auth.adopt(resolved.gcs_address)
 
     try:
         connect(resolved.gcs_address, timeout_s=timeout_s)

@@ -15,9 +15,9 @@ def get_auth_token(
 ) -> None:
     """Print the cluster's auth token (give it to other machines with TRACEDRAY_AUTH_TOKEN
     or `tracedray start --address ... --token ...`)."""
-    from tracedray.core.cluster_client import resolve_address
     from tracedray.cli.output import fail
     from tracedray.core import auth
+    from tracedray.core.cluster_client import resolve_address
     from tracedray.exceptions import RayError
 
     try:

@@ -119,8 +119,8 @@ def start(
 
 def _auth_settings(token: str | None, head: bool, address: str | None) -> AuthSettings:
     """The token this node's processes get (``core/auth.py`` says where it is found)."""
-    from tracedray.core.cluster_client import normalize_address
     from tracedray.core import auth
+    from tracedray.core.cluster_client import normalize_address
 
     if not auth.enabled_by_config():
         return auth.AuthSettings(False, None)
