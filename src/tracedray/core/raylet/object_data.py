@@ -29,6 +29,7 @@ from dataclasses import dataclass
 
 from tracedray import logs
 from tracedray.core.raylet import object_wire as wire
+from tracedray.core.raylet.connection_server import ConnectionServer
 from tracedray.exceptions import ObjectStoreFullError, RaySystemError
 
 log = logs.get_logger(__name__)
@@ -61,49 +62,24 @@ class ObjectDataServer:
     def __init__(self, host: str, open_object: OpenObject) -> None:
         self._open_object = open_object
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        self._listener = socket.create_server((host, 0), family=family, backlog=128)
-        self.port: int = self._listener.getsockname()[1]
+        listener = socket.create_server((host, 0), family=family, backlog=128)
+        self.port: int = listener.getsockname()[1]
         self._lock = threading.Lock()
-        self._connections: set[socket.socket] = set()
-        self._closed = False
-        self._accepted = self._ranges = self._bytes = self._failed = 0
-        self._thread = threading.Thread(target=self._accept_loop, daemon=True,
-                                        name="tracedray-object-data")
-        self._thread.start()
+        self._ranges = self._bytes = self._failed = 0
+        self._server = ConnectionServer(listener, self._serve, name="tracedray-object-data")
 
     def close(self) -> None:
-        with self._lock:
-            self._closed = True
-            connections = list(self._connections)
-        for sock in [self._listener, *connections]:
-            with contextlib.suppress(OSError):
-                sock.shutdown(socket.SHUT_RDWR)  # wakes accept() and recv()
-        self._listener.close()
-        self._thread.join(5)
+        self._server.close()
 
     def statistics(self) -> ObjectDataStatistics:
         with self._lock:
-            return ObjectDataStatistics(self.port, len(self._connections), self._accepted,
-                                        self._ranges, self._bytes, self._failed)
+            ranges, sent, failed = self._ranges, self._bytes, self._failed
+        return ObjectDataStatistics(self.port, self._server.open_connections(),
+                                    self._server.accepted, ranges, sent, failed)
 
     def __repr__(self) -> str:
         s = self.statistics()
         return f"<ObjectDataServer port={s.port} open={s.open_connections} sent={s.bytes_sent}>"
-
-    def _accept_loop(self) -> None:
-        while True:
-            try:
-                sock, _ = self._listener.accept()
-            except OSError:
-                return  # closed
-            with self._lock:
-                if self._closed:
-                    sock.close()
-                    return
-                self._connections.add(sock)
-                self._accepted += 1
-            threading.Thread(target=self._serve, args=(sock,), daemon=True,
-                             name="tracedray-object-data-conn").start()
 
     def _serve(self, sock: socket.socket) -> None:
         try:
@@ -121,10 +97,6 @@ class ObjectDataServer:
             with self._lock:
                 self._failed += 1
             log.debug("object data connection ended", error=str(exc))
-        finally:
-            with self._lock:
-                self._connections.discard(sock)
-            sock.close()
 
     def _send_range(self, sock: socket.socket, request: wire.Request) -> bool:
         """Send one range; False when it was answered with an error instead."""

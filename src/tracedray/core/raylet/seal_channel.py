@@ -14,7 +14,6 @@ over gRPC (sealing twice is harmless: the store keeps the first).
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import os
 import socket
@@ -24,6 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from tracedray import logs
+from tracedray.core.raylet.connection_server import ConnectionServer
 from tracedray.exceptions import RaySystemError
 from tracedray.v1 import raylet_pb2
 
@@ -60,71 +60,40 @@ class SealChannelServer:
 
     def __init__(self, name: bytes, seal: Seal) -> None:
         self._seal = seal
-        self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self._listener.bind(name)
-        self._listener.listen(128)
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        listener.bind(name)
+        listener.listen(128)
         self._lock = threading.Lock()
-        self._connections: set[socket.socket] = set()
-        self._closed = False
-        self._accepted = self._refused = self._seals = 0
-        self._thread = threading.Thread(target=self._accept_loop, daemon=True,
-                                        name="tracedray-seal-channel")
-        self._thread.start()
+        self._seals = 0
+        # Only its own user's processes: only they can write the raylet's object files.
+        self._server = ConnectionServer(listener, self._serve, name="tracedray-seal-channel",
+                                        admit=lambda sock: peer_uid(sock) == os.getuid())
 
     def close(self) -> None:
-        with self._lock:
-            self._closed = True
-            connections = list(self._connections)
-        for sock in [self._listener, *connections]:
-            with contextlib.suppress(OSError):
-                sock.shutdown(socket.SHUT_RDWR)
-        self._listener.close()
-        self._thread.join(5)
+        self._server.close()
 
     def statistics(self) -> SealChannelStatistics:
         with self._lock:
-            return SealChannelStatistics(len(self._connections), self._accepted, self._refused,
-                                         self._seals)
+            seals = self._seals
+        return SealChannelStatistics(self._server.open_connections(), self._server.accepted,
+                                     self._server.refused, seals)
 
     def __repr__(self) -> str:
         s = self.statistics()
         return f"<SealChannelServer open={s.open_connections} seals={s.seals_total}>"
-
-    def _accept_loop(self) -> None:
-        while True:
-            try:
-                sock, _ = self._listener.accept()
-            except OSError:
-                return
-            refused = peer_uid(sock) != os.getuid()
-            with self._lock:
-                if self._closed or refused:
-                    self._refused += refused
-                    sock.close()
-                    if self._closed:
-                        return
-                    continue
-                self._connections.add(sock)
-                self._accepted += 1
-            threading.Thread(target=self._serve, args=(sock,), daemon=True,
-                             name="tracedray-seal-conn").start()
 
     def _serve(self, sock: socket.socket) -> None:
         try:
             while (frame := _read_frame(sock)) is not None:
                 request = raylet_pb2.SealObjectRequest.FromString(frame)
                 reply = self._seal(request)
-                _write_frame(sock, reply.SerializeToString())
-                with self._lock:
+                with self._lock:  # counted before the caller can see the reply
                     self._seals += 1
+                _write_frame(sock, reply.SerializeToString())
         except (OSError, RaySystemError) as exc:
             log.debug("seal channel connection ended", error=str(exc))
         except Exception as exc:  # a malformed request: drop the connection, keep serving
             log.warning("seal channel request failed", error=repr(exc))
-        finally:
-            with self._lock:
-                self._connections.discard(sock)
-            sock.close()
 
 
 class SealChannel:
