@@ -112,3 +112,19 @@ class SafeCollector:
                         error=f"{type(exc).__name__}: {exc}")
             return iter(())
         return iter(metrics)
+
+
+def gauge(name: str, help: str, labels: list[str], values: list[str],
+          value: float) -> GaugeMetricFamily:
+    """One gauge family holding one series."""
+    family = GaugeMetricFamily(name, help, labels=labels)
+    family.add_metric(values, value)
+    return family
+
+
+def counter(name: str, help: str, labels: list[str], values: list[str],
+            value: float) -> CounterMetricFamily:
+    """One counter family holding one series (``name`` without ``_total``)."""
+    family = CounterMetricFamily(name, help, labels=labels)
+    family.add_metric(values, value)
+    return family

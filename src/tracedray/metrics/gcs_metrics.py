@@ -17,9 +17,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import GaugeMetricFamily, Metric
 
-from tracedray.metrics.exposition import to_prometheus
+from tracedray.metrics.exposition import counter, gauge, to_prometheus
 from tracedray.metrics.rpc_latency import RpcLatency
 from tracedray.v1 import gcs_pb2
 
@@ -87,7 +87,7 @@ class GcsCollector:
         for (state, name), count in sorted(counts.counts.items()):
             tasks.add_metric([*ids, state, name], count)
         yield tasks
-        yield _gauge("tracedray_gcs_task_count_seconds", "How long the last count of the "
+        yield gauge("tracedray_gcs_task_count_seconds", "How long the last count of the "
                      "task table took", labels, ids, counts.duration_s)
         actors = GaugeMetricFamily("tracedray_actors", "Actors by state and class",
                                    labels=[*labels, "state", "class_name"])
@@ -117,30 +117,16 @@ class GcsCollector:
         yield hot
         yield hot_bytes
         flusher = gcs.flusher.statistics()
-        yield _gauge("tracedray_gcs_flush_seconds", "How long the GCS's last flush of finished "
+        yield gauge("tracedray_gcs_flush_seconds", "How long the GCS's last flush of finished "
                      "entries to its storage took", labels, ids, flusher.last_duration_s)
-        yield _counter("tracedray_gcs_flushes", "Flushes of the GCS's tables to storage",
+        yield counter("tracedray_gcs_flushes", "Flushes of the GCS's tables to storage",
                        labels, ids, flusher.flushes)
-        yield _counter("tracedray_gcs_flush_failures", "Flushes that failed (retried)",
+        yield counter("tracedray_gcs_flush_failures", "Flushes that failed (retried)",
                        labels, ids, flusher.failures)
-        yield _counter("tracedray_gcs_flushed_entries", "Entries moved from memory to storage",
+        yield counter("tracedray_gcs_flushed_entries", "Entries moved from memory to storage",
                        labels, ids, flusher.entries_flushed)
-        yield _counter("tracedray_gcs_watch_stalls", "Times the GCS's node watch woke late",
+        yield counter("tracedray_gcs_watch_stalls", "Times the GCS's node watch woke late",
                        labels, ids, statistics.watch_stalls_total)
         if self._rpc is not None:
             yield from to_prometheus([self._rpc.family()],
                                      {"node_id": node_id, "component": "gcs"})
-
-
-def _gauge(name: str, help: str, labels: list[str], values: list[str],
-           value: float) -> GaugeMetricFamily:
-    family = GaugeMetricFamily(name, help, labels=labels)
-    family.add_metric(values, value)
-    return family
-
-
-def _counter(name: str, help: str, labels: list[str], values: list[str],
-             value: float) -> CounterMetricFamily:
-    family = CounterMetricFamily(name, help, labels=labels)
-    family.add_metric(values, value)
-    return family

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from tracedray.core.raylet import exit_meaning
-from tracedray.metrics.exposition import to_prometheus
+from tracedray.metrics.exposition import counter, gauge, to_prometheus
 from tracedray.metrics.rpc_latency import RpcLatency
 from tracedray.metrics.snapshot import SnapshotReader
 from tracedray.v1 import raylet_pb2
@@ -53,19 +53,19 @@ class NodeCollector:
         stats = raylet.node_stats(raylet_pb2.GetNodeStatsRequest())
         statistics = raylet.statistics()
 
-        yield _gauge("tracedray_object_store_used_bytes", "Bytes of objects in the node's "
+        yield gauge("tracedray_object_store_used_bytes", "Bytes of objects in the node's "
                      "object store (shared memory)", labels, ids, stats.store_used)
-        yield _gauge("tracedray_object_store_capacity_bytes", "The object store's capacity",
+        yield gauge("tracedray_object_store_capacity_bytes", "The object store's capacity",
                      labels, ids, stats.store_capacity)
-        yield _gauge("tracedray_object_store_objects", "Objects in the node's object store",
+        yield gauge("tracedray_object_store_objects", "Objects in the node's object store",
                      labels, ids, stats.num_objects)
-        yield _counter("tracedray_spilled_bytes", "Bytes spilled to disk", labels, ids,
+        yield counter("tracedray_spilled_bytes", "Bytes spilled to disk", labels, ids,
                        stats.spilled_bytes)
-        yield _counter("tracedray_spilled_objects", "Objects spilled to disk", labels, ids,
+        yield counter("tracedray_spilled_objects", "Objects spilled to disk", labels, ids,
                        stats.spilled_count)
-        yield _counter("tracedray_restored_bytes", "Bytes restored from spill files", labels,
+        yield counter("tracedray_restored_bytes", "Bytes restored from spill files", labels,
                        ids, stats.restored_bytes)
-        yield _counter("tracedray_restored_objects", "Objects restored from spill files",
+        yield counter("tracedray_restored_objects", "Objects restored from spill files",
                        labels, ids, stats.restored_count)
         freed = CounterMetricFamily("tracedray_objects_freed", "Objects freed from the store, "
                                     "by reason", labels=[*labels, "reason"])
@@ -94,35 +94,21 @@ class NodeCollector:
             resources.add_metric([*ids, name, "available"],
                                  stats.resources_available.get(name, 0.0))
         yield resources
-        yield _gauge("tracedray_lease_requests_pending", "Lease requests waiting for "
+        yield gauge("tracedray_lease_requests_pending", "Lease requests waiting for "
                      "resources this node has", labels, ids, stats.pending_leases)
-        yield _gauge("tracedray_lease_requests_infeasible", "Lease requests no node can "
+        yield gauge("tracedray_lease_requests_infeasible", "Lease requests no node can "
                      "satisfy", labels, ids, stats.infeasible_leases)
-        yield _counter("tracedray_leases_granted", "Worker leases granted", labels, ids,
+        yield counter("tracedray_leases_granted", "Worker leases granted", labels, ids,
                        statistics.leases_granted)
-        yield _counter("tracedray_leases_reclaimed", "Task leases taken back because their "
+        yield counter("tracedray_leases_reclaimed", "Task leases taken back because their "
                        "holder died", labels, ids, stats.leases_reclaimed)
-        yield _counter("tracedray_workers_started", "Worker processes started", labels, ids,
+        yield counter("tracedray_workers_started", "Worker processes started", labels, ids,
                        statistics.workers.started_total)
-        yield _counter("tracedray_node_heartbeat_late", "Heartbeats to the GCS sent late (the "
+        yield counter("tracedray_node_heartbeat_late", "Heartbeats to the GCS sent late (the "
                        "heartbeat thread did not run on time)", labels, ids,
                        statistics.heartbeats.late_total)
-        yield _counter("tracedray_node_heartbeat_failed", "Heartbeats the GCS did not answer",
+        yield counter("tracedray_node_heartbeat_failed", "Heartbeats the GCS did not answer",
                        labels, ids, statistics.heartbeats.failed_total)
         yield from to_prometheus(self._reader.read().families.values(), node)
         if self._rpc is not None:
             yield from to_prometheus([self._rpc.family()], {**node, "component": "raylet"})
-
-
-def _gauge(name: str, help: str, labels: list[str], values: list[str],
-           value: float) -> GaugeMetricFamily:
-    family = GaugeMetricFamily(name, help, labels=labels)
-    family.add_metric(values, value)
-    return family
-
-
-def _counter(name: str, help: str, labels: list[str], values: list[str],
-             value: float) -> CounterMetricFamily:
-    family = CounterMetricFamily(name, help, labels=labels)
-    family.add_metric(values, value)
-    return family
