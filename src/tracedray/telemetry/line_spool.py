@@ -35,11 +35,12 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import ctypes.util
-import fcntl
 import os
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from tracedray.telemetry.spool_files import lock_spool, open_spool
 
 MAGIC = b"TDLINES1"
 HEADER_BYTES = 64
@@ -137,26 +138,13 @@ def copy_spool(path: Path, *, blocking: bool = True,
     returned in ``lines``.
     """
     result = LineCopy(str(path))
-    try:
-        fd = os.open(path, os.O_RDWR)
-        writable = True
-    except FileNotFoundError:
+    opened = open_spool(path, result.warnings)
+    if opened is None:
         return result
-    except PermissionError:
-        try:
-            fd = os.open(path, os.O_RDONLY)
-        except OSError as exc:
-            result.warnings.append(f"{path}: cannot read: {exc}")
-            return result
-        writable = False
-    except OSError as exc:
-        result.warnings.append(f"{path}: cannot open: {exc}")
-        return result
+    fd, writable = opened
     try:
         if writable:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))
-            except BlockingIOError:
+            if not lock_spool(fd, blocking=blocking):
                 result.skipped = True
                 return result
             if os.fstat(fd).st_nlink == 0:

@@ -36,7 +36,6 @@ it, had made each round of a long-lived spool cost milliseconds.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -44,6 +43,7 @@ from pathlib import Path
 
 from tracedray.telemetry import spool_format as fmt
 from tracedray.telemetry.otlp_json import span_line
+from tracedray.telemetry.spool_files import lock_spool, open_spool
 
 HEAD_READ = 4096  # header and, nearly always, the PREFIX record (a resource is ~1 KB)
 FIRST_BLOCK = 4 << 10  # a round's first read: one page, all an idle round (most) needs
@@ -83,28 +83,14 @@ def convert_spool(path: Path, *, blocking: bool = True, close_abandoned: bool = 
     so it is deleted once converted. Never raises for a missing or foreign file.
     """
     result = Conversion(str(path))
-    try:
-        fd = os.open(path, os.O_RDWR)
-        writable = True
-    except FileNotFoundError:
+    opened = open_spool(path, result.warnings)
+    if opened is None:
         return result
-    except PermissionError:
-        try:
-            fd = os.open(path, os.O_RDONLY)
-        except OSError as exc:
-            result.warnings.append(f"{path}: cannot read: {exc}")
+    fd, writable = opened
+    try:
+        if writable and not lock_spool(fd, blocking=blocking):
+            result.skipped = True
             return result
-        writable = False
-    except OSError as exc:
-        result.warnings.append(f"{path}: cannot open: {exc}")
-        return result
-    try:
-        if writable:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))
-            except BlockingIOError:
-                result.skipped = True
-                return result
         _convert_locked(fd, path, result, writable=writable,
                         close_abandoned=close_abandoned, max_bytes=max_bytes)
     except OSError as exc:
