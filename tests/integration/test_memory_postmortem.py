@@ -229,9 +229,8 @@ def test_memory_answers_after_its_driver_was_sigkilled(no_leaks: None, tmp_path:
     assert "post-mortem view of session" in result.stderr
     header = result.stderr
     assert f"driver pid {driver.pid}" in header and "3 object(s), 15.00 MB" in header, header
-    # Either its raylet saw it die (a zombie) before the cluster went, or nothing did.
-    assert ("no end of it is recorded" in header
-            or f"process {driver.pid} exited" in header), header
+    # Its raylet may have seen it die (a zombie, or gone) before the cluster went, or not.
+    assert "no end of it is recorded" in header or f"process {driver.pid} " in header, header
     rows = json.loads(result.stdout)
     site = f"holding.py:{_script_line(HOLDING_DRIVER, '# KEPT')} in <listcomp>"
     assert [(r["pid"], r["call_site"]) for r in rows] == [(driver.pid, site)] * 3, rows
