@@ -39,6 +39,20 @@ class Cluster:
     def raylet_pid(self, name: str) -> int:
         return int(self.nodes[name].processes[-1].pid)
 
+    def runs_on(self, name: str) -> None:
+        """A driver connects and runs a task on node ``name`` (it needs the resource of
+        that name, as the nodes of started_nodes have), then leaves."""
+        ray = self.ray
+        ray.init(address=self.address)
+        try:
+            @ray.remote(resources={name: 1})
+            def where() -> str:
+                return str(ray.get_runtime_context().get_node_id())
+
+            assert ray.get(where.remote(), timeout=60) == self.node_id(name)
+        finally:
+            ray.shutdown()
+
     def join(self, name: str, **kwargs: Any) -> Any:
         from tracedray.core.node import join_node
         from tracedray.core.session import SessionPaths

@@ -40,16 +40,7 @@ def test_a_stalled_node_is_suspect_then_alive_and_works(
             "status", "--address", cluster.address)["nodes"]}[cluster.node_id("b")]["suspect"],
             15, "node b to be on time again")
         assert [n.info.state for n in gcs.get_nodes()] == ["ALIVE", "ALIVE"]
-        ray = cluster.ray
-        ray.init(address=cluster.address)
-        try:
-            @ray.remote(resources={"b": 1})
-            def on_b() -> str:
-                return str(ray.get_runtime_context().get_node_id())
-
-            assert ray.get(on_b.remote(), timeout=60) == cluster.node_id("b")
-        finally:
-            ray.shutdown()
+        cluster.runs_on("b")
 
 
 def test_a_node_declared_dead_stops_when_it_hears_it(
