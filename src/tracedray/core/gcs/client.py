@@ -93,10 +93,9 @@ class GcsClient:
     def find_actor(self, actor_id: bytes, *, wait_until_settled: bool = False,
                    timeout_s: float = 0.0, min_restarts: int = 0) -> gcs_pb2.ActorInfo | None:
         """``get_actor`` by id, None where the GCS never had that actor."""
-        request = gcs_pb2.GetActorRequest(actor_id=actor_id, wait_until_settled=wait_until_settled,
-                                          timeout_s=timeout_s, min_restarts=min_restarts)
         try:
-            return self._call(self._stub.GetActor, request, timeout=timeout_s + 30.0)
+            return self.get_actor(actor_id=actor_id, wait_until_settled=wait_until_settled,
+                                  timeout_s=timeout_s, min_restarts=min_restarts)
         except RaySystemError as exc:
             if isinstance(exc.__cause__, grpc.RpcError) and (
                     exc.__cause__.code() == grpc.StatusCode.NOT_FOUND):
