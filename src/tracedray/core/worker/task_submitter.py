@@ -499,10 +499,9 @@ class TaskSubmitter:
             now = time.monotonic()
             with self._lock:
                 withdrawals = self._withdraw_unneeded_requests(now)
+                waiting = self._waiting_long(now)
             for raylet, key, request_ids in withdrawals:
                 self._send_withdrawal(raylet, key, request_ids)
-            with self._lock:
-                waiting = self._waiting_long(now)
             if waiting:
                 self._infeasible.poll(waiting)
             with self._lock:
