@@ -9,7 +9,7 @@ import subprocess
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from tracedray import logs, telemetry
 from tracedray.metrics.snapshot import flush_process_metrics
@@ -46,12 +46,20 @@ def exit_with_parent(parent_pid: int, on_exit: Any = None, interval_s: float = 0
                 if on_exit is not None:
                     with contextlib.suppress(Exception):  # we are exiting anyway
                         on_exit()
-                logs.record_process_exit(0)
-                telemetry.force_flush(1.0)
-                flush_process_metrics()
-                os._exit(0)
+                exit_now(0)
 
     threading.Thread(target=watch, daemon=True, name="tracedray-parent-watch").start()
+
+
+def exit_now(code: int) -> NoReturn:
+    """End this process at once (``os._exit``: no atexit, no thread joins), leaving the
+    record whole: its ``process.exit`` line, its spans and its metrics' last counts."""
+    logs.record_process_exit(code)
+    try:
+        telemetry.force_flush(1.0)
+        flush_process_metrics()
+    finally:
+        os._exit(code)
 
 
 def process_alive(pid: int) -> bool:

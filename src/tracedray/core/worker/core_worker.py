@@ -27,6 +27,7 @@ from tracedray.core import rpc
 from tracedray.core.address import Address
 from tracedray.core.functions import FunctionManager, driver_import_paths
 from tracedray.core.gcs.client import GcsClient
+from tracedray.core.process import exit_now
 from tracedray.core.raylet.client import RayletClient
 from tracedray.core.worker import reference_table as rt
 from tracedray.core.worker import remote_debugger, slow_tasks, stack_dump
@@ -476,13 +477,7 @@ class CoreWorker:
         def _exit() -> None:
             time.sleep(0.05)  # let the reply go out
             log.info("worker.exit_requested", reason=reason)
-            logs.record_process_exit(code)
-            try:
-                from tracedray import telemetry
-
-                telemetry.force_flush(1.0)
-            finally:
-                os._exit(code)
+            exit_now(code)
 
         threading.Thread(target=_exit, daemon=True).start()
 

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from tracedray import logs, telemetry
 from tracedray.core import code_source, ids, trace_context
+from tracedray.core.process import exit_now
 from tracedray.core.serialization import serialize
 from tracedray.core.worker import remote_debugger
 from tracedray.core.worker.async_actor import ActorEventLoop, actor_concurrency, is_async_actor
@@ -283,11 +284,7 @@ class TaskExecutor:
                     attempt=spec.attempt, exit_code=code)
         telemetry.record_error(span, exc)
         span.end()
-        logs.record_process_exit(code)
-        try:
-            telemetry.force_flush(1.0)
-        finally:
-            os._exit(code)
+        exit_now(code)
 
     def _stop_interrupts(self, task_id: bytes) -> bool:
         """The task is over: no cancel may interrupt this thread for it from now on,
