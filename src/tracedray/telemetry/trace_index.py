@@ -31,6 +31,8 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from tracedray.telemetry import memory_index
+
 INDEX_NAME = "trace_index.sqlite"
 SCHEMA_VERSION = "3"
 TRACES = "traces"
@@ -94,6 +96,9 @@ def key(kind: str, value: str) -> bytes:
 def name_key(family: str) -> bytes:
     """The key of lines holding spans whose name starts with ``family`` (NAME_FAMILIES)."""
     return b"name:" + family.encode()
+
+
+_STORE_KEY = name_key("object.")
 
 
 def _id_key(kind: bytes, hex_id: bytes) -> bytes:
@@ -208,6 +213,8 @@ def _connect(path: Path, *, timeout_s: float) -> sqlite3.Connection:
     conn.execute("PRAGMA wal_autocheckpoint=256")  # pages: the WAL stays near 1 MiB
     conn.execute("PRAGMA journal_size_limit=1048576")  # and shrinks back after a burst
     conn.executescript(_SCHEMA)
+    conn.executescript(memory_index.SCHEMA)
+    conn.execute(memory_index.MARK_FRESH)
     conn.execute("INSERT OR IGNORE INTO meta VALUES ('schema', ?)", (SCHEMA_VERSION,))
     return conn
 
@@ -304,6 +311,7 @@ class IndexWriter:
             if size < indexed_to:  # replaced or truncated: its old entries are wrong
                 conn.execute("DELETE FROM keys WHERE file_id=?", (file_id,))
                 conn.execute("DELETE FROM lines WHERE file_id=?", (file_id,))
+                memory_index.forget_file(conn, file_id)
                 indexed_to, named = 0, 0
             if size == indexed_to:
                 conn.execute("COMMIT")
@@ -314,10 +322,13 @@ class IndexWriter:
             end = indexed_to + complete_end(data)
             line_rows: list[tuple[int, int, int, int | None, int | None]] = []
             key_rows: list[tuple[bytes, int, int]] = []
+            store_events: list[memory_index.StoreEvent] = []
             for offset, raw in complete_lines(data, indexed_to):
                 keys = line_keys(kind, raw)
                 if kind == TRACES:
                     t_min, t_max = span_line_times(raw)
+                    if _STORE_KEY in keys:  # its store events, for memory --timeline
+                        store_events.extend(memory_index.events_of_line(raw)[0])
                 else:
                     t_min = t_max = log_line_time(raw)
                     if not named and names_node(raw):
@@ -327,6 +338,7 @@ class IndexWriter:
                 key_rows.extend((k, file_id, offset) for k in keys)
             conn.executemany("INSERT OR REPLACE INTO lines VALUES (?, ?, ?, ?, ?)", line_rows)
             conn.executemany("INSERT OR IGNORE INTO keys VALUES (?, ?, ?)", key_rows)
+            memory_index.record(conn, file_id, store_events)
             conn.execute("UPDATE files SET indexed_to=?, named=? WHERE id=?",
                          (end, named, file_id))
             conn.execute("COMMIT")
@@ -431,6 +443,26 @@ class IndexReader:
         extents = [Extent(kind, name, offset, length) for name, offset, length in rows]
         yield from self.read(extents)
         yield from self._tails(kind, wanted, indexed)
+
+    def store_events(self) -> tuple[list[memory_index.StoreEvent], list[bytes]] | None:
+        """The object store's events the index holds (telemetry/memory_index.py), and
+        the lines holding such events that it has not indexed yet; None when this index
+        does not keep them (made by an older tracedray: the caller scans)."""
+        self._lookups += 1
+        try:
+            if not memory_index.kept(self._conn):
+                return None
+            self._conn.execute("BEGIN")  # one snapshot: see lines()
+            try:
+                events = memory_index.read_events(self._conn)
+                indexed = self._indexed_to(TRACES)
+            finally:
+                self._conn.execute("COMMIT")
+        except sqlite3.DatabaseError as exc:
+            self.errors.append(f"trace index {index_path(self.root)}: {exc}; "
+                               "reading every file")
+            return None
+        return events, [raw for _, raw in self._tails(TRACES, {_STORE_KEY}, indexed)]
 
     def files_of_pid(self, kind: str, pid: int) -> list[Path]:
         """The files a process wrote (one per process and kind)."""

@@ -130,10 +130,10 @@ def _timeline(address: str | None, session_path: str | None, output: str | None,
     )
     from tracedray.cli.output import note, print_json, warn
     from tracedray.cli.postmortem import session_at
-    from tracedray.cli.tracestore.sources import SessionFileSource, SpanQuery
+    from tracedray.cli.tracestore.sources import SessionFileSource
 
     session = session_at(session_path) if session_path else resolve_session(address)
-    batch = SessionFileSource(session).find_spans(SpanQuery(name_prefix="object."))
+    batch = SessionFileSource(session).store_events()
     for warning in batch.warnings:
         warn(warning)
     series = store_usage_series(batch.spans)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Protocol
 
 from tracedray.cli.tracestore.jaeger import JaegerClient, JaegerClientStatistics, search_params
@@ -96,6 +97,52 @@ class SessionFileSource:
             return SpanBatch(batch.spans, (f"{why}: reading every trace file",
                                            *batch.warnings), batch.source)
         return self._scan(query)
+
+    def store_events(self) -> SpanBatch:
+        """The object store's events (``object.seal``, ``free``, ``spill``, ...): from the
+        rows the index keeps of them (telemetry/memory_index.py) plus the lines it has
+        not reached, so the cost follows the events, not the session; without such rows
+        (no index, or one made by an older tracedray), from the lines holding them, and
+        the first warning says so."""
+        from tracedray.telemetry import memory_index
+        from tracedray.telemetry.spool_convert import sync_traces_dir
+        from tracedray.telemetry.trace_index import open_index
+
+        query = SpanQuery(name_prefix="object.")
+        # Every ended span in a file first, for the index to take it in.
+        synced = sync_traces_dir(self.session.traces_dir)
+        index, why = open_index(self.session.root)
+        if index is None:
+            batch = self._scan(query)
+            return SpanBatch(batch.spans, (f"{why}: reading every trace file",
+                                           *batch.warnings), batch.source)
+        try:
+            found = index.store_events()
+            if found is None:
+                batch = self._indexed(index, [_index_keys(query)[0]], query)
+                return SpanBatch(batch.spans, (
+                    f"the trace index of {self.session.root} keeps no object-store events "
+                    "(made by an older tracedray): reading every line that holds one",
+                    *index.errors, *batch.warnings), batch.source)
+            events, tails = found
+            warnings = [why] if why else []
+            warnings.extend(index.errors)
+        finally:
+            index.close()
+        self.used_index = True
+        warnings.extend(synced.warnings)
+        for raw in [*tails, *(line.encode() for line in synced.lines)]:
+            more, warning = memory_index.events_of_line(raw)
+            events.extend(more)
+            if warning:
+                warnings.append(f"{self.session.traces_dir}: {warning}")
+        self.lines_parsed = len(tails) + len(synced.lines)
+        unique = {(e.trace_id, e.span_id): e for e in reversed(events)}  # the first kept
+        spans = tuple(SpanRecord(trace_id=e.trace_id, span_id=e.span_id, parent_id="",
+                                 name=e.name, start_ns=e.start_ns, end_ns=e.end_ns,
+                                 attributes=MappingProxyType(e.attributes()))
+                      for e in unique.values())
+        return SpanBatch(spans, tuple(warnings), self.label)
 
     def _scan(self, query: SpanQuery) -> SpanBatch:
         # Imported here: the OTLP file codec belongs to telemetry/, the one place
