@@ -50,17 +50,24 @@ class Variable(Generic[T]):
     doc: str
     # A credential: never written to logs or printed (effective_configuration redacts it).
     secret: bool = False
+    # Other names read when this one is unset (Ray's spelling of the same setting).
+    fallbacks: tuple[str, ...] = ()
 
     def get(self, environ: Mapping[str, str] | None = None) -> T:
         env = os.environ if environ is None else environ
-        raw = env.get(self.name)
+        name = self.name
+        raw = env.get(name)
+        for other in self.fallbacks:
+            if raw is not None and raw != "":
+                break
+            name, raw = other, env.get(other)
         if raw is None or raw == "":
             return self.default()
         try:
             return self.parse(raw)
         except (ValueError, TypeError) as exc:
             raise ConfigError(
-                f"environment variable {self.name}={raw!r} is invalid: {exc}. {self.doc}"
+                f"environment variable {name}={raw!r} is invalid: {exc}. {self.doc}"
             ) from exc
 
 
@@ -350,6 +357,43 @@ TLS_CA: Variable[Path | None] = Variable(
     "PEM CA certificate(s) that peers' certificates must be signed by; with it, TLS is mutual.",
 )
 
+
+def _parse_byte_count(text: str) -> int:
+    return _parse_positive_int(text) or 1  # never None: it raises below 1
+
+
+LOG_ROTATION_BYTES: Variable[int] = Variable(
+    "TRACEDRAY_LOG_ROTATION_BYTES",
+    _parse_byte_count,
+    lambda: 2 << 20,
+    "A session's log or trace file (logs/*.jsonl, traces/*.jsonl) that reaches this many "
+    "bytes is rotated into a numbered part, compressed later (docs/trace-store.md); "
+    "default 2 MiB. Ray's RAY_ROTATION_MAX_BYTES is read when this is unset.",
+    fallbacks=("RAY_ROTATION_MAX_BYTES",),
+)
+LOG_ROTATION_BACKUP_COUNT: Variable[int] = Variable(
+    "TRACEDRAY_LOG_ROTATION_BACKUP_COUNT",
+    _parse_non_negative_int,
+    lambda: 1000,
+    "How many rotated parts of one file are kept; older ones are dropped (0: none kept). "
+    "Ray's RAY_ROTATION_BACKUP_COUNT is read when this is unset.",
+    fallbacks=("RAY_ROTATION_BACKUP_COUNT",),
+)
+LOG_ROTATION_COMPRESS_DELAY_S: Variable[float] = Variable(
+    "TRACEDRAY_LOG_ROTATION_COMPRESS_DELAY_S",
+    _parse_non_negative_float,
+    lambda: 30.0,
+    "A rotated part stays plain this long before it is compressed (zstd), so tools "
+    "tailing the file (otelcol's filelog receiver, tail -F) finish reading it first.",
+)
+SESSION_MAX_BYTES: Variable[int] = Variable(
+    "TRACEDRAY_SESSION_MAX_BYTES",
+    _parse_byte_count,
+    lambda: 8 << 30,
+    "The most bytes a session's logs/ and traces/ folders keep on one machine; beyond it "
+    "the oldest rotated parts are dropped (and logged). Default 8 GiB.",
+)
+
 ALL_VARIABLES: tuple[Variable[Any], ...] = (
     TEMP_DIR,
     ADDRESS,
@@ -377,6 +421,10 @@ ALL_VARIABLES: tuple[Variable[Any], ...] = (
     TELEMETRY_AGENT_INTERVAL_S,
     TELEMETRY_AGENT_MAX_DEFER_S,
     OTLP_EXPORT_LINGER_S,
+    LOG_ROTATION_BYTES,
+    LOG_ROTATION_BACKUP_COUNT,
+    LOG_ROTATION_COMPRESS_DELAY_S,
+    SESSION_MAX_BYTES,
     METRICS_ENABLED,
     METRICS_EXPORT_PORT,
     AUTH_MODE,

@@ -15,7 +15,8 @@
     ├── TaskUnschedulableError       no node can ever satisfy the resource request
     ├── NodeDiedError
     ├── RaySystemError               tracedray's own machinery failed (GCS, raylet unreachable)
-    │   └── ClusterConnectionError   no cluster at the address tried (also a ConnectionError)
+    │   ├── ClusterConnectionError   no cluster at the address tried (also a ConnectionError)
+    │   └── SessionFileCorruptError  a session file (a compressed log or trace part) is damaged
     ├── AuthenticationError          the cluster refused this process's token (also a
     │                                PermissionError)
     ├── SerializationError           a value cannot be pickled (also a TypeError)
@@ -44,6 +45,11 @@ class RaySystemError(RayError):
 
 class ClusterConnectionError(RaySystemError, ConnectionError):
     """No tracedray cluster answered at the address tried."""
+
+
+class SessionFileCorruptError(RaySystemError):
+    """A file of the session folder (a compressed part of a log or trace file) cannot be
+    read as what it claims to be; the message names the file and what is wrong."""
 
 
 class AuthenticationError(RayError, PermissionError):
@@ -240,6 +246,7 @@ __all__ = [
     "RaySystemError",
     "RayTaskError",
     "SerializationError",
+    "SessionFileCorruptError",
     "TaskCancelledError",
     "TaskUnschedulableError",
     "TracedrayError",

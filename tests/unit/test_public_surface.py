@@ -22,7 +22,8 @@ EXCEPTIONS = [
     "ConfigError",
     "GetTimeoutError", "NodeDiedError", "ObjectLostError", "ObjectStoreFullError",
     "OptionTypeError", "OwnerDiedError", "RayActorError", "RayError", "RaySystemError",
-    "RayTaskError", "SerializationError", "TaskCancelledError", "TaskUnschedulableError",
+    "RayTaskError", "SerializationError", "SessionFileCorruptError", "TaskCancelledError",
+    "TaskUnschedulableError",
     "TracedrayError", "WorkerCrashedError",
 ]
 

@@ -1,0 +1,187 @@
+"""Compressed parts of a session's line files: zstd's seekable format, read by offset.
+
+A rotated part (``<name>.<n>.jsonl``, rotation.py) is compressed into
+``<name>.<n>.jsonl.zst``: independent zstd frames of about FRAME_BYTES of whole lines
+each, then a seek table in a skippable frame — the layout of zstd's *seekable format*
+(zstd's ``contrib/seekable_format``): ``zstd -d``/``zstdcat`` decompress it as any zstd
+file, and a reader finds the frame that holds an uncompressed offset without reading
+the frames before it. The trace index keeps offsets into the uncompressed lines, so an
+indexed line costs one frame's decompression, not the part's.
+
+Seek table (little-endian): a skippable frame header (magic 0x184D2A5E, u32 size), one
+entry per frame (u32 compressed size, u32 decompressed size), then the footer: u32
+number of frames, u8 descriptor (0: no checksums), u32 magic 0x8F92EAB1.
+
+A file that is not in that form, or whose table does not add up to its size, raises
+:class:`~tracedray.exceptions.SessionFileCorruptError` naming the file and what is wrong.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import struct
+from bisect import bisect_right
+from pathlib import Path
+
+import zstandard
+
+from tracedray.exceptions import SessionFileCorruptError
+
+SUFFIX = ".zst"
+LEVEL = 1  # ~4x smaller JSON lines at ~300 MB/s: compression stays off the CPU's way
+FRAME_BYTES = 128 << 10  # uncompressed bytes per frame: what reading one line costs
+SKIPPABLE_MAGIC = 0x184D2A5E
+SEEKABLE_MAGIC = 0x8F92EAB1
+_FRAME_HEADER = struct.Struct("<II")  # skippable magic, payload size
+_ENTRY = struct.Struct("<II")  # compressed size, decompressed size
+_FOOTER = struct.Struct("<IBI")  # frames, descriptor, seekable magic
+
+
+def frame_bounds(data: bytes, frame_bytes: int = FRAME_BYTES) -> list[tuple[int, int]]:
+    """(start, end) of each frame of ``data``: about ``frame_bytes`` each, cut after a
+    newline (a line longer than that is a frame of its own, never cut)."""
+    bounds = []
+    start = 0
+    while start < len(data):
+        end = min(start + frame_bytes, len(data))
+        if end < len(data):
+            cut = data.rfind(b"\n", start, end)
+            if cut < 0:
+                cut = data.find(b"\n", end)
+                end = len(data) if cut < 0 else cut + 1
+            else:
+                end = cut + 1
+        bounds.append((start, end))
+        start = end
+    return bounds
+
+
+def compress(data: bytes, *, level: int = LEVEL, frame_bytes: int = FRAME_BYTES) -> bytes:
+    """``data`` in the seekable format (see the module doc)."""
+    compressor = zstandard.ZstdCompressor(level=level, write_content_size=True)
+    frames = []
+    entries = []
+    for start, end in frame_bounds(data, frame_bytes):
+        frame = compressor.compress(data[start:end])
+        frames.append(frame)
+        entries.append(_ENTRY.pack(len(frame), end - start))
+    table = b"".join(entries) + _FOOTER.pack(len(frames), 0, SEEKABLE_MAGIC)
+    return b"".join(frames) + _FRAME_HEADER.pack(SKIPPABLE_MAGIC, len(table)) + table
+
+
+def compress_file(source: Path, *, level: int = LEVEL) -> Path:
+    """Write ``source`` compressed beside it (``<source>.zst``, through a temporary name
+    and a rename, so a reader sees the whole file or none), then delete ``source``.
+    Returns the compressed path. OSError propagates (the source is then left as it was).
+    """
+    target = source.with_name(source.name + SUFFIX)
+    data = source.read_bytes()
+    temporary = source.with_name(f".{source.name}{SUFFIX}.tmp")
+    try:
+        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "wb") as out:
+            out.write(compress(data, level=level))
+        os.replace(temporary, target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            temporary.unlink()
+        raise
+    source.unlink()
+    return target
+
+
+class SeekableReader:
+    """Reads uncompressed byte ranges of one seekable zstd file."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._handle = open(path, "rb")  # noqa: SIM115 - closed by close()
+        try:
+            self._read_table()
+        except BaseException:
+            self._handle.close()
+            raise
+        self._decompressor = zstandard.ZstdDecompressor()
+        self._cached = -1
+        self._cached_data = b""
+        self.frames_read = 0
+
+    def _corrupt(self, what: str) -> SessionFileCorruptError:
+        return SessionFileCorruptError(
+            f"{self.path} is not a readable compressed part ({what}); its lines cannot be "
+            "read: move it aside (the rest of the session still reads)")
+
+    def _read_table(self) -> None:
+        handle = self._handle
+        size = os.fstat(handle.fileno()).st_size
+        if size < _FRAME_HEADER.size + _FOOTER.size:
+            raise self._corrupt(f"{size} bytes, too short for a seek table")
+        handle.seek(size - _FOOTER.size)
+        frames, descriptor, magic = _FOOTER.unpack(handle.read(_FOOTER.size))
+        if magic != SEEKABLE_MAGIC:
+            raise self._corrupt("no seek table at its end")
+        entry_size = _ENTRY.size + (4 if descriptor & 0x80 else 0)
+        table_size = frames * entry_size + _FOOTER.size
+        table_start = size - table_size - _FRAME_HEADER.size
+        if table_start < 0:
+            raise self._corrupt(f"a seek table of {frames} frames in {size} bytes")
+        handle.seek(table_start)
+        raw = handle.read(_FRAME_HEADER.size + table_size)
+        skippable, payload = _FRAME_HEADER.unpack_from(raw)
+        if skippable != SKIPPABLE_MAGIC or payload != table_size:
+            raise self._corrupt("a damaged seek table frame")
+        self._starts: list[int] = []  # uncompressed offset of each frame
+        self._positions: list[int] = []  # file offset of each frame
+        self._lengths: list[int] = []  # compressed length of each frame
+        uncompressed = position = 0
+        for index in range(frames):
+            compressed, decompressed = _ENTRY.unpack_from(
+                raw, _FRAME_HEADER.size + index * entry_size)
+            self._starts.append(uncompressed)
+            self._positions.append(position)
+            self._lengths.append(compressed)
+            uncompressed += decompressed
+            position += compressed
+        if position != table_start:
+            raise self._corrupt(f"its frames add up to {position} bytes, not {table_start}")
+        self.size = uncompressed
+
+    def _frame(self, index: int) -> bytes:
+        if index == self._cached:
+            return self._cached_data
+        self._handle.seek(self._positions[index])
+        compressed = self._handle.read(self._lengths[index])
+        try:
+            data = self._decompressor.decompress(compressed)
+        except zstandard.ZstdError as exc:
+            raise self._corrupt(f"frame {index} does not decompress: {exc}") from exc
+        expected = (self._starts[index + 1] if index + 1 < len(self._starts)
+                    else self.size) - self._starts[index]
+        if len(data) != expected:
+            raise self._corrupt(f"frame {index} holds {len(data)} bytes, not {expected}")
+        self.frames_read += 1
+        self._cached, self._cached_data = index, data
+        return data
+
+    def read(self, offset: int, length: int) -> bytes:
+        """The uncompressed bytes [offset, offset + length) (shorter at the end)."""
+        end = min(offset + length, self.size)
+        parts = []
+        while offset < end:
+            index = bisect_right(self._starts, offset) - 1
+            data = self._frame(index)
+            start = offset - self._starts[index]
+            piece = data[start:start + end - offset]
+            parts.append(piece)
+            offset += len(piece)
+        return b"".join(parts)
+
+    def close(self) -> None:
+        self._handle.close()
+
+    def __enter__(self) -> SeekableReader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
