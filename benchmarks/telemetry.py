@@ -17,8 +17,8 @@ converted (in a separate process) after the run and outside its timing, so that
 backlog never lands in the other cluster's run; its CPU counts in the "cluster CPU
 per op" figure, which says what a workload costs rather than how fast it went.
 
-Printed per workload: the median on/off ratio of the pairs (1.0 = free; the goal in
-issue 3 is >= 0.85), a 95% bootstrap interval for that median, the spread of the
+Printed per workload: the median on/off ratio of the pairs (1.0 = free; the goal
+is >= 0.85, docs/telemetry.md "Cost"), a 95% bootstrap interval for that median, the spread of the
 pairs, the median ops/s of each side, and the cluster's CPU per op. The verdict says
 "meets" only when every workload's interval lies at or above the goal, "MISSES" when
 one lies wholly below it, and "too close to call" otherwise.
@@ -517,7 +517,8 @@ def _report(names: Sequence[str], runs: Mapping[str, Mapping[str, list[dict[str,
               "off = OTEL_SDK_DISABLED=true (spans are no-ops; JSON logs stay on).")
     if stolen is not None:
         # Time the hypervisor gave other guests: on a host busy enough to take a tenth,
-        # even the --control run's medians stray by ~0.1 (docs/telemetry.md, session 12).
+        # even the --control run's medians stray by ~0.1
+        # (benchmarks/results/history/telemetry-notebook.md).
         print(f"CPU stolen by the hypervisor during the benchmark: {stolen:.0%} of the "
               f"machine's time.")
     print("CPU includes converting the workload's spans to JSON lines (by the node's agent "

@@ -113,7 +113,7 @@ GCS_NEW_PID = "tracedray.gcs.new_pid"  # the one that replaced it
 GCS_EXIT = "tracedray.gcs.exit"  # how the old one ended: "SIGKILL", "exit 1", "unknown ..."
 GCS_RESTART_ATTEMPTS = "tracedray.gcs.restart_attempts"
 
-# Multi-node (issue 5)
+# Multi-node
 NODE_DEATH_REASON = "tracedray.node.death_reason"
 NODE_VERSION_DRIFT = "tracedray.node.version_drift"  # list of "pkg: head X, node Y"
 NODE_CLOCK_OFFSET_S = "tracedray.node.clock_offset_s"

@@ -29,11 +29,10 @@ int, ``<n>p`` for an id of up to n-1 bytes) is recorded, on the hot paths, as a
 PACKED record instead: one ``struct.pack_into`` of fixed-size fields straight into
 the spool's mapped window, pointing at a SHAPE record the spool wrote once with the
 blob. That skips ``marshal``, its buffer's allocations and the blob's copy: ~10-15%
-of a record's instructions and three quarters of its bytes (docs/telemetry.md,
-session 9). Values that do not fit the packing (a str where an id goes, an int
-beyond 64 bits) fall back to a SHAPED record. ``struct`` cuts a longer ``bytes``
-value to its ``p`` size without a word, so a packing's id fields are sized for ids
-of one fixed length (ids.py).
+of a record's instructions and three quarters of its bytes. Values that do not
+fit the packing (a str where an id goes, an int beyond 64 bits) fall back to a
+SHAPED record. ``struct`` cuts a longer ``bytes`` value to its ``p`` size without
+a word, so a packing's id fields are sized for ids of one fixed length (ids.py).
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ worker). It is not gRPC on purpose: grpcio hands every message across threads
 (request iterator, channel poller, handler thread), each handoff a GIL round
 trip, and together they were most of an empty actor call's cost. Here the thread
 that has a frame writes it, and the thread that reads a frame acts on it
-(docs/architecture.md, "The task stream", has the measurements).
+(benchmarks/results/history/architecture-notebook.md has the measurements).
 
 A frame is a 4-byte big-endian payload length, then the payload: a serialized
 ``TaskBatch`` (caller to worker) or ``ResultBatch`` (worker to caller). Both are
