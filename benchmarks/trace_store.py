@@ -6,7 +6,8 @@ hundredth one also puts 200 KB into the object store). At each size every comman
 ``--repeat`` times as a user runs it (a fresh ``tracedray`` process) and the median wall
 time is kept:
 
-    trace ID, logs --task ID, get task ID, list tasks --limit 10, memory --timeline
+    trace ID, logs --task ID, get task ID, list tasks --limit 10, memory --timeline,
+    timeline --task ID, summary tasks
 
 "after" is this checkout. "before" is the same commands from another commit's code
 (``--before REV``, default the commit before the index: its ``src`` from ``git archive``,
@@ -14,8 +15,9 @@ first on PYTHONPATH) against the same live cluster and session; that code ignore
 index and reads every file, and its ``list``/``get`` pull every task from the GCS.
 Timing starts once the node's agent (nice 19) has converted and indexed the burst
 ("agent_caught_up_s"); each command runs once before it is timed. Wall and CPU time
-(of the command's process) are both kept: on a loaded shared machine the wall time of
-the same command moves by tens of percent, its CPU time much less.
+(of the command's process) are both kept, with the range of the runs: on a loaded
+shared machine the wall time of the same command moves by tens of percent, its CPU
+time much less.
 
 Also printed: the session's bytes on disk per task (spans, logs, GCS tables, index).
 
@@ -139,6 +141,8 @@ COMMANDS = {
     "get task": lambda task: ("get", "task", task, "--format", "json"),
     "list tasks --limit 10": lambda task: ("list", "tasks", "--limit", "10", "--format", "json"),
     "memory --timeline": lambda task: ("memory", "--timeline", "--format", "json"),
+    "timeline --task": lambda task: ("timeline", "--task", task, "--output", "-"),
+    "summary tasks": lambda task: ("summary", "tasks", "--format", "json"),
 }
 
 
@@ -146,7 +150,10 @@ def _time(env: dict[str, str], args: tuple[str, ...], repeat: int) -> dict[str, 
     _cli(env, *args)  # warm: the page cache
     runs = [_cli(env, *args) for _ in range(repeat)]
     return {"wall_s": round(statistics.median(r[0] for r in runs), 3),
-            "cpu_s": round(statistics.median(r[1] for r in runs), 3)}
+            "cpu_s": round(statistics.median(r[1] for r in runs), 3),
+            # the spread of the runs: on a shared machine a median alone hides it
+            "wall_range_s": [round(min(r[0] for r in runs), 3), round(max(r[0] for r in runs), 3)],
+            "cpu_range_s": [round(min(r[1] for r in runs), 3), round(max(r[1] for r in runs), 3)]}
 
 
 def main() -> None:
