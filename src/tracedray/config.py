@@ -199,6 +199,14 @@ GCS_FLUSH_MIN_AGE_S: Variable[float] = Variable(
     lambda: 2.0,
     "A finished GCS entry stays in memory at least this long (recent lookups stay cheap).",
 )
+GCS_RECONNECT_TIMEOUT_S: Variable[float] = Variable(
+    "TRACEDRAY_GCS_RECONNECT_TIMEOUT_S",
+    _parse_positive_float,
+    lambda: 30.0,
+    "How long drivers, workers and raylets keep retrying an unreachable GCS (counted from "
+    "the first failed call; a restarting GCS is back within seconds) before a call raises "
+    "GcsUnavailableError.",
+)
 GCS_REDIS_RETRY_TIMEOUT_S: Variable[float] = Variable(
     "TRACEDRAY_GCS_REDIS_RETRY_TIMEOUT_S",
     _parse_positive_float,
@@ -412,6 +420,7 @@ ALL_VARIABLES: tuple[Variable[Any], ...] = (
     GCS_FLUSH_INTERVAL_S,
     GCS_FLUSH_MAX_HOT_ENTRIES,
     GCS_FLUSH_MIN_AGE_S,
+    GCS_RECONNECT_TIMEOUT_S,
     GCS_REDIS_RETRY_TIMEOUT_S,
     GCS_REDIS_BACKOFF_MAX_S,
     LOG_LEVEL,

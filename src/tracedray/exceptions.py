@@ -16,6 +16,7 @@
     ├── NodeDiedError
     ├── RaySystemError               tracedray's own machinery failed (GCS, raylet unreachable)
     │   ├── ClusterConnectionError   no cluster at the address tried (also a ConnectionError)
+    │   │   └── GcsUnavailableError  the GCS stayed unreachable past the reconnect timeout
     │   └── SessionFileCorruptError  a session file (a compressed log or trace part) is damaged
     ├── AuthenticationError          the cluster refused this process's token (also a
     │                                PermissionError)
@@ -45,6 +46,22 @@ class RaySystemError(RayError):
 
 class ClusterConnectionError(RaySystemError, ConnectionError):
     """No tracedray cluster answered at the address tried."""
+
+
+class GcsUnavailableError(ClusterConnectionError):
+    """The GCS stayed unreachable for longer than ``TRACEDRAY_GCS_RECONNECT_TIMEOUT_S``.
+
+    A GCS that restarts (the head raylet restarts one that died) is waited for; this is
+    raised once the wait is over. Never a sign that what was asked for does not exist.
+    """
+
+    def __init__(self, message: str = "", address: str = "", waited_s: float = 0.0) -> None:
+        self.address = address
+        self.waited_s = waited_s
+        super().__init__(message or f"the GCS at {address} is unreachable")
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (str(self), self.address, self.waited_s))
 
 
 class SessionFileCorruptError(RaySystemError):
@@ -235,6 +252,7 @@ __all__ = [
     "ClusterConnectionError",
     "AuthenticationError",
     "ConfigError",
+    "GcsUnavailableError",
     "GetTimeoutError",
     "OptionTypeError",
     "NodeDiedError",

@@ -19,7 +19,7 @@ TOP_LEVEL = [
 
 EXCEPTIONS = [
     "ActorDiedError", "ActorUnavailableError", "AuthenticationError", "ClusterConnectionError",
-    "ConfigError",
+    "ConfigError", "GcsUnavailableError",
     "GetTimeoutError", "NodeDiedError", "ObjectLostError", "ObjectStoreFullError",
     "OptionTypeError", "OwnerDiedError", "RayActorError", "RayError", "RaySystemError",
     "RayTaskError", "SerializationError", "SessionFileCorruptError", "TaskCancelledError",

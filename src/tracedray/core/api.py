@@ -368,13 +368,13 @@ def get_actor(name: str, namespace: str | None = None) -> Any:
         raise ValueError("get_actor() needs a non-empty actor name")
     rt = global_runtime()
     ns = namespace if namespace is not None else rt.namespace
-    # Ray's wording first: programs and their tests match on it.
-    try:
-        info = rt.actor_info(name, ns)
-    except RaySystemError as exc:
+    # Ray's wording first: programs and their tests match on it. Only the GCS's answer
+    # "none" is "no such actor": an unreachable GCS raises GcsUnavailableError (after
+    # waiting out a restart), it does not say that the actor does not exist.
+    info = rt.actor_info(name, ns)
+    if info is None:
         raise ValueError(f"Failed to look up actor with name {name!r} in namespace {ns!r}: "
-                         "no such actor (it may not exist, or live in another "
-                         "namespace)") from exc
+                         "no such actor (it may not exist, or live in another namespace)")
     if info.state == "DEAD":
         raise ValueError(f"Failed to look up actor with name {name!r} in namespace {ns!r}: "
                          f"the actor is dead: {info.death_cause}")

@@ -249,8 +249,8 @@ class ClusterRuntime:
         if no_restart:
             self.worker.actor_submitter.mark_dead(actor_id, "killed with tracedray.kill()")
 
-    def actor_info(self, name: str, namespace: str) -> gcs_pb2.ActorInfo:
-        return self.worker.gcs.get_actor(name=name, namespace=namespace)
+    def actor_info(self, name: str, namespace: str) -> gcs_pb2.ActorInfo | None:
+        return self.worker.gcs.find_actor(name=name, namespace=namespace)
 
     # --- cluster
     def node_table(self) -> list[gcs_pb2.NodeWithLoad]:

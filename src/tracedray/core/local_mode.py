@@ -32,7 +32,7 @@ from tracedray.core import ids, runtime, session
 from tracedray.core.call_site import user_call_site
 from tracedray.core.object_ref import ObjectRef
 from tracedray.core.serialization import Serialized, deserialize, serialize
-from tracedray.exceptions import ActorDiedError, ObjectLostError, RaySystemError, RayTaskError
+from tracedray.exceptions import ActorDiedError, ObjectLostError, RayTaskError
 from tracedray.telemetry import attributes as A
 from tracedray.v1 import gcs_pb2
 
@@ -412,10 +412,10 @@ class LocalRuntime:
     def actor(self, actor_id: bytes) -> _LocalActor | None:
         return self._actors.get(actor_id)
 
-    def actor_info(self, name: str, namespace: str) -> gcs_pb2.ActorInfo:
+    def actor_info(self, name: str, namespace: str) -> gcs_pb2.ActorInfo | None:
         actor = self._named(name, namespace)
         if actor is None:
-            raise RaySystemError(f"no actor {name!r} in namespace {namespace!r}")
+            return None
         return gcs_pb2.ActorInfo(actor_id=actor.actor_id, name=actor.name,
                                  namespace=actor.namespace, class_name=actor.class_name,
                                  state="DEAD" if actor.death_cause else "ALIVE",

@@ -64,8 +64,9 @@ class Runtime(Protocol):
 
     def kill(self, actor_id: bytes, no_restart: bool) -> None: ...
 
-    def actor_info(self, name: str, namespace: str) -> gcs_pb2.ActorInfo:
-        """The named actor's record; raises ``RaySystemError`` when there is none."""
+    def actor_info(self, name: str, namespace: str) -> gcs_pb2.ActorInfo | None:
+        """The named actor's record, None when there is none; an unreachable cluster
+        raises (``GcsUnavailableError``), never passes for "none"."""
 
     # --- cluster
     def node_table(self) -> list[gcs_pb2.NodeWithLoad]: ...

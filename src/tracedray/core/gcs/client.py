@@ -8,33 +8,51 @@ from typing import Any, TypeVar
 
 import grpc
 
+from tracedray import config
 from tracedray.core import rpc
-from tracedray.exceptions import ClusterConnectionError, RaySystemError
+from tracedray.core.gcs.reconnect import RETRY_INTERVAL_S, ReconnectWindow, Verdict
+from tracedray.exceptions import ClusterConnectionError, GcsUnavailableError, RaySystemError
 from tracedray.v1 import common_pb2, gcs_pb2, gcs_pb2_grpc
 
 T = TypeVar("T")
 
 
 class GcsClient:
-    """Calls retry for ``reconnect_s`` while the GCS is unreachable (it may be restarting)."""
+    """Calls retry ``UNAVAILABLE`` while the GCS is unreachable (it may be restarting), for
+    ``reconnect_s`` from the outage's first failure (``reconnect.py``); then they raise
+    ``GcsUnavailableError``."""
 
-    def __init__(self, address: str, *, reconnect_s: float = 30.0) -> None:
+    def __init__(self, address: str, *, reconnect_s: float | None = None) -> None:
         self.address = address
-        self.reconnect_s = reconnect_s
+        self.reconnect_s = config.GCS_RECONNECT_TIMEOUT_S.get() if reconnect_s is None \
+            else reconnect_s
+        self._window = ReconnectWindow(self.reconnect_s)
         self._stub = gcs_pb2_grpc.GcsServiceStub(rpc.channel(address))
 
     def _call(self, method: Callable[..., T], request: object, timeout: float | None = 30.0) -> T:
-        deadline = time.monotonic() + self.reconnect_s
-        delay = 0.05
         while True:
             try:
-                return method(request, timeout=timeout)
+                reply = method(request, timeout=timeout)
             except grpc.RpcError as exc:
-                if exc.code() != grpc.StatusCode.UNAVAILABLE or time.monotonic() > deadline:
+                if exc.code() != grpc.StatusCode.UNAVAILABLE:
                     with rpc.translate("GCS", self.address):
                         raise
-                time.sleep(delay)
-                delay = min(delay * 2, 1.0)
+                decision, outage = self._window.failed()
+                if decision is Verdict.GIVE_UP:
+                    raise self._unavailable(exc, outage.lasted_s) from exc
+                time.sleep(self._window.pause())
+                continue
+            self._window.succeeded()
+            return reply
+
+    def _unavailable(self, exc: grpc.RpcError, waited_s: float) -> GcsUnavailableError:
+        return GcsUnavailableError(
+            f"the GCS at {self.address} has been unreachable for {waited_s:.1f}s (retried "
+            f"every {RETRY_INTERVAL_S:g}s for up to {self.reconnect_s:g}s; last error: "
+            f"{exc.details()}). Is the head node up? `tracedray status --address "
+            f"{self.address}` says; the head restarts a GCS that died, and "
+            f"{config.GCS_RECONNECT_TIMEOUT_S.name} sets how long calls wait for it.",
+            address=self.address, waited_s=waited_s)
 
     # --- kv / functions
     def kv_put(self, key: str, value: bytes, overwrite: bool = True) -> bool:
@@ -90,12 +108,15 @@ class GcsClient:
                                           timeout_s=timeout_s, min_restarts=min_restarts)
         return self._call(self._stub.GetActor, request, timeout=timeout_s + 30.0)
 
-    def find_actor(self, actor_id: bytes, *, wait_until_settled: bool = False,
-                   timeout_s: float = 0.0, min_restarts: int = 0) -> gcs_pb2.ActorInfo | None:
-        """``get_actor`` by id, None where the GCS never had that actor."""
+    def find_actor(self, actor_id: bytes = b"", *, name: str = "", namespace: str = "",
+                   wait_until_settled: bool = False, timeout_s: float = 0.0,
+                   min_restarts: int = 0) -> gcs_pb2.ActorInfo | None:
+        """``get_actor`` by id or by name, None where the GCS has no such actor. An
+        unreachable GCS raises (after retrying): it never passes for "no such actor"."""
         try:
-            return self.get_actor(actor_id=actor_id, wait_until_settled=wait_until_settled,
-                                  timeout_s=timeout_s, min_restarts=min_restarts)
+            return self.get_actor(actor_id=actor_id, name=name, namespace=namespace,
+                                  wait_until_settled=wait_until_settled, timeout_s=timeout_s,
+                                  min_restarts=min_restarts)
         except RaySystemError as exc:
             if isinstance(exc.__cause__, grpc.RpcError) and (
                     exc.__cause__.code() == grpc.StatusCode.NOT_FOUND):

@@ -1,0 +1,73 @@
+"""How long a GCS client keeps retrying an unreachable GCS: a window from the first failure.
+
+A GCS that was SIGKILLed comes back on the same port within seconds (the head raylet
+restarts it); calls made meanwhile retry ``UNAVAILABLE`` every ``RETRY_INTERVAL_S``.
+The window is counted from the *first* failure of the outage, shared by every call of the
+client, and reset by any call that gets through: successive calls during one long outage
+do not each start a fresh window (which made a dead GCS look like an endless wait), and a
+call made late in an outage gives up when the outage has lasted the window, not later.
+"""
+
+from __future__ import annotations
+
+import enum
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+# Pause between two attempts of a call while the GCS is unreachable: short, so that a call
+# resumes within a fraction of a second of the GCS coming back (grpc's own reconnect
+# backoff is capped too, in rpc.py).
+RETRY_INTERVAL_S = 0.1
+
+
+class Verdict(enum.Enum):
+    RETRY = "retry"
+    GIVE_UP = "give_up"
+
+
+def verdict(first_failure: float, now: float, window_s: float) -> Verdict:
+    """Retry while the outage that began at ``first_failure`` is shorter than the window."""
+    return Verdict.RETRY if now - first_failure < window_s else Verdict.GIVE_UP
+
+
+def retry_pause(first_failure: float, now: float, window_s: float) -> float:
+    """How long to wait before the next attempt: the retry interval, never past the window."""
+    return max(0.0, min(RETRY_INTERVAL_S, first_failure + window_s - now))
+
+
+@dataclass(frozen=True)
+class Outage:
+    started: float  # monotonic time of the first failure
+    lasted_s: float
+
+
+class ReconnectWindow:
+    """The client's view of the current outage (thread-safe; one per ``GcsClient``)."""
+
+    def __init__(self, window_s: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self.window_s = window_s
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._first_failure: float | None = None
+
+    def failed(self) -> tuple[Verdict, Outage]:
+        """Note a failed attempt; says whether to try again and how long the outage lasts."""
+        now = self._clock()
+        with self._lock:
+            if self._first_failure is None:
+                self._first_failure = now
+            first = self._first_failure
+        return verdict(first, now, self.window_s), Outage(first, now - first)
+
+    def pause(self) -> float:
+        with self._lock:
+            first = self._first_failure
+        return RETRY_INTERVAL_S if first is None else \
+            retry_pause(first, self._clock(), self.window_s)
+
+    def succeeded(self) -> None:
+        if self._first_failure is not None:  # the common case reads without the lock
+            with self._lock:
+                self._first_failure = None

@@ -1,0 +1,61 @@
+"""The GCS client's reconnect window runs from the outage's first failure, for every call."""
+
+from __future__ import annotations
+
+from tracedray.core.gcs.reconnect import (
+    RETRY_INTERVAL_S,
+    ReconnectWindow,
+    Verdict,
+    retry_pause,
+    verdict,
+)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_verdict_counts_from_the_first_failure() -> None:
+    assert verdict(first_failure=10.0, now=39.9, window_s=30.0) is Verdict.RETRY
+    assert verdict(first_failure=10.0, now=40.0, window_s=30.0) is Verdict.GIVE_UP
+
+
+def test_pause_is_the_retry_interval_but_never_past_the_window() -> None:
+    assert RETRY_INTERVAL_S <= 0.1
+    assert retry_pause(first_failure=0.0, now=1.0, window_s=30.0) == RETRY_INTERVAL_S
+    assert abs(retry_pause(first_failure=0.0, now=29.97, window_s=30.0) - 0.03) < 1e-9
+    assert retry_pause(first_failure=0.0, now=31.0, window_s=30.0) == 0.0
+
+
+def test_later_failures_do_not_extend_the_window() -> None:
+    """A stream of failed attempts (one call's retries, or many calls) gives up 30 s after
+    the first failure, not 30 s after the last one."""
+    clock = Clock()
+    window = ReconnectWindow(30.0, clock)
+    decision, outage = window.failed()
+    assert decision is Verdict.RETRY and outage.lasted_s == 0.0
+    for _ in range(29):
+        clock.now += 1.0
+        assert window.failed()[0] is Verdict.RETRY
+    clock.now += 1.0
+    decision, outage = window.failed()
+    assert decision is Verdict.GIVE_UP and outage.lasted_s == 30.0
+    # A new call in the same outage gives up on its first failure: no fresh window.
+    clock.now += 5.0
+    assert window.failed()[0] is Verdict.GIVE_UP
+
+
+def test_a_success_ends_the_outage() -> None:
+    clock = Clock()
+    window = ReconnectWindow(30.0, clock)
+    window.failed()
+    clock.now += 29.0
+    window.succeeded()
+    clock.now += 10.0
+    decision, outage = window.failed()  # a new outage: a new window
+    assert decision is Verdict.RETRY and outage.lasted_s == 0.0
+    assert window.pause() == RETRY_INTERVAL_S
