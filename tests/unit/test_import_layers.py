@@ -58,3 +58,13 @@ def test_runtime_packages_never_import_the_cli(package: str) -> None:
 ])
 def test_the_check_sees_every_form_of_import(statement: str) -> None:
     assert imports_of_cli(statement, PACKAGE / "util" / "state.py")
+
+
+def test_telemetry_never_imports_the_logs_package() -> None:
+    """Logs sit on telemetry (trace ids, append files); telemetry reports its own
+    warnings through ``telemetry.diagnostics``, which the logs package feeds."""
+    offending = [f"{path.relative_to(PACKAGE.parent)}:{line} imports {module}"
+                 for path in sorted((PACKAGE / "telemetry").rglob("*.py"))
+                 for line, module in imported_modules(path.read_text(), path)
+                 if module == "tracedray.logs" or module.startswith("tracedray.logs.")]
+    assert not offending, "\n".join(offending)

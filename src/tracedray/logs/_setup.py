@@ -23,7 +23,7 @@ from typing import Any, cast
 import structlog
 from structlog.typing import FilteringBoundLogger
 
-from tracedray import config
+from tracedray import config, telemetry
 from tracedray import config as config_module  # configure() has a parameter named config
 from tracedray.exceptions import ConfigError
 from tracedray.logs import _context, _processors
@@ -36,6 +36,7 @@ from tracedray.logs._process_info import (
     versions,
 )
 from tracedray.logs._sink import LineSink, LogStatistics
+from tracedray.telemetry import diagnostics
 from tracedray.telemetry._host import host_ip, host_name
 from tracedray.telemetry._resource import service_name
 
@@ -83,6 +84,14 @@ def get_logger(name: str | None = None) -> FilteringBoundLogger:
     initial = {"logger": name} if name else {}
     return cast(FilteringBoundLogger,
                 _SafeBoundLogger(sink, _processors.PROCESSORS, initial))
+
+
+def _report_for_telemetry(name: str, level: int, event: str,
+                          fields: Mapping[str, object]) -> None:
+    get_logger(name).log(level, event, **fields)
+
+
+diagnostics.set_reporter(_report_for_telemetry)
 
 
 def _level_number(name: str, variable: str) -> int:
@@ -175,8 +184,6 @@ def _record_exit_at_interpreter_exit() -> None:
     # Spans first: their shutdown may still log (a failed export), and process.exit
     # must be the last line whichever of the two configure() calls came first.
     with contextlib.suppress(Exception):
-        from tracedray import telemetry
-
         telemetry.shutdown()
     # atexit cannot see the status Python exits with: _exit_status rebuilds it. Paths
     # that know the real code (the runtime's own shutdown) call record_process_exit first.

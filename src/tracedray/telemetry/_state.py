@@ -22,6 +22,7 @@ from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
 from tracedray import config
 from tracedray._version import __version__
+from tracedray.telemetry import diagnostics
 from tracedray.telemetry._file_processor import SpanFileWriter
 from tracedray.telemetry._process_export import ProcessExportPipeline
 from tracedray.telemetry._resource import ResourceValue, build_resource
@@ -80,14 +81,7 @@ def sdk_disabled(environ: Mapping[str, str]) -> bool:
     return environ.get("OTEL_SDK_DISABLED", "").strip().lower() == "true"
 
 
-def _warn(event: str, fields: Mapping[str, object]) -> None:
-    # Imported lazily: tracedray.logs imports telemetry for trace ids.
-    try:
-        from tracedray.logs import get_logger
-
-        get_logger("tracedray.telemetry").warning(event, **fields)
-    except Exception:
-        pass
+_warn = diagnostics.warn
 
 
 class _SdkLogBridge(logging.Handler):
@@ -106,11 +100,9 @@ class _SdkLogBridge(logging.Handler):
             return
         self._busy.active = True
         try:
-            from tracedray.logs import get_logger
-
-            get_logger(record.name).log(record.levelno, "otel.sdk",
-                                        message=record.getMessage(), logger=record.name)
-        except Exception:
+            diagnostics.report(record.name, record.levelno, "otel.sdk",
+                               {"message": record.getMessage(), "logger": record.name})
+        except Exception:  # getMessage() with bad %-arguments
             pass
         finally:
             self._busy.active = False

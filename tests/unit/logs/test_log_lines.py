@@ -169,3 +169,25 @@ def test_explicit_exit_record_before_os_exit(tmp_path: Path) -> None:
     assert result.returncode == 7
     exits = [line for line in _events(tmp_path) if line["event"] == "process.exit"]
     assert [line["exit_code"] for line in exits] == [7]
+
+
+def test_telemetrys_own_warnings_are_log_lines(tmp_path: Path, read_log,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """Telemetry sits below logs and reports through ``telemetry.diagnostics``: a
+    failed exporter and the OTel SDK's own warnings still become JSON lines."""
+    import logging
+
+    from tracedray.telemetry import diagnostics
+
+    logs.configure("driver", session_dir=tmp_path)
+    monkeypatch.setenv("OTEL_TRACES_EXPORTER", "console")
+    telemetry.configure("driver", session_dir=tmp_path)
+    diagnostics.warn("telemetry.export_failed", {"endpoint": "http://x:4317"})
+    logging.getLogger("opentelemetry.sdk.trace.export").warning("batch %s dropped", 7)
+    by_event = {line["event"]: line for line in read_log(tmp_path)}
+    failed = by_event["telemetry.export_failed"]
+    assert (failed["level"], failed["logger"], failed["endpoint"]) == (
+        "warning", "tracedray.telemetry", "http://x:4317")
+    sdk = by_event["otel.sdk"]
+    assert (sdk["level"], sdk["message"]) == ("warning", "batch 7 dropped")
+    assert sdk["logger"] == "opentelemetry.sdk.trace.export"
