@@ -402,6 +402,14 @@ SESSION_MAX_BYTES: Variable[int] = Variable(
     "the oldest rotated parts are dropped (and logged). Default 8 GiB.",
 )
 
+CLI_PROGRESS_AFTER_S: Variable[float] = Variable(
+    "TRACEDRAY_CLI_PROGRESS_AFTER_S",
+    _parse_non_negative_float,
+    lambda: 1.0,
+    "A CLI command still working after this many seconds shows a spinner on stderr (only "
+    "when stderr is a terminal, never with --format json); 0 shows it at once.",
+)
+
 ALL_VARIABLES: tuple[Variable[Any], ...] = (
     TEMP_DIR,
     ADDRESS,
@@ -434,6 +442,7 @@ ALL_VARIABLES: tuple[Variable[Any], ...] = (
     LOG_ROTATION_BACKUP_COUNT,
     LOG_ROTATION_COMPRESS_DELAY_S,
     SESSION_MAX_BYTES,
+    CLI_PROGRESS_AFTER_S,
     METRICS_ENABLED,
     METRICS_EXPORT_PORT,
     AUTH_MODE,

@@ -24,6 +24,7 @@ from tracedray.cli.stop_request import StopRequest
 
 if TYPE_CHECKING:
     from tracedray.cli.log_view import LogFilter
+    from tracedray.cli.progress import Progress
     from tracedray.cli.tracestore.clock import Clocks
     from tracedray.cli.tracestore.logs import LogRecord
     from tracedray.core.session import SessionPaths
@@ -172,14 +173,19 @@ def logs(
     """Print the session's log lines, merged across processes and nodes in time order."""
     # With --follow, SIGTERM ends the command cleanly (exit 0) from the first moment, also
     # while the lines already there are printed: a supervisor may stop it at any time.
-    with StopRequest() if follow else contextlib.nullcontext(StopRequest()) as stop:
+    from tracedray.cli.progress import working
+
+    with StopRequest() if follow else contextlib.nullcontext(StopRequest()) as stop, \
+            working("reading the session's log lines",
+                    json_output=output_format is LogFormat.json) as spin:
         _logs(stop, task, actor, node, worker, level, tail_lines, follow, address,
-              output_format, clock_correction)
+              output_format, clock_correction, spin)
 
 
 def _logs(stop: StopRequest, task: str | None, actor: str | None, node: str | None,
           worker: int | None, level: str | None, tail_lines: int | None, follow: bool,
-          address: str | None, output_format: LogFormat, clock_correction: bool) -> None:
+          address: str | None, output_format: LogFormat, clock_correction: bool,
+          spin: Progress) -> None:
     from tracedray.cli.commands.trace import resolve_session
     from tracedray.cli.log_view import LogFilter, select, tail
     from tracedray.cli.output import fail, warn
@@ -229,6 +235,7 @@ def _logs(stop: StopRequest, task: str | None, actor: str | None, node: str | No
         hint = f"; did you mean {', '.join(suggestions)}?" if suggestions else ""
         raise fail(f"no task with id {wanted.task_id} in the logs of {session.root}{hint}")
     shown = tail(records, tail_lines)
+    spin.stop()
     _print(shown, output_format)
     noted: set[tuple[str, float]] = set()
     _note_offsets(shown, noted)

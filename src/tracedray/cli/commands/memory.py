@@ -9,11 +9,14 @@ known ones, read from the session's files (``tracedray.cli.postmortem``).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 
 from tracedray.cli.output import ADDRESS_HELP, FORMAT_HELP, SESSION_HELP, OutputFormat
+
+if TYPE_CHECKING:
+    from tracedray.cli.progress import Progress
 
 
 def memory(
@@ -36,22 +39,28 @@ def memory(
 
     On a stopped or dead cluster: the last known references, from its session's files."""
     from tracedray.cli.output import fail
+    from tracedray.cli.progress import working
     from tracedray.exceptions import RayError
 
+    what = ("replaying the object store's events" if timeline
+            else "asking every node for its store" if stats_only
+            else "collecting every reference from every node")
     try:
-        if timeline:
-            _timeline(address, session, output, output_format)
-        elif stats_only:
-            _stats_only(address, session, output_format)
-        else:
-            _references(address, session, group_by, sort_by, units, num_entries,
-                        output_format)
+        with working(what, json_output=output_format is OutputFormat.json) as spin:
+            if timeline:
+                _timeline(address, session, output, output_format, spin)
+            elif stats_only:
+                _stats_only(address, session, output_format, spin)
+            else:
+                _references(address, session, group_by, sort_by, units, num_entries,
+                            output_format, spin)
     except RayError as exc:
         raise fail(str(exc)) from exc
 
 
 def _references(address: str | None, session: str | None, group_by: str, sort_by: str,
-                units: str, num_entries: int | None, output_format: OutputFormat) -> None:
+                units: str, num_entries: int | None, output_format: OutputFormat,
+                spin: Progress) -> None:
     from tracedray.cli import memory_view, postmortem
     from tracedray.cli.output import (
         format_bytes,
@@ -73,6 +82,7 @@ def _references(address: str | None, session: str | None, group_by: str, sort_by
     ordered = memory_view.sort_rows(found, sort_by)
     groups = memory_view.group_rows(ordered, group_by)  # before the cut: totals stay whole
     shown = ordered if num_entries is None else ordered[:num_entries]
+    spin.stop()
     if output_format is OutputFormat.json:
         print_json(shown)
         report_left_out(len(shown), len(ordered), "references", "--num-entries")
@@ -99,7 +109,8 @@ def _references(address: str | None, session: str | None, group_by: str, sort_by
     report_left_out(len(shown), len(ordered), "references", "--num-entries")
 
 
-def _stats_only(address: str | None, session: str | None, output_format: OutputFormat) -> None:
+def _stats_only(address: str | None, session: str | None, output_format: OutputFormat,
+                spin: Progress) -> None:
     from tracedray.cli import memory_view, postmortem
     from tracedray.cli.output import format_bytes, print_rows, warn
 
@@ -107,6 +118,7 @@ def _stats_only(address: str | None, session: str | None, output_format: OutputF
     postmortem.announce(client)
     views = client.node_views()
     rows = [memory_view.store_stats_row(v.stats) for v in views if v.stats is not None]
+    spin.stop()
     for view in views:
         if view.stats is None:
             warn(f"node {view.node_id}: {view.error}")
@@ -118,7 +130,7 @@ def _stats_only(address: str | None, session: str | None, output_format: OutputF
 
 
 def _timeline(address: str | None, session_path: str | None, output: str | None,
-              output_format: OutputFormat) -> None:
+              output_format: OutputFormat, spin: Progress) -> None:
     from pathlib import Path
 
     from tracedray.cli.commands.trace import resolve_session
@@ -138,6 +150,7 @@ def _timeline(address: str | None, session_path: str | None, output: str | None,
         warn(warning)
     series = store_usage_series(batch.spans)
     peaks = store_peaks(batch.spans)
+    spin.stop()
     if output_format is OutputFormat.json:
         print_json({node: {"series": [{"time_ns": t, "used": u} for t, u in points],
                            "peak": _peak_json(peaks.get(node))}

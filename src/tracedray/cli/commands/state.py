@@ -12,6 +12,7 @@ from typing import Any
 import typer
 
 from tracedray.cli.output import ADDRESS_HELP, FORMAT_HELP, SESSION_HELP, OutputFormat
+from tracedray.cli.progress import working
 
 
 class ListKind(str, Enum):
@@ -96,8 +97,10 @@ def list_command(
     from tracedray.exceptions import RayError
 
     try:
-        found = _lister(kind.value)(address=_source(address, session), filters=filters,
-                                    limit=limit or None, detail=detail)
+        with working(f"asking the cluster for its {kind.value}",
+                     json_output=output_format is OutputFormat.json):
+            found = _lister(kind.value)(address=_source(address, session), filters=filters,
+                                        limit=limit or None, detail=detail)
     except RayError as exc:
         raise fail(str(exc)) from exc
     columns = columns_for(found, _fields(kind.value)) if detail else SHORT_COLUMNS[kind.value]
@@ -135,11 +138,13 @@ def get_command(
 
     list_kind, key = _GET_SOURCE[kind.value]
     try:
-        if kind is GetKind.task:  # asked of the GCS by prefix: never every task
-            found = _task_candidates(_source(address, session), item_id)
-        else:
-            found = _lister(list_kind)(address=_source(address, session), limit=None,
-                                       detail=True)
+        with working(f"asking the cluster for {kind.value} {item_id}",
+                     json_output=output_format is OutputFormat.json):
+            if kind is GetKind.task:  # asked of the GCS by prefix: never every task
+                found = _task_candidates(_source(address, session), item_id)
+            else:
+                found = _lister(list_kind)(address=_source(address, session), limit=None,
+                                           detail=True)
     except RayError as exc:
         raise fail(str(exc)) from exc
     resolved = _resolve_id(item_id, [str(row[key]) for row in found], kind.value)
@@ -200,7 +205,10 @@ def summary_command(
     from tracedray.util import state
 
     try:
-        summary = getattr(state, f"summarize_{kind.value}")(address=_source(address, session))
+        with working(f"summarizing the cluster's {kind.value}",
+                     json_output=output_format is OutputFormat.json):
+            summary = getattr(state, f"summarize_{kind.value}")(
+                address=_source(address, session))
     except RayError as exc:
         raise fail(str(exc)) from exc
     columns = {"tasks": ("func_or_class_name", "type", "total", "state_counts",

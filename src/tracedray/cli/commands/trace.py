@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 
     from rich.console import Console
 
+    from tracedray.cli.progress import Progress
     from tracedray.cli.tracestore.clock import Clocks
     from tracedray.cli.tracestore.logs import LogBatch, LogRecord
     from tracedray.cli.tracestore.model import SpanRecord
@@ -101,6 +102,15 @@ def trace(
                                           help=CLOCK_HELP),
 ) -> None:
     """Tell a task's story: submit, scheduling, dispatch, output, every attempt's end."""
+    from tracedray.cli.progress import working
+
+    with working("reading the task's spans and lines",
+                 json_output=output_format is StoryFormat.json) as spin:
+        _trace(task_id, address, jaeger, output_format, clock_correction, spin)
+
+
+def _trace(task_id: str, address: str | None, jaeger: str | None, output_format: StoryFormat,
+           clock_correction: bool, spin: Progress) -> None:
     from rich.console import Console
     from rich.markup import escape
 
@@ -171,6 +181,7 @@ def trace(
     wanted = task_id.strip().lower()
     applied = applied_offsets([*(s for s in seen if str(s.get(TASK_ID, "")).lower() == wanted),
                                *task_logs])
+    spin.stop()
     if output_format is StoryFormat.json:
         typer.echo(story_json(result, applied))
         if isinstance(result, UnknownTask):
@@ -241,6 +252,14 @@ def timeline(
                                           help=CLOCK_HELP),
 ) -> None:
     """Write a Chrome trace (Perfetto, chrome://tracing): a row per node and per worker."""
+    from tracedray.cli.progress import working
+
+    with working("reading the session's spans", json_output=output == "-") as spin:
+        _timeline(output, task, address, clock_correction, spin)
+
+
+def _timeline(output: str | None, task: str | None, address: str | None,
+              clock_correction: bool, spin: Progress) -> None:
     from rich.console import Console
     from rich.markup import escape
 
@@ -282,6 +301,7 @@ def timeline(
     clocks = _clocks(err, records, clock_correction)
     document = build_chrome_trace(clocks.spans(batch.spans), task_id=task_id)
     text = json.dumps(document)
+    spin.stop()
     clock_note = offsets_note(document["otherData"]["clock_offsets_s"])
     if clock_note:
         err.print(clock_note, highlight=False, markup=False, soft_wrap=True)
