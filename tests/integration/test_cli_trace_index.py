@@ -110,7 +110,7 @@ def test_a_node_sends_only_the_lines_asked_for(ray: Any) -> None:
     """What `logs --task` asks of a node on another machine: the task's and the clock
     lines, found through that node's index, not its whole files."""
     from tracedray.core.cluster_client import connect_cluster
-    from tracedray.core.raylet.client import RayletClient
+    from tracedray.core.protocol.raylet_client import RayletClient
     from tracedray.telemetry.trace_index import CLOCK_KEY, key
 
     session = _session(ray)

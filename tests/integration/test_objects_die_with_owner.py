@@ -22,7 +22,7 @@ import pytest
 from cli_support import isolated_root, run, run_json
 from multinode_support import log_events, spans_named, started_nodes, wait_for
 
-from tracedray.core.raylet.client import RayletClient
+from tracedray.core.protocol.raylet_client import RayletClient
 
 pytestmark = pytest.mark.integration
 

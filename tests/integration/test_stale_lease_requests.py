@@ -24,7 +24,7 @@ from multinode_support import log_events, wait_for
 
 from tracedray.core.address import Address
 from tracedray.core.gcs.client import GcsClient
-from tracedray.core.raylet.client import LeaseCall, RayletClient
+from tracedray.core.protocol.raylet_client import LeaseCall, RayletClient
 from tracedray.exceptions import RaySystemError
 from tracedray.v1 import raylet_pb2
 

@@ -17,8 +17,8 @@ import grpc
 import pytest
 
 from tracedray.core.address import Address
-from tracedray.core.worker import task_stream
-from tracedray.core.worker.connection import WorkerConnection
+from tracedray.core.protocol import task_stream
+from tracedray.core.protocol.connection import WorkerConnection
 from tracedray.core.worker.task_stream_server import TaskStreamServer
 from tracedray.v1 import common_pb2, gcs_pb2, gcs_pb2_grpc
 

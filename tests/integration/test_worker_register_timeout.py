@@ -15,7 +15,7 @@ from multinode_support import log_events
 
 from tracedray.core.address import Address
 from tracedray.core.gcs.client import GcsClient
-from tracedray.core.raylet.client import RayletClient
+from tracedray.core.protocol.raylet_client import RayletClient
 from tracedray.v1 import raylet_pb2
 
 pytestmark = pytest.mark.integration

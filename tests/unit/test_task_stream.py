@@ -15,8 +15,8 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from tracedray.core.address import Address
-from tracedray.core.worker import task_stream
-from tracedray.core.worker.connection import WorkerConnection
+from tracedray.core.protocol import task_stream
+from tracedray.core.protocol.connection import WorkerConnection
 from tracedray.core.worker.task_stream_server import Reply, TaskStreamServer
 from tracedray.exceptions import RaySystemError
 from tracedray.v1 import common_pb2, core_worker_pb2

@@ -203,7 +203,7 @@ def _connect_driver(gcs_address: str, paths: session.SessionPaths,
                     processes: node.NodeProcesses | None, namespace: str | None) -> _Cluster:
     from tracedray.core.cluster_runtime import ClusterRuntime
     from tracedray.core.gcs.client import connect
-    from tracedray.core.raylet.client import RayletClient
+    from tracedray.core.protocol.raylet_client import RayletClient
     from tracedray.core.raylet.telemetry_agent import start_for_driver
     from tracedray.core.worker.core_worker import CoreWorker
 

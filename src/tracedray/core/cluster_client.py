@@ -108,7 +108,7 @@ class ClusterClient:
 
         def ask(node: gcs_pb2.NodeWithLoad) -> NodeView:
             from tracedray.core import auth
-            from tracedray.core.raylet.client import RayletClient
+            from tracedray.core.protocol.raylet_client import RayletClient
 
             target = f"{node.info.raylet.ip}:{node.info.raylet.port}"
             auth.remember(target, auth.client_token(self.gcs_address))

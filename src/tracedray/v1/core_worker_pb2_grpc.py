@@ -31,7 +31,7 @@ class CoreWorkerServiceStub:
     """Served by every driver and worker process: owners answer for the objects they own,
     workers take cancellations and exit requests. Tasks themselves do not travel over
     gRPC: a caller (after a lease from a raylet) opens a plain TCP task stream to the
-    worker's Address.task_port (src/tracedray/core/worker/task_stream.py).
+    worker's Address.task_port (src/tracedray/core/protocol/task_stream.py).
     """
 
     def __init__(self, channel):
@@ -86,7 +86,7 @@ class CoreWorkerServiceServicer:
     """Served by every driver and worker process: owners answer for the objects they own,
     workers take cancellations and exit requests. Tasks themselves do not travel over
     gRPC: a caller (after a lease from a raylet) opens a plain TCP task stream to the
-    worker's Address.task_port (src/tracedray/core/worker/task_stream.py).
+    worker's Address.task_port (src/tracedray/core/protocol/task_stream.py).
     """
 
     def GetObject(self, request, context):
@@ -198,7 +198,7 @@ class CoreWorkerService:
     """Served by every driver and worker process: owners answer for the objects they own,
     workers take cancellations and exit requests. Tasks themselves do not travel over
     gRPC: a caller (after a lease from a raylet) opens a plain TCP task stream to the
-    worker's Address.task_port (src/tracedray/core/worker/task_stream.py).
+    worker's Address.task_port (src/tracedray/core/protocol/task_stream.py).
     """
 
     @staticmethod

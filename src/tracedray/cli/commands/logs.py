@@ -69,7 +69,7 @@ def remote_logs(session: SessionPaths, address: str | None,
     records: list[LogRecord] = []
     warnings: list[str] = []
     from tracedray.core import auth
-    from tracedray.core.raylet.client import RayletClient
+    from tracedray.core.protocol.raylet_client import RayletClient
 
     for node in remote:
         target = f"{node.info.raylet.ip}:{node.info.raylet.port}"

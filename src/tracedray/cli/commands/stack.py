@@ -26,7 +26,7 @@ def collect(client: ClusterClient, *, node: str | None, timeout_s: float, driver
             native: bool, breakpoints_only: bool = False) -> list[NodeAnswer]:
     """Every alive node's answer (or why it gave none), the head first."""
     from tracedray.cli.stack_view import NodeAnswer
-    from tracedray.core.raylet.client import RayletClient
+    from tracedray.core.protocol.raylet_client import RayletClient
     from tracedray.exceptions import ConfigError, RayError
     from tracedray.v1 import debug_pb2
 

@@ -25,10 +25,10 @@ from tracedray.core.address import Address
 from tracedray.core.gcs import actor_creation as ac
 from tracedray.core.gcs import actor_failure as af
 from tracedray.core.gcs import actor_recovery as ar
-from tracedray.core.raylet.client import RayletClient
-from tracedray.core.raylet.scheduler import feasible, fits
+from tracedray.core.protocol.connection import WorkerConnection
+from tracedray.core.protocol.raylet_client import RayletClient
+from tracedray.core.protocol.resources import feasible, fits
 from tracedray.core.serialization import deserialize
-from tracedray.core.worker.connection import WorkerConnection
 from tracedray.exceptions import RaySystemError
 from tracedray.telemetry import attributes as A
 from tracedray.v1 import common_pb2, gcs_pb2, raylet_pb2

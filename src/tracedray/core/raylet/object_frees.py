@@ -27,9 +27,9 @@ from dataclasses import dataclass
 from tracedray import logs
 from tracedray.core.address import Address
 from tracedray.core.object_store.store import FREE_RELEASED, ObjectStore
+from tracedray.core.protocol.raylet_client import RayletClient
 from tracedray.core.raylet import lease_reclaim as lr
 from tracedray.core.raylet import owner_death as od
-from tracedray.core.raylet.client import RayletClient
 from tracedray.core.raylet.transfers import TransferTable
 from tracedray.exceptions import RaySystemError
 

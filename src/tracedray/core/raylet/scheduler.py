@@ -9,11 +9,11 @@ is long and another node is idle.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
-Resources = Mapping[str, float]
-EPSILON = 1e-9
+from tracedray.core.protocol.resources import Resources, feasible, fits
+
 # A local queue this much longer than the least-loaded feasible node justifies moving the data.
 QUEUE_SPILL_MARGIN = 4
 
@@ -36,15 +36,6 @@ class Decision:
     candidates: tuple[str, ...]
     local_bytes: tuple[int, ...]
     queue_lengths: tuple[int, ...]
-
-
-def fits(available: Resources, request: Resources) -> bool:
-    return all(available.get(name, 0.0) + EPSILON >= amount for name, amount in request.items()
-               if amount > 0)
-
-
-def feasible(total: Resources, request: Resources) -> bool:
-    return fits(total, request)
 
 
 def decide(local: NodeView, others: Sequence[NodeView], request: Resources,
@@ -84,12 +75,3 @@ def decide(local: NodeView, others: Sequence[NodeView], request: Resources,
     return make("spillback", best.node_id,
                 f"this node can never fit {dict(request)}; node {best.node_id[:12]} can")
 
-
-def acquire(available: dict[str, float], request: Resources) -> None:
-    for name, amount in request.items():
-        available[name] = available.get(name, 0.0) - amount
-
-
-def release(available: dict[str, float], request: Resources) -> None:
-    for name, amount in request.items():
-        available[name] = available.get(name, 0.0) + amount

@@ -24,13 +24,15 @@ from tracedray.core.address import Address
 from tracedray.core.gcs import node_health
 from tracedray.core.gcs.client import GcsClient
 from tracedray.core.object_store.store import FREE_RELEASED, ObjectStore
+from tracedray.core.protocol import resources as rs
+from tracedray.core.protocol.flight_recorder import read_slot
+from tracedray.core.protocol.raylet_client import RayletClient
 from tracedray.core.raylet import driver_watch as dw
 from tracedray.core.raylet import lease_reclaim as lr
 from tracedray.core.raylet import object_data, scheduler
 from tracedray.core.raylet import owner_death as od
 from tracedray.core.raylet import stack_dumps as sd
 from tracedray.core.raylet import worker_pool as wp
-from tracedray.core.raylet.client import RayletClient
 from tracedray.core.raylet.early_withdrawals import EarlyWithdrawals
 from tracedray.core.raylet.heartbeats import Heartbeats, HeartbeatStatistics
 from tracedray.core.raylet.object_data import ObjectDataServer
@@ -38,7 +40,6 @@ from tracedray.core.raylet.object_frees import ObjectFrees, ObjectFreeStatistics
 from tracedray.core.raylet.seal_channel import SealChannelServer, socket_name
 from tracedray.core.raylet.telemetry_agent import start_agent, stop_agent
 from tracedray.core.raylet.transfers import TransferTable
-from tracedray.core.worker.flight_recorder import read_slot
 from tracedray.exceptions import ConfigError, ObjectStoreFullError, RaySystemError
 from tracedray.telemetry import attributes as A
 from tracedray.telemetry.append_file import read_data
@@ -250,7 +251,7 @@ class Raylet:
             local, others = self._view(request)
             local = dataclasses.replace(local, queue_length=ahead - 1)
             resources = dict(request.resources)
-            if scheduler.fits(self.available, resources):
+            if rs.fits(self.available, resources):
                 continue  # _dispatch grants it here
             decision = scheduler.decide(local, others, resources, may_spill=True)
             if decision.action != "spillback" or decision.node_id not in self._peers:
@@ -488,7 +489,7 @@ class Raylet:
             request = pending.request
             resources = dict(request.resources)
             if pending.infeasible:
-                if not scheduler.feasible(self.total, resources):
+                if not rs.feasible(self.total, resources):
                     local, others = self._view(request)
                     decision = scheduler.decide(local, others, resources, may_spill=True)
                     if decision.action == "spillback":
@@ -500,19 +501,19 @@ class Raylet:
                         pending.done.set()
                     continue
                 pending.infeasible = False
-            if not scheduler.fits(unpromised, resources):
+            if not rs.fits(unpromised, resources):
                 continue
             worker = self.pool.idle_worker()
             if worker is None:
-                scheduler.acquire(unpromised, resources)
+                rs.acquire(unpromised, resources)
                 if starting > 0:
                     starting -= 1  # a worker already starting will serve this request
                 else:
                     self.pool.start_worker()
                 continue
             self._pending.remove(pending)
-            scheduler.acquire(self.available, resources)
-            scheduler.acquire(unpromised, resources)
+            rs.acquire(self.available, resources)
+            rs.acquire(unpromised, resources)
             lease_id = os.urandom(8).hex()
             worker.state = wp.ACTOR if pending.actor_id else wp.LEASED
             worker.lease_id = lease_id
@@ -539,9 +540,9 @@ class Raylet:
                 return
             del self._leases[lease_id]
             if worker.state == wp.LEASED:
-                scheduler.release(self.available, worker.resources)
+                rs.release(self.available, worker.resources)
             elif worker.state == wp.BLOCKED:
-                scheduler.release(self.available, _without_cpu(worker.resources))
+                rs.release(self.available, _without_cpu(worker.resources))
             worker.lease_id = ""
             worker.lessee = None
             worker.resources = {}
@@ -572,10 +573,10 @@ class Raylet:
             cpu = {"CPU": worker.resources.get("CPU", 0.0)}
             if blocked and worker.state == wp.LEASED:
                 worker.state = wp.BLOCKED
-                scheduler.release(self.available, cpu)
+                rs.release(self.available, cpu)
             elif not blocked and worker.state == wp.BLOCKED:
                 worker.state = wp.LEASED
-                scheduler.acquire(self.available, cpu)  # may go negative briefly, as in Ray
+                rs.acquire(self.available, cpu)  # may go negative briefly, as in Ray
             self._dispatch()
 
     # --- drivers
@@ -839,7 +840,7 @@ class Raylet:
                 self._leases.pop(worker.lease_id, None)
                 held = worker.resources if worker.state != wp.BLOCKED else _without_cpu(
                     worker.resources)
-                scheduler.release(self.available, held)
+                rs.release(self.available, held)
                 worker.lease_id = ""
                 worker.lessee = None
             worker.state = wp.DEAD

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from tracedray import logs, telemetry
 from tracedray.core import ids, trace_context
 from tracedray.core.address import Address
-from tracedray.core.worker.connection import WorkerConnection
+from tracedray.core.protocol.connection import WorkerConnection
 from tracedray.core.worker.pending_task import PendingTask, end_dispatch_spans, stored_error
 from tracedray.core.worker.retry_policy import budget_left, retry_after_application_error
 from tracedray.exceptions import (

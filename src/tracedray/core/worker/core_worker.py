@@ -28,12 +28,12 @@ from tracedray.core.address import Address
 from tracedray.core.functions import FunctionManager, driver_import_paths
 from tracedray.core.gcs.client import GcsClient
 from tracedray.core.process import exit_now
-from tracedray.core.raylet.client import RayletClient
+from tracedray.core.protocol.flight_recorder import FlightRecorder
+from tracedray.core.protocol.raylet_client import RayletClient
 from tracedray.core.worker import reference_table as rt
 from tracedray.core.worker import remote_debugger, slow_tasks, stack_dump
 from tracedray.core.worker.actor_submitter import ActorSubmitter
 from tracedray.core.worker.exit_blockers import WorkState, exit_blockers
-from tracedray.core.worker.flight_recorder import FlightRecorder
 from tracedray.core.worker.lineage import Lineage
 from tracedray.core.worker.memory_store import MemoryStore, is_error
 from tracedray.core.worker.object_io import ObjectIO

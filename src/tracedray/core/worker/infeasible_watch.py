@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from tracedray import logs, telemetry
-from tracedray.core.raylet.scheduler import feasible
+from tracedray.core.protocol.resources import feasible
 from tracedray.exceptions import RayError
 
 log = logs.get_logger(__name__)

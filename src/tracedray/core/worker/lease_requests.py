@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from tracedray.core.raylet.client import LeaseCall, RayletClient
+from tracedray.core.protocol.raylet_client import LeaseCall, RayletClient
 
 MAX_PENDING_LEASE_REQUESTS = 16
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from tracedray import logs
 from tracedray.core import auth
-from tracedray.core.worker import task_stream
+from tracedray.core.protocol import task_stream
 from tracedray.v1 import common_pb2, core_worker_pb2
 
 log = logs.get_logger(__name__)

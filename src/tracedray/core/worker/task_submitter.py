@@ -22,8 +22,8 @@ from opentelemetry import trace as otel_trace
 from tracedray import config, logs, telemetry
 from tracedray.core import ids, trace_context
 from tracedray.core.address import Address
-from tracedray.core.raylet.client import RayletClient
-from tracedray.core.worker.connection import WorkerConnection
+from tracedray.core.protocol.connection import WorkerConnection
+from tracedray.core.protocol.raylet_client import RayletClient
 from tracedray.core.worker.infeasible_watch import (
     WARN_AFTER_S,
     InfeasibleWatch,

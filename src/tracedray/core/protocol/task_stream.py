@@ -29,7 +29,7 @@ import time
 from typing import cast
 
 from tracedray.core import auth, rpc, tls
-from tracedray.core.worker.tls_stream import LockedTlsSocket
+from tracedray.core.protocol.tls_stream import LockedTlsSocket
 from tracedray.exceptions import RaySystemError
 from tracedray.v1 import common_pb2
 
