@@ -31,10 +31,9 @@ from tracedray.telemetry._api import (
     span,
     start_span,
 )
+from tracedray.telemetry._otel_adapter import attach_span, detach_span
 from tracedray.telemetry._record import (
     PendingSpan,
-    attach_span,
-    detach_span,
     parent_context,
     pending_shaped_span,
     pending_span,

@@ -25,17 +25,19 @@ from opentelemetry.util.types import AttributeValue
 
 from tracedray.telemetry import _state
 from tracedray.telemetry._errors import is_error, mark_error
-from tracedray.telemetry._record import (
+from tracedray.telemetry._otel_adapter import (
     EMPTY_TRACE_STATE,
     TRACE_FLAGS,
-    LightSpan,
-    PendingSpan,
     attach_span,
     current_span,
     detach_span,
+    remote_span_context,
+)
+from tracedray.telemetry._record import (
+    LightSpan,
+    PendingSpan,
     end_pending_spans,
     open_light_span,
-    remote_span_context,
     start_light_span,
     trace_state_header,
 )

@@ -24,14 +24,11 @@ import random
 import threading
 import time
 import traceback as traceback_module
-from collections.abc import Callable, Mapping, Sequence
-from contextvars import ContextVar
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from opentelemetry import context as context_api
 from opentelemetry import trace
 from opentelemetry.context import Context
-from opentelemetry.context.contextvars_context import ContextVarsRuntimeContext
 from opentelemetry.sdk.trace import Event, ReadableSpan, sampling
 from opentelemetry.trace import (
     INVALID_SPAN,
@@ -40,7 +37,6 @@ from opentelemetry.trace import (
     NonRecordingSpan,
     SpanContext,
     SpanKind,
-    TraceFlags,
     TraceState,
 )
 from opentelemetry.trace.status import Status, StatusCode
@@ -50,199 +46,29 @@ from tracedray.telemetry import _state
 from tracedray.telemetry import attributes as attrs
 from tracedray.telemetry._errors import is_error, mark_error, qualified_name
 from tracedray.telemetry._file_processor import SpanFileWriter
+from tracedray.telemetry._otel_adapter import (
+    EMPTY_TRACE_STATE,
+    TRACE_FLAGS,
+    current_span_context,
+    remote_span_context,
+)
+from tracedray.telemetry._otel_adapter import NOT_SAMPLED as _NOT_SAMPLED
+from tracedray.telemetry._otel_adapter import SAMPLED as _SAMPLED
+from tracedray.telemetry._otel_adapter import local_span_context as _local_span_context
 from tracedray.telemetry.otlp_json import EventFields
 from tracedray.telemetry.span_shape import SpanShape
 from tracedray.telemetry.spool_format import SHAPED, SPAN, link_fields
 
-_SAMPLED = TraceFlags(TraceFlags.SAMPLED)
-_NOT_SAMPLED = TraceFlags(TraceFlags.DEFAULT)
-EMPTY_TRACE_STATE = TraceState()
 _INTERNAL = SpanKind.INTERNAL
 _UNSET_STATUS = Status(StatusCode.UNSET)
 MAX_ATTRIBUTES = 128  # the SDK's default OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT
 MAX_EVENTS = 128
 
 
-_SpanContextFactory = Callable[[int, int, TraceFlags, TraceState], SpanContext]
-
-
-def _checked_span_context_factory(remote: bool) -> _SpanContextFactory:
-    """A constructor for SpanContexts of ids known to be valid, without re-validating.
-
-    ``SpanContext.__new__`` checks the id ranges in Python on every span (~0.2 µs,
-    several times that in a busy process). Our ids come from the provider's generator
-    (never 0, always in range) or from a task spec's binary fields the caller checked,
-    so the tuple is built directly — but only if this OpenTelemetry version lays
-    SpanContext out as we expect; otherwise the checked constructor is used.
-    """
-    state = TraceState()
-
-    def fast(trace_id: int, span_id: int, flags: TraceFlags,
-             trace_state: TraceState) -> SpanContext:
-        return tuple.__new__(SpanContext, (trace_id, span_id, remote, flags, trace_state, True))
-
-    def checked(trace_id: int, span_id: int, flags: TraceFlags,
-                trace_state: TraceState) -> SpanContext:
-        return SpanContext(trace_id, span_id, remote, flags, trace_state)
-
-    try:
-        sample = fast(1 << 100, 1 << 60, _SAMPLED, state)
-        reference = checked(1 << 100, 1 << 60, _SAMPLED, state)
-        same = (sample == reference and sample.is_valid and sample.is_remote is remote
-                and (sample.trace_id, sample.span_id, sample.trace_flags, sample.trace_state)
-                == (reference.trace_id, reference.span_id, reference.trace_flags,
-                    reference.trace_state))
-    except Exception:
-        same = False
-    return fast if same else checked
-
-
-_local_span_context = _checked_span_context_factory(remote=False)
-remote_span_context = _checked_span_context_factory(remote=True)
-TRACE_FLAGS = [TraceFlags(value) for value in range(256)]  # one object per flags byte
 _MAX_TRACE_ID = (1 << 128) - 1
 _MAX_SPAN_ID = (1 << 64) - 1
 _getrandbits = random.getrandbits  # what RandomIdGenerator calls (Pipeline.random_ids)
 _int_from_bytes = int.from_bytes  # bound once: ``int.from_bytes`` binds a method per read
-
-
-def _context_layout() -> tuple[ContextVar[Context], str] | None:
-    """The ContextVar holding OpenTelemetry's current Context and the key of the current
-    span in it, when the installed API keeps its runtime context that way (the default
-    ``contextvars_context``); None otherwise: then only the public API is used."""
-    runtime = getattr(context_api, "_RUNTIME_CONTEXT", None)
-    variable = getattr(runtime, "_current_context", None)
-    key = getattr(trace.propagation, "_SPAN_KEY", None)
-    if (type(runtime) is not ContextVarsRuntimeContext or not isinstance(variable, ContextVar)
-            or not isinstance(key, str)):
-        return None
-    return variable, key
-
-
-def _api_current_span_context() -> SpanContext:
-    return trace.get_current_span().get_span_context()
-
-
-def _reads_as_api(read: Callable[[], SpanContext]) -> bool:
-    """Whether ``read`` returns what the API says the current SpanContext is, outside
-    any span and inside one made current through the API."""
-    try:
-        probe = NonRecordingSpan(_local_span_context(1 << 90, 1 << 40, _SAMPLED,
-                                                     EMPTY_TRACE_STATE))
-        outside = read() is _api_current_span_context()
-        token = context_api.attach(trace.set_span_in_context(probe))
-        try:
-            inside = read() is probe.get_span_context() is _api_current_span_context()
-        finally:
-            context_api.detach(token)
-        return outside and inside and read() is _api_current_span_context()
-    except Exception:
-        return False
-
-
-def _current_span_readers() -> tuple[Callable[[], trace.Span], Callable[[], SpanContext]]:
-    """Functions returning the current span, and its SpanContext, as
-    ``trace.get_current_span()`` (and its ``get_span_context()``) do.
-
-    That goes through four Python frames of the context API per call (~1 µs in a
-    busy process, on every submitted task and every log line inside a task). With the
-    API's default runtime context (a ContextVar holding a Context mapping), the span
-    is one ``ContextVar.get`` and one dict lookup away; the shortcuts are used only if
-    the installed OpenTelemetry lays the runtime context out that way and the
-    readings agree.
-    """
-    layout = _context_layout()
-    if layout is None:
-        return trace.get_current_span, _api_current_span_context
-    variable, key = layout
-    get_context = variable.get
-    span_type = trace.Span
-
-    def fast_span() -> trace.Span:
-        current = get_context().get(key)
-        return current if isinstance(current, span_type) else INVALID_SPAN
-
-    def fast_context() -> SpanContext:  # fast_span's body again: a frame less per task
-        current = get_context().get(key)
-        if current is None or not isinstance(current, span_type):
-            return INVALID_SPAN_CONTEXT
-        return current.get_span_context()
-
-    if not _reads_as_api(fast_context) or not _reads_as_api(
-            lambda: fast_span().get_span_context()):
-        return trace.get_current_span, _api_current_span_context
-    return fast_span, fast_context
-
-
-current_span, current_span_context = _current_span_readers()
-
-
-def _api_attach_span(span: trace.Span) -> object:
-    try:
-        return context_api.attach(trace.set_span_in_context(span))
-    except Exception:  # telemetry must never break the caller
-        return None
-
-
-def _api_detach(token: object) -> None:
-    if token is not None:
-        try:  # noqa: SIM105 -- suppress() costs a context manager object per call
-            context_api.detach(token)  # type: ignore[arg-type]
-        except Exception:
-            pass
-
-
-def _span_activation() -> tuple[Callable[[trace.Span], object], Callable[[object], None]]:
-    """``(attach_span, detach)``: make a span current (returning a token) and undo it,
-    as ``context_api.attach(trace.set_span_in_context(span))`` and
-    ``context_api.detach(token)`` do. Neither raises: a span that could not be made
-    current gives a None token, which ``detach`` ignores.
-
-    Those cost a worker ~14k instructions around every task (six Python frames); with
-    the API's default runtime context the same is one dict copy and one
-    ``ContextVar.set``/``reset``. As for :func:`_current_span_context_reader`, the
-    shortcut is used only if the installed API lays its context out that way and the
-    API sees what it sets.
-    """
-    layout = _context_layout()
-    if layout is None:
-        return _api_attach_span, _api_detach
-    variable, key = layout
-    get_context, set_context, reset = variable.get, variable.set, variable.reset
-
-    def attach_span(span: trace.Span) -> object:
-        try:
-            # One dict built in place: dict() then an item set was ~1k instructions more.
-            return set_context(Context({**get_context(), key: span}))
-        except Exception:  # telemetry must never break the caller
-            return None
-
-    def detach(token: Any) -> None:  # the Token set_context returned
-        if token is not None:
-            try:  # noqa: SIM105 -- suppress() costs a context manager object per task
-                reset(token)
-            except Exception:
-                pass
-
-    try:
-        probe = NonRecordingSpan(_local_span_context(1 << 90, 1 << 41, _SAMPLED,
-                                                     EMPTY_TRACE_STATE))
-        before = context_api.get_current()
-        token = attach_span(probe)
-        try:
-            inside = (token is not None and trace.get_current_span() is probe
-                      and isinstance(context_api.get_current(), Context)
-                      and all(context_api.get_current().get(k) is v
-                              for k, v in before.items() if k != key))
-        finally:
-            detach(token)
-        same = inside and context_api.get_current() is before
-    except Exception:
-        same = False
-    return (attach_span, detach) if same else (_api_attach_span, _api_detach)
-
-
-attach_span, detach_span = _span_activation()
 
 
 class LightSpan(trace.Span):

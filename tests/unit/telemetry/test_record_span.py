@@ -319,11 +319,11 @@ def test_the_current_span_shortcuts_read_what_the_api_reads(tmp_path: Path) -> N
     from opentelemetry import context as context_api
     from opentelemetry import trace
 
-    from tracedray.telemetry import _record
+    from tracedray.telemetry import _otel_adapter
 
-    reader, span_reader = _record.current_span_context, _record.current_span
+    reader, span_reader = _otel_adapter.current_span_context, _otel_adapter.current_span
     # The shortcuts are in use here.
-    assert reader is not _record._api_current_span_context
+    assert reader is not _otel_adapter.api_current_span_context
     assert span_reader is not trace.get_current_span
 
     def api() -> object:
@@ -419,9 +419,9 @@ def test_the_activation_shortcut_sets_and_restores_what_the_api_sees(tmp_path: P
     from opentelemetry import baggage, trace
     from opentelemetry import context as context_api
 
-    from tracedray.telemetry import _record
+    from tracedray.telemetry import _otel_adapter
 
-    assert _record.attach_span is not _record._api_attach_span  # the shortcut is in use
+    assert _otel_adapter.attach_span is not _otel_adapter.api_attach_span  # the shortcut
     telemetry.configure("worker", session_dir=tmp_path)
     outer = telemetry.start_span("task.execute", {})
     inner = telemetry.start_span("task.execute", {})
