@@ -1,4 +1,5 @@
-"""The command line sits on top: no runtime package imports ``tracedray.cli``.
+"""Packages import each other without cycles, and the command line sits on top: no
+runtime package imports ``tracedray.cli``.
 
 Read from the source (every import statement, inside functions and ``TYPE_CHECKING``
 blocks too), since an import inside a function hides a cycle from import time.
@@ -7,6 +8,7 @@ blocks too), since an import inside a function hides a cycle from import time.
 from __future__ import annotations
 
 import ast
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 import pytest
@@ -68,3 +70,114 @@ def test_telemetry_never_imports_the_logs_package() -> None:
                  for line, module in imported_modules(path.read_text(), path)
                  if module == "tracedray.logs" or module.startswith("tracedray.logs.")]
     assert not offending, "\n".join(offending)
+
+
+# Package edges that still point up a layer (``importer -> imported``). The list only
+# shrinks: a test fails when one of them is gone, so whoever removes one removes it here.
+KNOWN_BACK_EDGES: dict[tuple[str, str], str] = {
+    ("tracedray.metrics", "tracedray.core"):
+        "metrics/serve, snapshot, rpc_latency use core's process, runtime and rpc",
+    ("tracedray.metrics", "tracedray.core.gcs"):
+        "metrics/serve and gcs_metrics read the GCS server's statistics",
+    ("tracedray.metrics", "tracedray.core.raylet"):
+        "metrics/serve and node_metrics read the raylet's statistics and exit meanings",
+    ("tracedray.core", "tracedray.util"):
+        "core/serialization names util.serializability in its error",
+    ("tracedray.core.gcs", "tracedray.util"):
+        "gcs/task_query filters with util/_state_rows",
+}
+
+
+def package_of(module: str, modules: Mapping[str, Path]) -> str:
+    path = modules[module]
+    return module if path.name == "__init__.py" else module.rpartition(".")[0]
+
+
+def all_modules() -> dict[str, Path]:
+    found = {}
+    for path in PACKAGE.rglob("*.py"):
+        parts = ("tracedray", *path.relative_to(PACKAGE).with_suffix("").parts)
+        found[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return found
+
+
+def package_edges(modules: Mapping[str, Path]) -> dict[tuple[str, str], list[str]]:
+    """``(importer, imported) -> ["file:line imports module", ...]`` between packages (a
+    package is a folder). A subpackage importing a module of a package above it (``core/
+    raylet`` using ``core/rpc.py``, anything using ``tracedray.config``) is not an edge:
+    parent packages hold the plumbing their subpackages build on."""
+    edges: dict[tuple[str, str], list[str]] = {}
+    for module, path in sorted(modules.items()):
+        importer = package_of(module, modules)
+        for line, name in imported_modules(path.read_text(), path):
+            while name and name not in modules:
+                name = name.rpartition(".")[0]
+            if not name:
+                continue
+            imported = package_of(name, modules)
+            if imported == importer or importer.startswith(imported + "."):
+                continue
+            edges.setdefault((importer, imported), []).append(
+                f"{path.relative_to(PACKAGE.parent)}:{line} imports {name}")
+    return edges
+
+
+def cycles(edges: Iterable[tuple[str, str]]) -> list[list[str]]:
+    """The graph's strongly connected components of more than one package (Tarjan)."""
+    graph: dict[str, list[str]] = {}
+    for a, b in edges:
+        graph.setdefault(a, []).append(b)
+        graph.setdefault(b, [])
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for nxt in graph[node]:
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_packages_import_each_other_without_cycles() -> None:
+    edges = package_edges(all_modules())
+    remaining = {edge: where for edge, where in edges.items() if edge not in KNOWN_BACK_EDGES}
+    report = []
+    for component in cycles(remaining):
+        report.append("cycle between " + ", ".join(component) + ":")
+        report.extend(f"  {a} -> {b}: {where[0]}" + (f" (+{len(where) - 1} more)"
+                                                      if len(where) > 1 else "")
+                      for (a, b), where in sorted(remaining.items())
+                      if a in component and b in component)
+    assert not report, "\n".join(report)
+
+
+def test_every_known_back_edge_still_exists() -> None:
+    edges = package_edges(all_modules())
+    gone = [f"{a} -> {b}" for a, b in KNOWN_BACK_EDGES if (a, b) not in edges]
+    assert not gone, ("no longer imported, remove from KNOWN_BACK_EDGES: " + ", ".join(gone))
+
+
+def test_the_cycle_check_finds_a_cycle_through_three_packages() -> None:
+    edges = [("a", "b"), ("b", "c"), ("c", "a"), ("c", "d"), ("e", "d")]
+    assert cycles(edges) == [["a", "b", "c"]]
+    assert cycles(edges[1:]) == []
