@@ -9,8 +9,12 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
-from tracedray import config, logs
-from tracedray.core.process import exit_on_sigterm, exit_with_parent, setup_process
+# structlog renders tracebacks with rich when it can import it; the GCS writes JSON lines
+# only, so it never loads rich's ~70 modules (~4 MB of RSS; benchmarks/submission.py).
+sys.modules.setdefault("rich", None)  # type: ignore[arg-type]
+
+from tracedray import config, logs  # noqa: E402
+from tracedray.core.process import exit_on_sigterm, exit_with_parent, setup_process  # noqa: E402
 
 if TYPE_CHECKING:
     from tracedray.metrics.exposition import MetricsServer

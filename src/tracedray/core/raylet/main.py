@@ -8,9 +8,13 @@ import sys
 import threading
 from pathlib import Path
 
-from tracedray import logs
-from tracedray.core.process import exit_on_sigterm, exit_with_parent, setup_process
-from tracedray.exceptions import AuthenticationError
+# structlog renders tracebacks with rich when it can import it; the raylet writes JSON lines
+# only, so it never loads rich's ~70 modules (~4 MB of RSS; benchmarks/submission.py).
+sys.modules.setdefault("rich", None)  # type: ignore[arg-type]
+
+from tracedray import logs  # noqa: E402
+from tracedray.core.process import exit_on_sigterm, exit_with_parent, setup_process  # noqa: E402
+from tracedray.exceptions import AuthenticationError  # noqa: E402
 
 
 def main() -> None:
