@@ -300,7 +300,7 @@ class StoredObjectRow(_message.Message):
     def __init__(self, object_id: _Optional[bytes] = ..., size: _Optional[int] = ..., owner: _Optional[str] = ..., call_site: _Optional[str] = ..., spilled: _Optional[bool] = ..., pinned: _Optional[bool] = ..., primary: _Optional[bool] = ...) -> None: ...
 
 class NodeStats(_message.Message):
-    __slots__ = ("node_id", "ip", "pid", "resources_total", "resources_available", "store_used", "store_capacity", "num_objects", "spilled_bytes", "spilled_count", "restored_bytes", "restored_count", "workers", "pending_leases", "infeasible_leases", "objects", "reference_tables", "session_dir", "leases_reclaimed", "freed_count", "freed_bytes", "freed_by_reason", "host_cpu_percent", "host_memory_percent")
+    __slots__ = ("node_id", "ip", "pid", "resources_total", "resources_available", "store_used", "store_capacity", "num_objects", "spilled_bytes", "spilled_count", "restored_bytes", "restored_count", "workers", "pending_leases", "infeasible_leases", "objects", "reference_tables", "session_dir", "leases_reclaimed", "freed_count", "freed_bytes", "freed_by_reason", "store_pool_bytes", "store_pool_files", "store_pool_reused", "host_cpu_percent", "host_memory_percent")
     class ResourcesTotalEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -344,6 +344,9 @@ class NodeStats(_message.Message):
     FREED_COUNT_FIELD_NUMBER: _ClassVar[int]
     FREED_BYTES_FIELD_NUMBER: _ClassVar[int]
     FREED_BY_REASON_FIELD_NUMBER: _ClassVar[int]
+    STORE_POOL_BYTES_FIELD_NUMBER: _ClassVar[int]
+    STORE_POOL_FILES_FIELD_NUMBER: _ClassVar[int]
+    STORE_POOL_REUSED_FIELD_NUMBER: _ClassVar[int]
     HOST_CPU_PERCENT_FIELD_NUMBER: _ClassVar[int]
     HOST_MEMORY_PERCENT_FIELD_NUMBER: _ClassVar[int]
     node_id: str
@@ -368,9 +371,12 @@ class NodeStats(_message.Message):
     freed_count: int
     freed_bytes: int
     freed_by_reason: _containers.ScalarMap[str, int]
+    store_pool_bytes: int
+    store_pool_files: int
+    store_pool_reused: int
     host_cpu_percent: float
     host_memory_percent: float
-    def __init__(self, node_id: _Optional[str] = ..., ip: _Optional[str] = ..., pid: _Optional[int] = ..., resources_total: _Optional[_Mapping[str, float]] = ..., resources_available: _Optional[_Mapping[str, float]] = ..., store_used: _Optional[int] = ..., store_capacity: _Optional[int] = ..., num_objects: _Optional[int] = ..., spilled_bytes: _Optional[int] = ..., spilled_count: _Optional[int] = ..., restored_bytes: _Optional[int] = ..., restored_count: _Optional[int] = ..., workers: _Optional[_Iterable[_Union[WorkerRow, _Mapping]]] = ..., pending_leases: _Optional[int] = ..., infeasible_leases: _Optional[int] = ..., objects: _Optional[_Iterable[_Union[StoredObjectRow, _Mapping]]] = ..., reference_tables: _Optional[_Iterable[bytes]] = ..., session_dir: _Optional[str] = ..., leases_reclaimed: _Optional[int] = ..., freed_count: _Optional[int] = ..., freed_bytes: _Optional[int] = ..., freed_by_reason: _Optional[_Mapping[str, int]] = ..., host_cpu_percent: _Optional[float] = ..., host_memory_percent: _Optional[float] = ...) -> None: ...
+    def __init__(self, node_id: _Optional[str] = ..., ip: _Optional[str] = ..., pid: _Optional[int] = ..., resources_total: _Optional[_Mapping[str, float]] = ..., resources_available: _Optional[_Mapping[str, float]] = ..., store_used: _Optional[int] = ..., store_capacity: _Optional[int] = ..., num_objects: _Optional[int] = ..., spilled_bytes: _Optional[int] = ..., spilled_count: _Optional[int] = ..., restored_bytes: _Optional[int] = ..., restored_count: _Optional[int] = ..., workers: _Optional[_Iterable[_Union[WorkerRow, _Mapping]]] = ..., pending_leases: _Optional[int] = ..., infeasible_leases: _Optional[int] = ..., objects: _Optional[_Iterable[_Union[StoredObjectRow, _Mapping]]] = ..., reference_tables: _Optional[_Iterable[bytes]] = ..., session_dir: _Optional[str] = ..., leases_reclaimed: _Optional[int] = ..., freed_count: _Optional[int] = ..., freed_bytes: _Optional[int] = ..., freed_by_reason: _Optional[_Mapping[str, int]] = ..., store_pool_bytes: _Optional[int] = ..., store_pool_files: _Optional[int] = ..., store_pool_reused: _Optional[int] = ..., host_cpu_percent: _Optional[float] = ..., host_memory_percent: _Optional[float] = ...) -> None: ...
 
 class KillWorkerRequest(_message.Message):
     __slots__ = ("worker_id", "force")

@@ -10,22 +10,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from objstore_values import KB, array, load
 
 from tracedray.core.object_store.client import map_object, read_spilled, write_object
-from tracedray.core.object_store.layout import unpack
 from tracedray.core.object_store.store import ObjectStore, remove_orphans
 from tracedray.exceptions import ObjectLostError, ObjectStoreFullError, RaySystemError
-
-KB = 1000
-
-
-def array(fill: int, size: int = 300 * KB) -> np.ndarray:
-    return np.full(size, fill, dtype=np.uint8)
-
-
-def load(view: memoryview) -> object:
-    inband, buffers = unpack(view)
-    return pickle.loads(inband, buffers=buffers)
 
 
 def files_in(folder: Path) -> list[str]:
@@ -308,9 +297,12 @@ def test_concurrent_puts_reads_and_frees_keep_the_books_straight(make_store, put
     stats = store.statistics()
     objects = store.objects()
     assert stats.num_objects == len(objects) == 8 * 10
-    assert stats.used == sum(o.size for o in objects if not o.spilled) <= stats.capacity
+    assert stats.used == sum(o.size for o in objects if not o.spilled)
+    assert stats.used + stats.pool.bytes <= stats.capacity
     in_shm = {p.name for p in (tmp_path / "node1-shm").iterdir()}
-    assert in_shm == {f"td-node1-{o.object_id}" for o in objects if not o.spilled}
+    pooled = {name for name in in_shm if name.startswith("td-node1-pool-")}
+    assert len(pooled) == stats.pool.files
+    assert in_shm - pooled == {f"td-node1-{o.object_id}" for o in objects if not o.spilled}
     spilled = set(files_in(tmp_path / "node1-spill"))
     assert spilled == {o.object_id for o in objects if o.spilled}
 

@@ -15,13 +15,15 @@ instead of killing the process with SIGBUS as a store into an mmap would.
 from __future__ import annotations
 
 import errno
+import fcntl
 import mmap
 import os
 from collections.abc import Sequence
 from pathlib import Path
 
-from tracedray.core.object_store.files import unlink_quietly
+from tracedray.core.object_store.files import temp_path, unlink_quietly
 from tracedray.core.object_store.layout import BufferLike, segments
+from tracedray.core.object_store.pool import SLOTS_PER_CLASS, size_class, slot_path
 from tracedray.exceptions import ObjectLostError, ObjectStoreFullError, RaySystemError
 
 _FILE_MODE = 0o600  # objects are private to the user who runs the cluster
@@ -37,23 +39,26 @@ def _pwrite_all(fd: int, view: memoryview, offset: int) -> None:
 def write_object(path: Path, inband: BufferLike, buffers: Sequence[BufferLike]) -> int:
     """Create ``path`` exclusively and write the packed object into it; returns its size.
 
-    Raises :class:`RaySystemError` when the file already exists (an object is
-    written once; a retried task finds its result already stored) and
-    :class:`ObjectStoreFullError` when the shared-memory file system itself is
-    full.  A failed write leaves no file behind.
+    The file is a freed object's file of a similar size taken from the store's pool
+    (:mod:`.pool`) when one is there, whose pages need no allocating; every byte of
+    it is overwritten. Raises :class:`RaySystemError` when the file already exists
+    (an object is written once; a retried task finds its result already stored) and
+    :class:`ObjectStoreFullError` when the shared-memory file system itself is full.
+    A failed write leaves no file behind.
     """
     total, parts = segments(inband, buffers)
-    try:
-        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_CLOEXEC, _FILE_MODE)
-    except FileExistsError as exc:
-        raise RaySystemError(f"object file {path} already exists") from exc
-    except OSError as exc:
-        raise RaySystemError(f"cannot create object file {path}: {exc}") from exc
+    fd = _claim_pooled(path, total)
+    if fd is None:
+        try:
+            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_CLOEXEC, _FILE_MODE)
+        except FileExistsError as exc:
+            raise RaySystemError(f"object file {path} already exists") from exc
+        except OSError as exc:
+            raise RaySystemError(f"cannot create object file {path}: {exc}") from exc
     try:
         for offset, view in parts:
             _pwrite_all(fd, view, offset)
-        # The last part ends at ``total`` already; this only matters for an
-        # object whose final bytes are padding, and makes the size explicit.
+        # Cuts what a reused, larger file held past the object's end.
         os.ftruncate(fd, total)
     except OSError as exc:
         os.close(fd)
@@ -67,8 +72,47 @@ def write_object(path: Path, inband: BufferLike, buffers: Sequence[BufferLike]) 
         os.close(fd)
         unlink_quietly(path)
         raise
-    os.close(fd)
+    os.close(fd)  # releases a pooled file's exclusive lock
     return total
+
+
+def _claim_pooled(path: Path, size: int) -> int | None:
+    """A writable descriptor of a pool file of ``size``'s class, now named ``path`` and
+    locked exclusively; ``None`` when the pool has none to give."""
+    prefix = path.name.rsplit("-", 1)[0]
+    klass = size_class(size)
+    private = temp_path(path, "claim")
+    for slot in range(SLOTS_PER_CLASS):
+        try:  # atomic: of two writers, one gets the slot, the other ENOENT
+            os.rename(slot_path(path.parent, prefix, klass, slot), private)
+        except FileNotFoundError:
+            continue
+        except OSError:
+            return None
+        try:
+            fd = os.open(private, os.O_WRONLY | os.O_CLOEXEC)
+        except OSError:
+            unlink_quietly(private)
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:  # a reader of its last object came late and maps it
+            os.close(fd)
+            unlink_quietly(private)
+            continue
+        try:
+            os.link(private, path)  # never replaces: an object is written once
+        except FileExistsError as exc:
+            os.close(fd)
+            unlink_quietly(private)
+            raise RaySystemError(f"object file {path} already exists") from exc
+        except OSError:
+            os.close(fd)
+            unlink_quietly(private)
+            return None
+        unlink_quietly(private)
+        return fd
+    return None
 
 
 def map_object(path: Path) -> memoryview:
@@ -76,7 +120,9 @@ def map_object(path: Path) -> memoryview:
 
     The view holds the mmap alive for as long as it (or any slice of it, or any
     numpy array built on a slice) is referenced; the file may be unlinked
-    meanwhile, which Linux allows without invalidating the mapping.
+    meanwhile, which Linux allows without invalidating the mapping. The mapping
+    holds a shared ``flock`` on the file all that time, so the store never hands
+    the file to a new object while it is read (:mod:`.pool`).
     """
     try:
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
@@ -85,15 +131,32 @@ def map_object(path: Path) -> memoryview:
     except OSError as exc:
         raise RaySystemError(f"cannot open object file {path}: {exc}") from exc
     try:
-        size = os.fstat(fd).st_size
+        size = hold_for_reading(fd, path)
         if size == 0:
             raise ObjectLostError(_object_id(path), f"object file {path} is empty (corrupt)")
         mapping = mmap.mmap(fd, size, access=mmap.ACCESS_READ)
     except OSError as exc:
         raise RaySystemError(f"cannot map object file {path}: {exc}") from exc
     finally:
-        os.close(fd)  # the mapping keeps its own reference to the file
+        os.close(fd)  # the mapping keeps its own descriptor, and with it the lock
     return memoryview(mapping)
+
+
+def hold_for_reading(fd: int, path: Path) -> int:
+    """Take the shared lock that keeps ``fd``'s file from being reused, and check that
+    ``path`` still names it (it was not freed meanwhile); returns its size."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError as exc:
+        raise ObjectLostError(_object_id(path), f"object file {path} was freed") from exc
+    opened = os.fstat(fd)
+    try:
+        named = os.stat(path)
+    except FileNotFoundError as exc:
+        raise ObjectLostError(_object_id(path), f"object file {path} was freed") from exc
+    if (named.st_ino, named.st_dev) != (opened.st_ino, opened.st_dev):
+        raise ObjectLostError(_object_id(path), f"object file {path} was freed")
+    return opened.st_size
 
 
 def read_spilled(path: Path) -> memoryview:

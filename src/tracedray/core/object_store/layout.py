@@ -74,23 +74,34 @@ def packed_size(inband: BufferLike, buffers: Sequence[BufferLike]) -> int:
 def segments(inband: BufferLike, buffers: Sequence[BufferLike]) -> tuple[int, list[Segment]]:
     """``(total size, [(offset, bytes view), ...])`` that together form the packed object.
 
-    The first segment is the header, buffer table and in-band stream (small, so
-    they are joined into one); each out-of-band buffer follows as its own
-    zero-copy view.  Gaps between segments are alignment padding and read as
-    zeros.  Writers hand the segments to ``pwrite`` (no intermediate copy) or to
-    :func:`pack_into`.
+    The first segment is the header, buffer table, in-band stream and the padding
+    up to the first buffer (small, so they are joined into one); each out-of-band
+    buffer follows as its own zero-copy view, and padding between buffers as zeros.
+    The segments cover the object whole, so writing them over a reused file leaves
+    none of its old bytes.  Writers hand the segments to ``pwrite`` (no
+    intermediate copy) or to :func:`pack_into`.
     """
     inband_view = _as_bytes_view(inband)
     views = [_as_bytes_view(b) for b in buffers]
     inband_offset, buffer_offsets, total = _offsets(inband_view.nbytes, [v.nbytes for v in views])
-    head = bytearray(inband_offset + inband_view.nbytes)
+    # The head runs up to the first buffer (its padding included), so that the
+    # segments cover every byte of the object: a reused file's old bytes never show.
+    head_end = buffer_offsets[0] if buffer_offsets else total
+    head = bytearray(head_end)
     _HEADER.pack_into(head, 0, MAGIC, VERSION, len(views), inband_view.nbytes, total)
     for index, (offset, view) in enumerate(zip(buffer_offsets, views, strict=True)):
         _ENTRY.pack_into(head, _HEADER.size + index * _ENTRY.size, offset, view.nbytes)
-    head[inband_offset:] = inband_view
+    head[inband_offset:inband_offset + inband_view.nbytes] = inband_view
     parts: list[Segment] = [(0, memoryview(head))]
-    parts.extend((offset, view) for offset, view in zip(buffer_offsets, views, strict=True)
-                 if view.nbytes)
+    cursor = head_end
+    for offset, view in zip(buffer_offsets, views, strict=True):
+        if offset > cursor:  # padding between two buffers
+            parts.append((cursor, memoryview(bytes(offset - cursor))))
+        if view.nbytes:
+            parts.append((offset, view))
+        cursor = offset + view.nbytes
+    if total > cursor:
+        parts.append((cursor, memoryview(bytes(total - cursor))))
     return total, parts
 
 

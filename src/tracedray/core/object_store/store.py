@@ -27,7 +27,7 @@ from typing import Literal
 
 from tracedray.core.address import Address
 from tracedray.core.object_store import files
-from tracedray.core.object_store.client import map_object
+from tracedray.core.object_store.client import hold_for_reading, map_object
 from tracedray.core.object_store.policy import (
     Full,
     MakeRoom,
@@ -36,6 +36,7 @@ from tracedray.core.object_store.policy import (
     describe_full,
     plan_admission,
 )
+from tracedray.core.object_store.pool import FilePool, PoolStatistics
 from tracedray.exceptions import ConfigError, ObjectLostError, ObjectStoreFullError, RaySystemError
 from tracedray.logs import get_logger
 from tracedray.telemetry import attributes as attr
@@ -94,6 +95,7 @@ class ObjectStoreStatistics:
     freed_bytes: int
     freed_by_reason: dict[str, int]  # FREE_RELEASED, "owner exited", "owner died"
     rejected_count: int  # seals refused with ObjectStoreFullError
+    pool: PoolStatistics  # freed files kept for reuse (pool.py), counted against capacity
 
 
 class ObjectStore:
@@ -125,6 +127,8 @@ class ObjectStore:
         self._rejected_count = 0
         # Owner (worker id) -> the ids of the objects it owns here: what goes with it.
         self._by_owner: dict[str, set[str]] = {}
+        # Freed files kept for new puts (pool.py): up to a quarter of the capacity.
+        self._pool = FilePool(shm_dir, self._prefix, capacity_bytes // 4)
         self._warn_if_shm_smaller_than_capacity()
 
     # ------------------------------------------------------------------ paths
@@ -160,7 +164,8 @@ class ObjectStore:
                     # copy was spilled; the spilled copy stays authoritative.
                     files.unlink_quietly(path)
                 return
-            self._check_file_size(path, size)
+            inode = self._check_file_size(path, size)
+            self._pool.claimed(inode)  # the writer reused a pool file
             evicted = self._admit(object_id, size, path)
             self._add(object_id, size, owner=owner, call_site=call_site, primary=primary,
                       owner_address=owner_address)
@@ -247,15 +252,22 @@ class ObjectStore:
             self._touch(object_id)
             if obj.spilled:
                 return self._open_spilled(object_id), obj.size
+            path = self.object_path(object_id)
             try:
-                fd = os.open(self.object_path(object_id), os.O_RDONLY | os.O_CLOEXEC)
+                fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
             except OSError as exc:
                 raise ObjectLostError(object_id, f"object file of {object_id} cannot be "
                                                  f"opened: {exc}") from exc
+            try:  # a file being read is never reused for a new object (pool.py)
+                hold_for_reading(fd, path)
+            except BaseException:
+                os.close(fd)
+                raise
             return fd, obj.size
 
     def _admit(self, object_id: str, size: int, new_file: Path) -> list[str]:
         """Make room for ``size`` bytes or remove ``new_file`` and raise; returns evicted ids."""
+        self._trim_pool(size)
         plan = plan_admission(self._state(), size, spilling_enabled=self._spilling_enabled)
         if isinstance(plan, Full):
             message = describe_full(self._state(), size, spilling_enabled=self._spilling_enabled)
@@ -304,6 +316,7 @@ class ObjectStore:
             self._touch(object_id)
             if not obj.spilled:
                 return self._location(obj)
+            self._trim_pool(obj.size)
             plan = plan_admission(self._state(), obj.size, spilling_enabled=self._spilling_enabled)
             if isinstance(plan, Full):
                 _log.info("object restore deferred", object_id=object_id, size=obj.size,
@@ -404,7 +417,7 @@ class ObjectStore:
                 with span("object.free", attributes):
                     if obj.spilled:
                         files.unlink_quietly(self._spill_path(object_id))
-                    else:
+                    elif not self._pool.keep(self.object_path(object_id), obj.size):
                         files.unlink_quietly(self.object_path(object_id))
                     self._used = used_after
                     self._freed_count += 1
@@ -428,6 +441,7 @@ class ObjectStore:
                 else:
                     files.unlink_quietly(self.object_path(object_id))
             count = len(self._objects)
+            self._pool.clear()
             self._objects.clear()
             self._pins.clear()
             self._created_at.clear()
@@ -490,6 +504,7 @@ class ObjectStore:
                 freed_bytes=self._freed_bytes,
                 freed_by_reason=dict(self._freed_by_reason),
                 rejected_count=self._rejected_count,
+                pool=self._pool.statistics(),
             )
 
     def __repr__(self) -> str:
@@ -617,15 +632,24 @@ class ObjectStore:
         if self._closed:
             raise RaySystemError(f"the object store of node {self._node_id} is shut down")
 
-    def _check_file_size(self, path: Path, size: int) -> None:
+    def _check_file_size(self, path: Path, size: int) -> int:
+        """Check the writer's file has ``size`` bytes; returns its inode."""
         try:
-            actual = os.stat(path).st_size
+            stat = os.stat(path)
         except FileNotFoundError as exc:
             raise RaySystemError(f"cannot seal {path}: the writer's file does not exist") from exc
-        if actual != size:
+        if stat.st_size != size:
             files.unlink_quietly(path)
-            raise RaySystemError(f"cannot seal {path}: the file has {actual} bytes, "
+            raise RaySystemError(f"cannot seal {path}: the file has {stat.st_size} bytes, "
                                  f"the writer reported {size}")
+        return stat.st_ino
+
+    def _trim_pool(self, size: int) -> None:
+        """Delete pool files the admission of ``size`` more bytes needs the room of:
+        the pool goes before any object is evicted or spilled."""
+        room = self._capacity - self._used - size
+        if self._pool.bytes > room:
+            self._pool.trim(room)
 
     def _write_chunks(self, path: Path, chunks: Iterable[bytes]) -> int:
         written = 0

@@ -1005,7 +1005,8 @@ class Raylet:
                 pending_leases=self._queued(), infeasible_leases=self._infeasible(),
                 leases_reclaimed=self._reclaimed, session_dir=str(self.session_dir),
                 freed_count=stats.freed_count, freed_bytes=stats.freed_bytes,
-                freed_by_reason=stats.freed_by_reason)
+                freed_by_reason=stats.freed_by_reason, store_pool_bytes=stats.pool.bytes,
+                store_pool_files=stats.pool.files, store_pool_reused=stats.pool.reused_total)
             reply.host_cpu_percent, reply.host_memory_percent = host_use
             for worker in self.pool.workers.values():
                 reply.workers.add(worker_id=worker.worker_id, pid=worker.pid, state=worker.state,

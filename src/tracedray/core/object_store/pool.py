@@ -1,0 +1,186 @@
+"""Freed object files kept for later puts instead of being deleted (the raylet's side).
+
+A put that creates a fresh /dev/shm file pays for every 4 KiB page twice: the kernel
+allocates and zeroes it, then the writer copies over it. A freed object's file is
+instead renamed to a *pool slot*, ``<shm_dir>/<prefix>-pool-<class>-<slot>``, where
+``class`` is the size class of the file (:func:`size_class`: sizes within a factor of
+two share one) and ``slot`` one of :data:`SLOTS_PER_CLASS`. A writer of an object of
+that class claims a slot by renaming it (:func:`.client.write_object`), overwrites every
+byte of it and truncates it to its object's size; its pages are already there.
+
+Safety across processes rests on ``flock``. Every reader of an object file holds a
+shared lock for as long as it maps the file (:func:`.client.map_object`, the data path's
+descriptor). A file enters the pool only when the store gets the exclusive lock without
+waiting, i.e. when nobody maps it; otherwise it is deleted as before (its readers keep
+their pages). A writer takes the exclusive lock on the file it claimed before writing,
+and gives the file up when a late reader got in first. A reader checks, once it holds
+its lock, that the object's name still names the file it opened, so it never maps a
+file that became a pool slot meanwhile.
+
+The pool is bounded to a quarter of the store's capacity and counted against it: the
+store trims the pool before it would evict or spill anything (:meth:`FilePool.trim`).
+The store learns that a writer took a slot when the writer seals the file: the file's
+inode is the slot's (:meth:`FilePool.claimed`). All methods run under the store's lock.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+import fcntl
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from tracedray.core.object_store.files import unlink_quietly
+
+SLOTS_PER_CLASS = 8
+# Files below this size are not worth keeping: their pages cost little to allocate.
+MIN_POOLED_BYTES = 64 << 10
+
+
+def size_class(size: int) -> int:
+    """The pool class of a file of ``size`` bytes: ``c`` such that 2^(c-1) < size <= 2^c."""
+    return max(0, (size - 1).bit_length())
+
+
+def slot_path(shm_dir: Path, name_prefix: str, klass: int, slot: int) -> Path:
+    return shm_dir / f"{name_prefix}-pool-{klass}-{slot}"
+
+
+class PoolDecision(enum.Enum):
+    KEEP = "keep"
+    TOO_SMALL = "too small"
+    POOL_FULL = "pool full"  # would exceed the pool's share of the capacity
+    CLASS_FULL = "class full"  # every slot of its class holds a file
+
+
+def decide(size: int, pooled_bytes: int, limit_bytes: int, free_slots: int) -> PoolDecision:
+    """Whether a freed file of ``size`` bytes enters the pool (pure)."""
+    if size < MIN_POOLED_BYTES:
+        return PoolDecision.TOO_SMALL
+    if pooled_bytes + size > limit_bytes:
+        return PoolDecision.POOL_FULL
+    if free_slots == 0:
+        return PoolDecision.CLASS_FULL
+    return PoolDecision.KEEP
+
+
+@dataclass(frozen=True)
+class _Slot:
+    klass: int
+    slot: int
+    inode: int
+    size: int
+
+
+@dataclass(frozen=True)
+class PoolStatistics:
+    files: int  # in the pool now
+    bytes: int
+    limit_bytes: int
+    kept_total: int  # freed files that entered the pool
+    reused_total: int  # pool files a writer took for a new object
+    trimmed_total: int  # pool files deleted to make room for objects
+    in_use_total: int  # freed files deleted instead, as a reader still mapped them
+
+
+class FilePool:
+    """The pool of one store. Not thread-safe: the store calls it under its lock."""
+
+    def __init__(self, shm_dir: Path, name_prefix: str, limit_bytes: int) -> None:
+        self._shm_dir = shm_dir
+        self._prefix = name_prefix
+        self._limit = max(0, limit_bytes)
+        self._by_inode: dict[int, _Slot] = {}
+        self._taken: set[tuple[int, int]] = set()  # (class, slot) believed to hold a file
+        self._bytes = 0
+        self._kept = self._reused = self._trimmed = self._in_use = 0
+
+    @property
+    def bytes(self) -> int:
+        return self._bytes
+
+    def keep(self, path: Path, size: int) -> bool:
+        """Move the freed object file ``path`` into a slot; ``False`` when it stays where
+        it is (the caller deletes it)."""
+        klass = size_class(size)
+        free = [s for s in range(SLOTS_PER_CLASS) if (klass, s) not in self._taken]
+        if not free and size >= MIN_POOLED_BYTES:
+            self._forget_missing(klass)
+            free = [s for s in range(SLOTS_PER_CLASS) if (klass, s) not in self._taken]
+        if decide(size, self._bytes, self._limit, len(free)) is not PoolDecision.KEEP:
+            return False
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            return False
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                self._in_use += 1  # a reader maps it: its bytes must stay as they are
+                return False
+            inode = os.fstat(fd).st_ino
+            target = slot_path(self._shm_dir, self._prefix, klass, free[0])
+            try:
+                os.rename(path, target)
+            except OSError:
+                return False
+        finally:
+            os.close(fd)  # releases the lock
+        entry = _Slot(klass, free[0], inode, size)
+        self._by_inode[inode] = entry
+        self._taken.add((klass, free[0]))
+        self._bytes += size
+        self._kept += 1
+        return True
+
+    def claimed(self, inode: int) -> bool:
+        """A writer sealed a file with this inode: if it was a pool slot's, forget it."""
+        entry = self._by_inode.pop(inode, None)
+        if entry is None:
+            return False
+        self._taken.discard((entry.klass, entry.slot))
+        self._bytes -= entry.size
+        self._reused += 1
+        return True
+
+    def trim(self, keep_bytes: int) -> int:
+        """Delete pool files, largest first, until the pool holds at most ``keep_bytes``;
+        returns the bytes released."""
+        released = 0
+        for entry in sorted(self._by_inode.values(), key=lambda e: e.size, reverse=True):
+            if self._bytes <= max(0, keep_bytes):
+                break
+            self._drop(entry)
+            unlink_quietly(slot_path(self._shm_dir, self._prefix, entry.klass, entry.slot))
+            released += entry.size
+            self._trimmed += 1
+        return released
+
+    def clear(self) -> None:
+        for entry in list(self._by_inode.values()):
+            self._drop(entry)
+            unlink_quietly(slot_path(self._shm_dir, self._prefix, entry.klass, entry.slot))
+
+    def statistics(self) -> PoolStatistics:
+        return PoolStatistics(files=len(self._by_inode), bytes=self._bytes,
+                              limit_bytes=self._limit, kept_total=self._kept,
+                              reused_total=self._reused, trimmed_total=self._trimmed,
+                              in_use_total=self._in_use)
+
+    def _drop(self, entry: _Slot) -> None:
+        del self._by_inode[entry.inode]
+        self._taken.discard((entry.klass, entry.slot))
+        self._bytes -= entry.size
+
+    def _forget_missing(self, klass: int) -> None:
+        """Forget the slots of ``klass`` whose file is gone (a writer took it and has not
+        sealed it, or died before it could)."""
+        for entry in [e for e in self._by_inode.values() if e.klass == klass]:
+            with contextlib.suppress(OSError):
+                path = slot_path(self._shm_dir, self._prefix, klass, entry.slot)
+                if os.stat(path).st_ino == entry.inode:
+                    continue
+            self._drop(entry)

@@ -1,0 +1,186 @@
+"""Freed object files reused for new puts (pool.py): reuse, bound, accounting, and that a
+reused file never shows a reader another object's bytes. Real files and real flocks."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from objstore_values import KB, array, load
+
+from tracedray.core.object_store.client import hold_for_reading, map_object, write_object
+from tracedray.core.object_store.layout import pack_into, packed_size
+from tracedray.core.object_store.pool import (
+    MIN_POOLED_BYTES,
+    PoolDecision,
+    decide,
+    size_class,
+)
+from tracedray.core.object_store.store import ObjectStore
+from tracedray.exceptions import ObjectLostError
+
+
+def pooled_files(store: ObjectStore) -> list[str]:
+    folder = store.object_path("00").parent
+    return sorted(p.name for p in folder.iterdir() if "-pool-" in p.name)
+
+
+def test_decisions() -> None:
+    big = MIN_POOLED_BYTES
+    assert decide(big, 0, 10 * big, 1) is PoolDecision.KEEP
+    assert decide(big - 1, 0, 10 * big, 1) is PoolDecision.TOO_SMALL
+    assert decide(big, 9 * big + 1, 10 * big, 1) is PoolDecision.POOL_FULL
+    assert decide(big, 0, 10 * big, 0) is PoolDecision.CLASS_FULL
+    assert [size_class(n) for n in (1, 2, 3, 4, 5, 1 << 20, (1 << 20) + 1)] == \
+        [0, 1, 2, 2, 3, 20, 21]
+
+
+def test_a_freed_file_is_reused_by_the_next_put_of_its_size(make_store, put) -> None:
+    store: ObjectStore = make_store(4 << 20)
+    size = put(store, "a1", array(1))
+    inode = os.stat(store.object_path("a1")).st_ino
+    store.free(["a1"])
+    stats = store.statistics()
+    assert (stats.used, stats.pool.files, stats.pool.bytes, stats.pool.kept_total) == \
+        (0, 1, size, 1)
+    assert len(pooled_files(store)) == 1
+    assert put(store, "b2", array(2)) == size
+    assert os.stat(store.object_path("b2")).st_ino == inode  # the same pages, reused
+    np.testing.assert_array_equal(load(map_object(store.object_path("b2"))), array(2))
+    stats = store.statistics()
+    assert (stats.used, stats.pool.files, stats.pool.bytes, stats.pool.reused_total) == \
+        (size, 0, 0, 1)
+    assert pooled_files(store) == []
+
+
+def test_the_pool_holds_at_most_a_quarter_of_the_capacity(make_store, put) -> None:
+    store = make_store(2 << 20)  # the pool may hold 512 KiB: one 300 KB file, not two
+    for oid in ("a1", "a2", "a3"):
+        put(store, oid, array(1))
+    store.free(["a1", "a2", "a3"])
+    stats = store.statistics()
+    assert stats.pool.files == 1 and stats.pool.bytes <= stats.pool.limit_bytes == (2 << 20) // 4
+    assert len(pooled_files(store)) == 1
+    assert stats.freed_count == 3 and stats.used == 0
+
+
+def test_small_objects_are_deleted_not_pooled(make_store, put) -> None:
+    store = make_store(4 << 20)
+    put(store, "a1", array(1, MIN_POOLED_BYTES // 2))
+    store.free(["a1"])
+    assert store.statistics().pool.files == 0 and pooled_files(store) == []
+
+
+def test_the_pool_goes_before_any_object_is_spilled(make_store, put) -> None:
+    store = make_store(2 << 20)  # the pool may hold 512 KiB
+    put(store, "a1", array(1, 400 * KB))
+    put(store, "a2", array(2, 400 * KB))
+    store.free(["a2"])  # into the pool: 400 KB of the capacity
+    put(store, "a3", array(3, 600 * KB))  # another size class: the pool file stays
+    assert store.statistics().pool.files == 1
+    put(store, "a4", array(4, 700 * KB))  # fits only once the pool file is gone
+    stats = store.statistics()
+    assert (stats.pool.files, stats.pool.trimmed_total, stats.spilled_count) == (0, 1, 0)
+    assert stats.used + stats.pool.bytes <= stats.capacity
+    assert pooled_files(store) == []
+    # Now full of objects: the next one spills, as it did before the pool existed.
+    put(store, "a5", array(5, 500 * KB))
+    assert store.statistics().spilled_count == 1
+
+
+def test_a_file_someone_maps_is_not_pooled_and_keeps_its_bytes(make_store, put) -> None:
+    store = make_store(4 << 20)
+    put(store, "a1", array(1))
+    view = map_object(store.object_path("a1"))
+    store.free(["a1"])
+    assert store.statistics().pool.in_use_total == 1 and pooled_files(store) == []
+    for i, oid in enumerate(("b1", "b2", "b3")):
+        put(store, oid, array(10 + i))
+        store.free([oid])
+    np.testing.assert_array_equal(load(view), array(1))
+
+
+def test_a_transfer_descriptor_keeps_the_file_from_reuse(make_store, put) -> None:
+    store = make_store(4 << 20)
+    put(store, "a1", array(1))
+    fd, size = store.open_for_transfer("a1")
+    try:
+        store.free(["a1"])
+        put(store, "b1", array(2))
+        assert store.statistics().pool.reused_total == 0
+        np.testing.assert_array_equal(load(memoryview(os.pread(fd, size, 0))), array(1))
+    finally:
+        os.close(fd)
+
+
+def _open_then_free(store: ObjectStore, put: Any) -> tuple[Path, int]:
+    """Put "a1", open its file by name as a reader would, then free it (into the pool)."""
+    put(store, "a1", array(1))
+    path = store.object_path("a1")
+    late = os.open(path, os.O_RDONLY)
+    store.free(["a1"])
+    return path, late
+
+
+def test_a_late_reader_never_sees_the_next_objects_bytes(make_store, put) -> None:
+    """A reader opened the file by name before the free, and locks it only after a writer
+    reused it: it must find the object freed, not map the new object's bytes."""
+    store = make_store(4 << 20)
+    path, late = _open_then_free(store, put)
+    try:
+        put(store, "b2", array(2))
+        assert store.statistics().pool.reused_total == 1  # the reader's inode, rewritten
+        with pytest.raises(ObjectLostError, match="was freed"):
+            hold_for_reading(late, path)
+    finally:
+        os.close(late)
+    with pytest.raises(ObjectLostError):
+        map_object(path)
+
+
+def test_a_writer_skips_a_pool_file_a_late_reader_locked(make_store, put) -> None:
+    store = make_store(4 << 20)
+    _, late = _open_then_free(store, put)
+    try:
+        [slot] = pooled_files(store)
+        fcntl.flock(late, fcntl.LOCK_SH)  # got its lock after the free, before any writer
+        put(store, "b2", array(2))
+        assert store.statistics().pool.reused_total == 0
+        assert os.fstat(late).st_nlink == 0  # the writer gave the file up, fresh file made
+        np.testing.assert_array_equal(load(memoryview(os.pread(late, 400 * KB, 0))), array(1))
+        np.testing.assert_array_equal(load(map_object(store.object_path("b2"))), array(2))
+        assert slot not in pooled_files(store)
+    finally:
+        os.close(late)
+
+
+def test_a_reused_file_holds_exactly_the_new_objects_bytes(make_store, tmp_path: Path) -> None:
+    """Padding between buffers and after them is written as zeros, and a larger old file is
+    cut: the file equals the packed object byte for byte, whatever the file held before."""
+    store = make_store(8 << 20)
+    path = store.object_path("a1")
+    old = [np.full(500 * KB, 0xAB, np.uint8)]  # the same size class, larger
+    size = write_object(path, b"x" * 1000, old)
+    store.seal("a1", size, owner="d")
+    store.free(["a1"])
+    parts = [np.full(300 * KB + 3, 1, np.uint8), np.full(17, 2, np.uint8), b""]
+    inband = b"y" * 77
+    size = write_object(store.object_path("b1"), inband, parts)
+    assert store.seal("b1", size, owner="d") is None
+    expected = bytearray(packed_size(inband, parts))
+    pack_into(memoryview(expected), inband, parts)
+    assert store.statistics().pool.reused_total == 1
+    assert store.object_path("b1").read_bytes() == bytes(expected)
+
+
+def test_shutdown_removes_the_pool(make_store, put) -> None:
+    store = make_store(4 << 20)
+    put(store, "a1", array(1))
+    store.free(["a1"])
+    assert pooled_files(store)
+    store.shutdown()
+    assert pooled_files(store) == []
