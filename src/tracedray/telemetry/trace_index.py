@@ -27,12 +27,14 @@ import contextlib
 import os
 import re
 import sqlite3
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 from tracedray.telemetry import memory_index
 
+T = TypeVar("T")
 INDEX_NAME = "trace_index.sqlite"
 SCHEMA_VERSION = "3"
 TRACES = "traces"
@@ -74,6 +76,7 @@ CREATE TABLE IF NOT EXISTS lines(
     file_id INTEGER NOT NULL, offset INTEGER NOT NULL, length INTEGER NOT NULL,
     t_min INTEGER, t_max INTEGER, PRIMARY KEY(file_id, offset)) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS lines_by_time ON lines(t_min);
+CREATE INDEX IF NOT EXISTS lines_by_end ON lines(t_max);
 CREATE TABLE IF NOT EXISTS keys(
     key BLOB NOT NULL, file_id INTEGER NOT NULL, offset INTEGER NOT NULL,
     PRIMARY KEY(key, file_id, offset)) WITHOUT ROWID;
@@ -415,6 +418,22 @@ class IndexReader:
         return dict(self._conn.execute("SELECT name, indexed_to FROM files WHERE kind=?",
                                        (kind,)).fetchall())
 
+    def _snapshot(self, kind: str, query: Callable[[], T]) -> tuple[T, dict[str, int]] | None:
+        """``query()`` and how far each of ``kind``'s files is indexed, in one snapshot:
+        lines an agent indexes in between are then either in the answer or in the
+        tails, never in neither nor in both. None (and an error noted) when the
+        database fails: the caller scans."""
+        try:
+            self._conn.execute("BEGIN")
+            try:
+                return query(), self._indexed_to(kind)
+            finally:
+                self._conn.execute("COMMIT")
+        except sqlite3.DatabaseError as exc:  # damaged after it opened: every line scanned
+            self.errors.append(f"trace index {index_path(self.root)}: {exc}; "
+                               "reading every file")
+            return None
+
     def lines(self, kind: str, keys: Iterable[bytes]) -> Iterator[tuple[str, bytes]]:
         """Every line of ``kind``'s files holding one of ``keys``, each once, in file
         and offset order (a file's lines in the order they were written), with the
@@ -422,27 +441,37 @@ class IndexReader:
         wanted = set(keys)
         self._lookups += 1
         marks = ",".join("?" * len(wanted))
-        # One snapshot for both: lines an agent indexes in between are then either in
-        # the rows or in the tails, never in neither nor in both.
-        try:
-            self._conn.execute("BEGIN")
-            try:
-                rows = self._conn.execute(
-                    f"SELECT DISTINCT f.name, k.offset, l.length FROM keys k "  # noqa: S608
-                    f"JOIN files f ON f.id = k.file_id "
-                    f"JOIN lines l ON l.file_id = k.file_id AND l.offset = k.offset "
-                    f"WHERE f.kind = ? AND k.key IN ({marks}) ORDER BY f.name, k.offset",
-                    (kind, *wanted)).fetchall() if wanted else []
-                indexed = self._indexed_to(kind)
-            finally:
-                self._conn.execute("COMMIT")
-        except sqlite3.DatabaseError as exc:  # damaged after it opened: every line scanned
-            self.errors.append(f"trace index {index_path(self.root)}: {exc}; "
-                               "reading every file")
-            rows, indexed = [], {}
+        found = self._snapshot(kind, lambda: self._conn.execute(
+            f"SELECT DISTINCT f.name, k.offset, l.length FROM keys k "  # noqa: S608
+            f"JOIN files f ON f.id = k.file_id "
+            f"JOIN lines l ON l.file_id = k.file_id AND l.offset = k.offset "
+            f"WHERE f.kind = ? AND k.key IN ({marks}) ORDER BY f.name, k.offset",
+            (kind, *wanted)).fetchall() if wanted else [])
+        rows, indexed = found if found is not None else ([], {})
         extents = [Extent(kind, name, offset, length) for name, offset, length in rows]
         yield from self.read(extents)
         yield from self._tails(kind, wanted, indexed)
+
+    def lines_in_window(self, kind: str, since_ns: int | None,
+                        until_ns: int | None) -> Iterator[tuple[str, bytes]]:
+        """Every line of ``kind``'s files whose time range meets [since, until] (either
+        end open), in file and offset order, then the lines the index has not reached
+        that do (a line without times is always included)."""
+        low = -(1 << 63) if since_ns is None else since_ns
+        high = (1 << 63) - 1 if until_ns is None else until_ns
+        self._lookups += 1
+        found = self._snapshot(kind, lambda: self._conn.execute(
+            "SELECT f.name, l.offset, l.length FROM lines l "
+            "JOIN files f ON f.id = l.file_id WHERE f.kind = ? "
+            "AND (l.t_max IS NULL OR l.t_max >= ?) AND (l.t_min IS NULL OR l.t_min <= ?) "
+            "ORDER BY f.name, l.offset", (kind, low, high)).fetchall())
+        rows, indexed = found if found is not None else ([], {})
+        yield from self.read([Extent(kind, name, offset, length) for name, offset, length in rows])
+        for name, raw in self._unindexed(kind, indexed):
+            t_min, t_max = (span_line_times(raw) if kind == TRACES
+                            else (log_line_time(raw),) * 2)
+            if (t_max is None or t_max >= low) and (t_min is None or t_min <= high):
+                yield name, raw
 
     def store_events(self) -> tuple[list[memory_index.StoreEvent], list[bytes]] | None:
         """The object store's events the index holds (telemetry/memory_index.py), and
@@ -452,16 +481,13 @@ class IndexReader:
         try:
             if not memory_index.kept(self._conn):
                 return None
-            self._conn.execute("BEGIN")  # one snapshot: see lines()
-            try:
-                events = memory_index.read_events(self._conn)
-                indexed = self._indexed_to(TRACES)
-            finally:
-                self._conn.execute("COMMIT")
         except sqlite3.DatabaseError as exc:
-            self.errors.append(f"trace index {index_path(self.root)}: {exc}; "
-                               "reading every file")
+            self.errors.append(f"trace index {index_path(self.root)}: {exc}")
             return None
+        found = self._snapshot(TRACES, lambda: memory_index.read_events(self._conn))
+        if found is None:
+            return None
+        events, indexed = found
         return events, [raw for _, raw in self._tails(TRACES, {_STORE_KEY}, indexed)]
 
     def files_of_pid(self, kind: str, pid: int) -> list[Path]:
@@ -492,8 +518,8 @@ class IndexReader:
             if handle is not None:
                 handle.close()
 
-    def _tails(self, kind: str, wanted: set[bytes],
-               indexed: dict[str, int]) -> Iterator[tuple[str, bytes]]:
+    def _unindexed(self, kind: str, indexed: dict[str, int]) -> Iterator[tuple[str, bytes]]:
+        """Every complete line of ``kind``'s files past where the index ends."""
         for path in jsonl_files(self.root / kind):
             start = indexed.get(path.name, 0)
             try:
@@ -508,9 +534,14 @@ class IndexReader:
             self._bytes_read += len(data)
             for _, raw in complete_lines(data, start):
                 self._tail_lines += 1
-                if wanted & line_keys(kind, raw) or (
-                        CLOCK_KEY in wanted and kind == LOGS and names_node(raw)):
-                    yield path.name, raw
+                yield path.name, raw
+
+    def _tails(self, kind: str, wanted: set[bytes],
+               indexed: dict[str, int]) -> Iterator[tuple[str, bytes]]:
+        for name, raw in self._unindexed(kind, indexed):
+            if wanted & line_keys(kind, raw) or (
+                    CLOCK_KEY in wanted and kind == LOGS and names_node(raw)):
+                yield name, raw
 
     def ids_with_prefix(self, kind: str, prefix: str, limit: int = 10) -> list[str]:
         """Ids of ``kind`` (task, actor, object, trace) starting with ``prefix`` (hex)."""

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from tracedray.cli.tracestore.logs import LogBatch, LogRecord
     from tracedray.cli.tracestore.model import SpanRecord
     from tracedray.cli.tracestore.sources import SessionFileSource, SpanBatch, TraceSource
+    from tracedray.cli.tracestore.timeline_filter import SpanFilter
     from tracedray.core.session import SessionPaths
 
 
@@ -193,7 +194,8 @@ def _trace(task_id: str, address: str | None, jaeger: str | None, output_format:
 
 
 def _task_lines(session: SessionPaths, task_id: str) -> tuple[str, LogBatch]:
-    """The task's full id and the log lines `trace` needs: the task's and the clock lines.
+    """The task's full id and the log lines `trace` needs: the task's and the clock lines
+    (no task: the clock lines alone).
 
     With the session's index, a unique prefix of a task id stands for the task, and only
     the lines the index names are read; without one, every log file is.
@@ -205,8 +207,9 @@ def _task_lines(session: SessionPaths, task_id: str) -> tuple[str, LogBatch]:
     if index is None:  # the span source says so
         return task_id, read_logs(session.logs_dir)
     try:
-        task_id = index.resolve("task", task_id)
-        batch = read_indexed_logs(session.logs_dir, index, [key("task", task_id), CLOCK_KEY])
+        task_id = index.resolve("task", task_id) if task_id else ""
+        keys = [key("task", task_id), CLOCK_KEY] if task_id else [CLOCK_KEY]
+        batch = read_indexed_logs(session.logs_dir, index, keys)
         notes = (note,) if note else ()  # a corrupt index was rebuilt
         return task_id, LogBatch(batch.records, (*notes, *batch.warnings))
     finally:
@@ -245,28 +248,52 @@ def _task_traces(source: SessionFileSource, task_id: str) -> SpanBatch:
 def timeline(
     output: str | None = typer.Option(
         None, "--output", "-o",
-        help="File to write (default: tracedray-timeline-<session>.json here; '-' for stdout)."),
+        help="File to write (default: tracedray-timeline-<session>.json here; '-' for "
+             "stdout). A name ending in .perfetto-trace or .pftrace gets Perfetto's "
+             "protobuf format, anything else Chrome JSON."),
     task: str | None = typer.Option(None, "--task", help="Only the trace of this task."),
+    since: str | None = typer.Option(
+        None, "--since", help="Only spans after this: ISO 8601 (UTC unless it says) or "
+                              "-10m / -30s / -2h from now."),
+    until: str | None = typer.Option(None, "--until", help="Only spans before this (as "
+                                                           "--since)."),
+    job: str | None = typer.Option(None, "--job", help="Only the traces of this job's tasks "
+                                                       "(id or prefix)."),
+    node: str | None = typer.Option(None, "--node", help="Only spans of this node (id or "
+                                                         "prefix)."),
     address: str | None = typer.Option(None, "--address", help=ADDRESS_HELP),
     clock_correction: bool = typer.Option(True, "--clock-correction/--no-clock-correction",
                                           help=CLOCK_HELP),
 ) -> None:
-    """Write a Chrome trace (Perfetto, chrome://tracing): a row per node and per worker."""
+    """Write a timeline (Chrome JSON or Perfetto protobuf): a row per node and per worker."""
+    import time
+
+    from tracedray.cli.output import fail
     from tracedray.cli.progress import working
+    from tracedray.cli.tracestore.timeline_filter import SpanFilter, parse_moment
+    from tracedray.exceptions import RayError
 
+    now = time.time_ns()
+    try:
+        wanted = SpanFilter(
+            since_ns=parse_moment(since, now, "--since") if since else None,
+            until_ns=parse_moment(until, now, "--until") if until else None,
+            job=(job or "").strip(), node=(node or "").strip())
+    except RayError as exc:
+        raise fail(str(exc)) from exc
     with working("reading the session's spans", json_output=output == "-") as spin:
-        _timeline(output, task, address, clock_correction, spin)
+        _timeline(output, (task or "").strip(), wanted, address, clock_correction, spin)
 
 
-def _timeline(output: str | None, task: str | None, address: str | None,
+def _timeline(output: str | None, task_id: str, wanted: SpanFilter, address: str | None,
               clock_correction: bool, spin: Progress) -> None:
     from rich.console import Console
     from rich.markup import escape
 
-    from tracedray.cli.tracestore.chrome_trace import build_chrome_trace
-    from tracedray.cli.tracestore.clock import offsets_note
-    from tracedray.cli.tracestore.logs import read_logs
-    from tracedray.cli.tracestore.sources import SessionFileSource, SpanQuery
+    from tracedray.cli.tracestore.chrome_trace import layout, write_chrome_trace
+    from tracedray.cli.tracestore.clock import applied_offsets, offsets_note
+    from tracedray.cli.tracestore.perfetto import write_perfetto_trace
+    from tracedray.cli.tracestore.sources import SessionFileSource
     from tracedray.cli.tracestore.story import (
         UnknownTask,
         close_matches,
@@ -281,14 +308,13 @@ def _timeline(output: str | None, task: str | None, address: str | None,
         session = resolve_session(address)
     except RayError as exc:
         raise _fail(err, escape(str(exc))) from exc
-    task_id = (task or "").strip()
     source = SessionFileSource(session)
-    logs = None
-    if task_id:  # with the index: that task's traces and the clock lines alone
-        task_id, logs = _task_lines(session, task_id)
+    # The clock lines (and a task's) through the index; every log file without one.
+    task_id, logs = _task_lines(session, task_id)
+    if task_id:
         batch = _task_traces(source, task_id)
-    else:
-        batch = source.find_spans(SpanQuery())
+    else:  # a window reads the index's lines of that time; no window, every file
+        batch = source.spans_in_window(wanted.since_ns, wanted.until_ns)
     _warn(err, batch.warnings)
     if task_id and task_id.lower() not in {i.lower() for i in known_task_ids(batch.spans)}:
         task_id = unique_prefix(task_id, known_task_ids(batch.spans)) or task_id
@@ -297,24 +323,32 @@ def _timeline(output: str | None, task: str | None, address: str | None,
         unknown = UnknownTask(task_id, close_matches(task_id, known))
         raise _fail(err, escape(unknown.message))
     # The logs only give the clock offsets here: their own warnings belong to `tracedray logs`.
-    records = (logs or read_logs(session.logs_dir)).records
-    clocks = _clocks(err, records, clock_correction)
-    document = build_chrome_trace(clocks.spans(batch.spans), task_id=task_id)
-    text = json.dumps(document)
+    clocks = _clocks(err, logs.records, clock_correction)
+    spans = wanted.select(clocks.spans(batch.spans))
+    perfetto = bool(output) and str(output).endswith((".perfetto-trace", ".pftrace"))
+    path = Path(output) if output and output != "-" else \
+        Path(f"tracedray-timeline-{session.session_id}.json")
+    try:
+        if output == "-":
+            spin.stop()
+            events, _ = write_chrome_trace(spans, sys.stdout, task_id=task_id)
+        elif perfetto:
+            with open(path, "wb") as handle:
+                events = write_perfetto_trace(layout(spans, task_id=task_id), handle)
+        else:
+            with open(path, "w") as handle:
+                events, _ = write_chrome_trace(spans, handle, task_id=task_id)
+    except OSError as exc:
+        raise _fail(err, escape(f"cannot write {path}: {exc}")) from exc
     spin.stop()
-    clock_note = offsets_note(document["otherData"]["clock_offsets_s"])
+    clock_note = offsets_note(applied_offsets(spans))
     if clock_note:
         err.print(clock_note, highlight=False, markup=False, soft_wrap=True)
     if output == "-":
-        sys.stdout.write(text + "\n")
         return
-    path = Path(output) if output else Path(f"tracedray-timeline-{session.session_id}.json")
-    try:
-        path.write_text(text)
-    except OSError as exc:
-        raise _fail(err, escape(f"cannot write {path}: {exc}")) from exc
-    err.print(f"wrote {len(document['traceEvents'])} events ({len(batch.spans)} spans) to "
-              f"{escape(str(path))}; open it in https://ui.perfetto.dev or chrome://tracing",
+    what = "packets" if perfetto else "events"
+    err.print(f"wrote {events} {what} ({len(spans)} spans) to {escape(str(path))}; open it in "
+              "https://ui.perfetto.dev" + ("" if perfetto else " or chrome://tracing"),
               highlight=False, soft_wrap=True)
 
 

@@ -13,10 +13,11 @@ span's args and ``otherData.clock_offsets_s`` say by how much.
 
 from __future__ import annotations
 
+import json
 import zlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TextIO
 
 from tracedray.cli.tracestore.clock import applied_offsets
 from tracedray.cli.tracestore.model import SpanRecord
@@ -28,7 +29,7 @@ _WORKER_LIFECYCLE = ("worker.start", "worker.exit")
 
 
 @dataclass(frozen=True)
-class _Placed:
+class Placed:
     span: SpanRecord
     pid: int
     tid: int
@@ -88,11 +89,11 @@ def _row_component(span: SpanRecord) -> str:
 
 
 def _place(spans: Sequence[SpanRecord], pids: dict[str, int],
-           ) -> tuple[list[_Placed], dict[tuple[int, int], str]]:
+           ) -> tuple[list[Placed], dict[tuple[int, int], str]]:
     rows: dict[tuple[str, int], list[SpanRecord]] = {}
     for span in spans:
         rows.setdefault(_row_key(span), []).append(span)
-    placed: list[_Placed] = []
+    placed: list[Placed] = []
     thread_names: dict[tuple[int, int], str] = {}
     for (node_id, os_pid), row in sorted(rows.items()):
         lanes = assign_lanes([(s.start_ns, s.end_ns) for s in row])
@@ -101,11 +102,11 @@ def _place(spans: Sequence[SpanRecord], pids: dict[str, int],
             tid = os_pid + lane * LANE_STRIDE
             thread_names[(pids[node_id], tid)] = f"{component} {os_pid}" + (
                 f" · lane {lane + 1}" if lane else "")
-            placed.append(_Placed(span, pids[node_id], tid))
+            placed.append(Placed(span, pids[node_id], tid))
     return placed, thread_names
 
 
-def _args(span: SpanRecord) -> dict[str, Any]:
+def span_args(span: SpanRecord) -> dict[str, Any]:
     args: dict[str, Any] = {key: (list(value) if isinstance(value, tuple) else value)
                             for key, value in span.attributes.items()
                             if not isinstance(value, bytes)}
@@ -121,14 +122,8 @@ def _args(span: SpanRecord) -> dict[str, Any]:
 
 def _metadata(spans: Sequence[SpanRecord], pids: dict[str, int],
               thread_names: dict[tuple[int, int], str]) -> list[dict[str, Any]]:
-    ips: dict[str, str] = {}
-    for span in spans:
-        if span.host_ip and span.recorder_node_id not in ips:
-            ips[span.recorder_node_id] = span.host_ip
     events: list[dict[str, Any]] = []
-    for node_id, pid in sorted(pids.items(), key=lambda item: item[1]):
-        label = f"node {ips.get(node_id, '?')}" + (f" ({node_id[:12]})" if node_id else
-                                                    " (unknown node)")
+    for pid, label in sorted(process_names(spans, pids).items()):
         events.append({"name": "process_name", "ph": "M", "pid": pid, "tid": 0,
                        "args": {"name": label}})
     for (pid, tid), name in sorted(thread_names.items()):
@@ -137,8 +132,8 @@ def _metadata(spans: Sequence[SpanRecord], pids: dict[str, int],
     return events
 
 
-def _flows(placed: Sequence[_Placed]) -> list[dict[str, Any]]:
-    submits: dict[str, _Placed] = {}
+def _flows(placed: Sequence[Placed]) -> list[dict[str, Any]]:
+    submits: dict[str, Placed] = {}
     for item in sorted(placed, key=lambda p: p.span.start_ns):
         task = item.span.get(attr.TASK_ID)
         if item.span.name == "task.submit" and task and str(task) not in submits:
@@ -161,23 +156,73 @@ def _flows(placed: Sequence[_Placed]) -> list[dict[str, Any]]:
     return events
 
 
-def build_chrome_trace(spans: Sequence[SpanRecord], *, task_id: str = "") -> dict[str, Any]:
-    """The JSON Object Format document; ``task_id`` restricts it to that task's trace."""
+@dataclass(frozen=True)
+class Layout:
+    """Where each span is drawn: a process row per node, a thread row (and lanes) per
+    process; shared by the JSON and the Perfetto protobuf writers."""
+
+    spans: list[SpanRecord]
+    pids: dict[str, int]  # node id -> process row
+    placed: list[Placed]
+    thread_names: dict[tuple[int, int], str]
+
+
+def layout(spans: Sequence[SpanRecord], *, task_id: str = "") -> Layout:
     chosen = select_task_traces(spans, task_id) if task_id else list(spans)
     pids = node_pids(span.recorder_node_id for span in chosen)
     placed, thread_names = _place(chosen, pids)
-    events: list[dict[str, Any]] = _metadata(chosen, pids, thread_names)
-    for item in placed:
+    return Layout(chosen, pids, placed, thread_names)
+
+
+def process_names(spans: Sequence[SpanRecord], pids: dict[str, int]) -> dict[int, str]:
+    """Process row -> its label (the node's ip and id)."""
+    ips: dict[str, str] = {}
+    for span in spans:
+        if span.host_ip and span.recorder_node_id not in ips:
+            ips[span.recorder_node_id] = span.host_ip
+    return {pid: f"node {ips.get(node_id, '?')}" + (f" ({node_id[:12]})" if node_id
+                                                     else " (unknown node)")
+            for node_id, pid in pids.items()}
+
+
+def _events(placed: Layout) -> Iterator[dict[str, Any]]:
+    yield from _metadata(placed.spans, placed.pids, placed.thread_names)
+    for item in placed.placed:
         event: dict[str, Any] = {
             "name": item.span.name, "cat": item.span.name.split(".", 1)[0], "ph": "X",
             "ts": item.span.start_ns / 1000, "dur": item.span.duration_ns / 1000,
-            "pid": item.pid, "tid": item.tid, "args": _args(item.span)}
+            "pid": item.pid, "tid": item.tid, "args": span_args(item.span)}
         if item.span.is_error:
             event["cname"] = "terrible"  # a reserved catapult colour: failures stand out
-        events.append(event)
-    events.extend(_flows(placed))
-    return {"traceEvents": events, "displayTimeUnit": "ms",
-            "otherData": {"generator": "tracedray timeline", "task_id": task_id or None,
-                          "span_count": len(chosen),
-                          "clock_offsets_s": {node: list(offsets) for node, offsets
-                                              in applied_offsets(chosen).items()}}}
+        yield event
+    yield from _flows(placed.placed)
+
+
+def _other_data(placed: Layout, task_id: str) -> dict[str, Any]:
+    return {"generator": "tracedray timeline", "task_id": task_id or None,
+            "span_count": len(placed.spans),
+            "clock_offsets_s": {node: list(offsets) for node, offsets
+                                in applied_offsets(placed.spans).items()}}
+
+
+def build_chrome_trace(spans: Sequence[SpanRecord], *, task_id: str = "") -> dict[str, Any]:
+    """The JSON Object Format document; ``task_id`` restricts it to that task's trace."""
+    placed = layout(spans, task_id=task_id)
+    return {"traceEvents": list(_events(placed)), "displayTimeUnit": "ms",
+            "otherData": _other_data(placed, task_id)}
+
+
+def write_chrome_trace(spans: Sequence[SpanRecord], out: TextIO, *,
+                       task_id: str = "") -> tuple[int, dict[str, Any]]:
+    """The same document as :func:`build_chrome_trace`, written to ``out`` an event at a
+    time (one per line) instead of built as one string: memory holds the spans, not
+    the text. Returns the number of events and ``otherData``."""
+    placed = layout(spans, task_id=task_id)
+    out.write('{"displayTimeUnit":"ms","traceEvents":[')
+    count = 0
+    for event in _events(placed):
+        out.write(("," if count else "") + "\n" + json.dumps(event))
+        count += 1
+    other = _other_data(placed, task_id)
+    out.write('\n],"otherData":' + json.dumps(other) + "}\n")
+    return count, other

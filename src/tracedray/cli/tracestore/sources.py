@@ -144,6 +144,51 @@ class SessionFileSource:
                       for e in unique.values())
         return SpanBatch(spans, tuple(warnings), self.label)
 
+    def spans_in_window(self, since_ns: int | None, until_ns: int | None,
+                        margin_ns: int = 10**9) -> SpanBatch:
+        """Spans of the lines whose time range meets [since - margin, until + margin]
+        (the index's ``lines`` by time; the margin covers clocks of other nodes), read
+        through the index; without one, every file (the first warning says so). Spans
+        are not cut to the window here: the caller does, on the head's clock."""
+
+        from tracedray.telemetry.spool_convert import sync_traces_dir
+        from tracedray.telemetry.trace_index import TRACES, open_index
+
+        if since_ns is None and until_ns is None:
+            return self._scan(SpanQuery())
+        synced = sync_traces_dir(self.session.traces_dir)
+        index, why = open_index(self.session.root)
+        if index is None:
+            batch = self._scan(SpanQuery())
+            return SpanBatch(batch.spans, (f"{why}: reading every trace file",
+                                           *batch.warnings), batch.source)
+        try:
+            low = None if since_ns is None else since_ns - margin_ns
+            high = None if until_ns is None else until_ns + margin_ns
+            lines = [raw for _, raw in index.lines_in_window(TRACES, low, high)]
+            warnings = [*([why] if why else []), *synced.warnings, *index.errors]
+        finally:
+            index.close()
+        self.used_index = True
+        lines.extend(line.encode() for line in synced.lines)
+        spans, parse_warnings = self._decode(lines, warnings)
+        return SpanBatch(tuple(spans), (*warnings, *parse_warnings), self.label)
+
+    def _decode(self, lines: list[bytes], warnings: list[str]) -> tuple[list[SpanRecord],
+                                                                         list[str]]:
+        """The spans of OTLP JSON ``lines`` (a corrupt line is a warning added to
+        ``warnings``), and the warnings of parsing them."""
+        import json
+
+        resource_spans: list[dict[str, Any]] = []
+        for raw in lines:
+            try:
+                resource_spans.extend(json.loads(raw)["resourceSpans"])
+            except (ValueError, KeyError, TypeError) as exc:
+                warnings.append(f"{self.session.traces_dir}: skipped a corrupt line: {exc}")
+        self.lines_parsed = len(lines)
+        return parse_resource_spans(resource_spans)
+
     def _scan(self, query: SpanQuery) -> SpanBatch:
         # Imported here: the OTLP file codec belongs to telemetry/, the one place
         # that knows how spans are written (including half-written last lines).
@@ -162,7 +207,6 @@ class SessionFileSource:
 
     def _indexed(self, index: IndexReader, keys: list[bytes],
                  query: SpanQuery) -> SpanBatch:
-        import json
 
         from tracedray.telemetry.spool_convert import sync_traces_dir
         from tracedray.telemetry.trace_index import TRACES, span_line_keys
@@ -175,14 +219,7 @@ class SessionFileSource:
                  if wanted & span_line_keys(line.encode())]
         lines.extend(raw for _, raw in index.lines(TRACES, wanted))
         warnings.extend(index.errors)
-        resource_spans: list[dict[str, Any]] = []
-        for raw in lines:
-            try:
-                resource_spans.extend(json.loads(raw)["resourceSpans"])
-            except (ValueError, KeyError, TypeError) as exc:
-                warnings.append(f"{self.session.traces_dir}: skipped a corrupt line: {exc}")
-        self.lines_parsed = len(lines)
-        spans, parse_warnings = parse_resource_spans(resource_spans)
+        spans, parse_warnings = self._decode(lines, warnings)
         selected = tuple(span for span in spans if _span_matches(span, query))
         return SpanBatch(selected, (*warnings, *parse_warnings), self.label)
 
