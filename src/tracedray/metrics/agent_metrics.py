@@ -30,6 +30,13 @@ _AGENT = (
      "conversions (corrupt spools)", "warnings"),
     ("tracedray_trace_index_lines_total", COUNTER, "Lines of traces/ and logs/ the agent "
      "entered in the session's trace index", "lines_indexed"),
+    ("tracedray_telemetry_rotated_total", COUNTER, "Log and trace files the agent rotated "
+     "into parts (TRACEDRAY_LOG_ROTATION_BYTES)", "rotated"),
+    ("tracedray_telemetry_compressed_total", COUNTER, "Rotated parts the agent compressed",
+     "compressed"),
+    ("tracedray_telemetry_retention_dropped_total", COUNTER, "Rotated parts the agent "
+     "deleted (TRACEDRAY_SESSION_MAX_BYTES, the backup count): telemetry.retention_dropped",
+     "retention_dropped"),
 )
 _EXPORT = (
     ("tracedray_otlp_spans_exported_total", COUNTER, "Spans sent to the OTLP endpoint",

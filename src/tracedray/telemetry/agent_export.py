@@ -6,7 +6,9 @@ record as a line in ``logs/<component>-<pid>.jsonl``. The agent sends those line
 the OTLP endpoint, so what the endpoint gets is what the files hold, whatever became
 of the process that recorded them, and no process pays for export on its way out.
 
-Per file and destination, an **export cursor** says how many bytes of the file were
+A rotated part is exported like the file it was (rotation moves its cursor with it:
+telemetry/rotation_io.py), compressed or not. Per file and destination, an **export
+cursor** says how many bytes of the file were
 exported: ``<session>/export/<destination>/<signal>/<file name>.offset`` (20 digits).
 A batch is at most MAX_BATCH_BYTES of complete lines from the cursor on (a line is
 only exported once its newline is written; a mapped log file's NUL tail is not
@@ -41,9 +43,12 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from tracedray.exceptions import SessionFileCorruptError
 from tracedray.telemetry import otlp_requests
 from tracedray.telemetry.export_config import LOGS, ExportConfig, OtlpTarget
+from tracedray.telemetry.line_file import LineFile, file_size, line_files
 from tracedray.telemetry.otlp_transport import Outcome, SendResult, Transport
+from tracedray.telemetry.trace_index import pid_of
 
 EXPORT_DIR = "export"
 MAX_BATCH_BYTES = 1 << 20  # one request's JSON lines; the most a batch holds in memory
@@ -142,27 +147,38 @@ class _Stream:
         self.folder = session_dir / ("logs" if target.signal == LOGS else "traces")
         self.cursor_dir = destination_dir(session_dir, target) / target.signal
         self.transport = Transport(target)
-        self.suffix = f"-{only_pid}.jsonl" if only_pid else ".jsonl"
+        self.only_pid = only_pid
         self.service_name = service_name
         self.known: dict[str, int] = {}  # file name -> exported bytes, as last seen
+        self._compressed_sizes: dict[str, int] = {}  # a compressed part never changes
 
     def files(self) -> list[tuple[Path, int]]:
-        """(file, size) of each file with bytes beyond its cursor as last seen."""
+        """(file, size) of each file with bytes beyond its cursor as last seen: current
+        files and rotated parts (a part compressed before it was all exported is read
+        uncompressed, by its plain name: line_file.py), a file's parts first."""
         found = []
-        try:
-            entries = list(os.scandir(self.folder))
-        except OSError:
-            return []
-        for entry in entries:
-            if not entry.name.endswith(self.suffix):
+        for path in line_files(self.folder):
+            if self.only_pid and pid_of(path.name) != self.only_pid:
                 continue
             try:
-                size = entry.stat().st_size
+                size = path.stat().st_size
+            except FileNotFoundError:
+                size = self._compressed_size(path)
             except OSError:
                 continue
-            if size > self.known.get(entry.name, -1):
-                found.append((Path(entry.path), size))
-        return sorted(found)
+            if size > self.known.get(path.name, -1):
+                found.append((path, size))
+        return found
+
+    def _compressed_size(self, path: Path) -> int:
+        size = self._compressed_sizes.get(path.name)
+        if size is None:
+            try:
+                size = file_size(path) or 0
+            except SessionFileCorruptError:
+                size = 0  # nothing of it can be read: nothing to export
+            self._compressed_sizes[path.name] = size
+        return size
 
     def batch(self, lines: bytes) -> otlp_requests.Batch:
         items = lines.splitlines()
@@ -237,26 +253,31 @@ class SessionExporter:
                 return 0
             if cursor.offset > size:  # the file was replaced: start where it ends
                 cursor.advance(size)
-            fd = os.open(path, os.O_RDONLY)
+            try:
+                handle = LineFile(path)  # a rotated part may be compressed
+            except (FileNotFoundError, SessionFileCorruptError):
+                return 0  # dropped by retention, or unreadable: nothing left to send
             try:
                 while cursor.offset < size:
                     if deadline is not None and self._clock() >= deadline:
                         break
-                    data = complete_lines(os.pread(fd, MAX_BATCH_BYTES, cursor.offset))
+                    data = complete_lines(handle.read(cursor.offset, MAX_BATCH_BYTES))
                     if not data:
-                        if os.pread(fd, 1, cursor.offset) in (b"\0", b""):
+                        if handle.read(cursor.offset, 1) in (b"\0", b""):
                             size = cursor.offset  # a mapped file's reserved tail: no data
                             break
                         # A line longer than a batch, or one not complete yet.
-                        data = complete_lines(os.pread(fd, size - cursor.offset,
-                                                       cursor.offset))
+                        data = complete_lines(handle.read(cursor.offset,
+                                                          size - cursor.offset))
                         if not data:
                             break
                     if not self._send(stream, data, deadline):
                         break
                     cursor.advance(cursor.offset + len(data))
+            except SessionFileCorruptError:
+                size = cursor.offset  # the rest of a damaged part cannot be read
             finally:
-                os.close(fd)
+                handle.close()
             stream.known[path.name] = cursor.offset
             return max(0, size - cursor.offset)
 

@@ -21,6 +21,7 @@ from tracedray.telemetry.rotated_file import SeekableReader
 
 LINES_SUFFIX = ".jsonl"
 PART_DIGITS = 6
+_TO_THE_END = 1 << 40  # a length this large or larger reads to the end
 _PART = re.compile(r"^(?P<stem>.+)\.(?P<number>\d{6})\.jsonl$")
 
 
@@ -111,7 +112,8 @@ class LineFile:
             return self._compressed.read(offset, length)
         assert self._plain is not None
         self._plain.seek(offset)
-        return self._plain.read(length)
+        # read(n) allocates n bytes up front: "to the end" is read() (the file may grow).
+        return self._plain.read() if length >= _TO_THE_END else self._plain.read(length)
 
     def close(self) -> None:
         if self._plain is not None:

@@ -40,6 +40,7 @@ import struct
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tracedray.telemetry import line_file
 from tracedray.telemetry.spool_files import lock_spool, open_spool
 
 MAGIC = b"TDLINES1"
@@ -328,10 +329,10 @@ def read_data(path: Path) -> bytes:
             extra = copied.lines
             if not copied.pending:
                 break
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
+    if line_file.stored_path(path) is None:
         if not extra:
-            raise
+            raise FileNotFoundError(f"no file {path}")
         data = b""
+    else:  # a rotated part may be compressed (line_file.py); SessionFileCorruptError
+        data = line_file.read_range(path)
     return data[:data_length(data)] + extra

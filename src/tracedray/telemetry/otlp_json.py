@@ -35,7 +35,9 @@ from opentelemetry.trace import Link, SpanContext, SpanKind, TraceFlags, TraceSt
 from opentelemetry.trace.status import Status, StatusCode
 from opentelemetry.util.types import AttributeValue
 
+from tracedray.exceptions import SessionFileCorruptError
 from tracedray.telemetry.append_file import complete_length, data_length
+from tracedray.telemetry.line_file import line_files, read_range
 from tracedray.telemetry.span_shape import decode_blob
 
 _dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
@@ -376,12 +378,9 @@ def scan_trace_file(path: Path, *, start: int = 0,
     consumed: it is reported in ``warnings`` and left for the next scan. A complete
     line that is not a JSON object is skipped, reported, and consumed.
     """
-    try:
-        with open(path, "rb") as handle:
-            if start:
-                handle.seek(start)
-            data = handle.read()
-    except OSError as exc:
+    try:  # a rotated part may be compressed: read_range reads either
+        data = read_range(path, start)
+    except (OSError, SessionFileCorruptError) as exc:
         if warnings is not None:
             warnings.append(f"{path}: cannot read: {exc}")
         return [], start
@@ -419,10 +418,9 @@ def iter_trace_file(path: Path, warnings: list[str] | None = None) -> Iterator[d
 
 
 def trace_files(traces_dir: Path) -> list[Path]:
-    try:
-        return sorted(p for p in traces_dir.iterdir() if p.suffix == ".jsonl" and p.is_file())
-    except OSError:
-        return []
+    """Every trace file by its plain name: rotated parts (compressed or not, oldest
+    first) before the current file (telemetry/line_file.py)."""
+    return line_files(traces_dir)
 
 
 def read_trace_dir(traces_dir: Path, offsets: Mapping[str, int] | None = None,
@@ -460,8 +458,8 @@ def end_offsets(traces_dir: Path) -> dict[str, int]:
     result: dict[str, int] = {}
     for path in trace_files(traces_dir):
         try:
-            data = path.read_bytes()
-        except OSError:
+            data = read_range(path)
+        except (OSError, SessionFileCorruptError):
             continue
         result[path.name] = complete_length(data)
     return result

@@ -23,10 +23,12 @@ import os
 import struct
 from bisect import bisect_right
 from pathlib import Path
-
-import zstandard
+from typing import TYPE_CHECKING
 
 from tracedray.exceptions import SessionFileCorruptError
+
+if TYPE_CHECKING:
+    import zstandard
 
 SUFFIX = ".zst"
 LEVEL = 1  # ~4x smaller JSON lines at ~300 MB/s: compression stays off the CPU's way
@@ -59,6 +61,8 @@ def frame_bounds(data: bytes, frame_bytes: int = FRAME_BYTES) -> list[tuple[int,
 
 def compress(data: bytes, *, level: int = LEVEL, frame_bytes: int = FRAME_BYTES) -> bytes:
     """``data`` in the seekable format (see the module doc)."""
+    import zstandard  # here: 20 ms to import, which no process that never compresses pays
+
     compressor = zstandard.ZstdCompressor(level=level, write_content_size=True)
     frames = []
     entries = []
@@ -102,7 +106,10 @@ class SeekableReader:
         except BaseException:
             self._handle.close()
             raise
-        self._decompressor = zstandard.ZstdDecompressor()
+        import zstandard  # see compress
+
+        self._zstd_error = zstandard.ZstdError
+        self._decompressor: zstandard.ZstdDecompressor = zstandard.ZstdDecompressor()
         self._cached = -1
         self._cached_data = b""
         self.frames_read = 0
@@ -154,7 +161,7 @@ class SeekableReader:
         compressed = self._handle.read(self._lengths[index])
         try:
             data = self._decompressor.decompress(compressed)
-        except zstandard.ZstdError as exc:
+        except self._zstd_error as exc:
             raise self._corrupt(f"frame {index} does not decompress: {exc}") from exc
         expected = (self._starts[index + 1] if index + 1 < len(self._starts)
                     else self.size) - self._starts[index]

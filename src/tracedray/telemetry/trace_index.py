@@ -32,7 +32,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
-from tracedray.telemetry import memory_index
+from tracedray.exceptions import SessionFileCorruptError
+from tracedray.telemetry import line_file, memory_index
 
 T = TypeVar("T")
 INDEX_NAME = "trace_index.sqlite"
@@ -77,6 +78,10 @@ CREATE TABLE IF NOT EXISTS lines(
     t_min INTEGER, t_max INTEGER, PRIMARY KEY(file_id, offset)) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS lines_by_time ON lines(t_min);
 CREATE INDEX IF NOT EXISTS lines_by_end ON lines(t_max);
+CREATE TABLE IF NOT EXISTS dropped(
+    kind TEXT NOT NULL, name TEXT NOT NULL, lines INTEGER NOT NULL, bytes INTEGER NOT NULL,
+    t_min INTEGER, t_max INTEGER, reason TEXT NOT NULL, dropped_at REAL NOT NULL,
+    PRIMARY KEY(kind, name));
 CREATE TABLE IF NOT EXISTS keys(
     key BLOB NOT NULL, file_id INTEGER NOT NULL, offset INTEGER NOT NULL,
     PRIMARY KEY(key, file_id, offset)) WITHOUT ROWID;
@@ -175,15 +180,15 @@ def complete_lines(data: bytes, start: int) -> Iterator[tuple[int, bytes]]:
 
 
 def pid_of(name: str) -> int | None:
-    found = _PID_IN_NAME.search(name)
+    """The pid a line file (current or a rotated part) belongs to."""
+    found = _PID_IN_NAME.search(line_file.base_name(name))
     return int(found[1]) if found else None
 
 
 def jsonl_files(folder: Path) -> list[Path]:
-    try:
-        return sorted(p for p in folder.iterdir() if p.name.endswith(".jsonl") and p.is_file())
-    except OSError:
-        return []
+    """Every line file of ``folder`` by its plain name, rotated parts (compressed or
+    not) before the current file they came from (line_file.py)."""
+    return line_file.line_files(folder)
 
 
 # --------------------------------------------------------------------------- writer
@@ -277,8 +282,12 @@ class IndexWriter:
                     if result.bytes >= max_bytes:
                         result.pending = True
                         return result
+                    indexed_to = done.get((kind, path.name), -1)
                     try:
-                        if path.stat().st_size == done.get((kind, path.name), -1):
+                        if path.stat().st_size == indexed_to:
+                            continue
+                    except FileNotFoundError:  # compressed: indexed whole when it rotated
+                        if indexed_to >= 0:
                             continue
                     except OSError:
                         continue
@@ -294,11 +303,74 @@ class IndexWriter:
         self.lines_indexed += result.lines
         return result
 
+    def index_whole(self, kind: str, path: Path) -> IndexUpdate:
+        """Index all of ``path`` that is not yet: before it rotates (rotation_io.py), so a
+        part is whole in the index from the start. Never raises (see update)."""
+        result = IndexUpdate()
+        try:
+            self._index_file(self._connection(result), kind, path, 1 << 62, result)
+        except sqlite3.Error as exc:
+            result.error = f"{self.path}: {exc}"
+        self.lines_indexed += result.lines
+        return result
+
+    def rename(self, kind: str, old: str, new: str) -> str:
+        """The file ``old`` is now named ``new`` (it rotated into a part): its lines keep
+        their entries. Returns what went wrong ("" if nothing). Never raises.
+
+        Called right after the rename on disk: a writer killed in between leaves
+        entries under ``old``, which the next update finds longer than the new current
+        file and drops; the part is then indexed again under its own name.
+        """
+        result = IndexUpdate()
+        try:
+            conn = self._connection(result)
+            conn.execute("UPDATE files SET name=? WHERE kind=? AND name=?", (new, kind, old))
+        except sqlite3.Error as exc:
+            return f"{self.path}: {exc}"
+        return result.error
+
+    def forget(self, kind: str, name: str, size: int, reason: str) -> str:
+        """The part ``name`` was dropped (rotation.py): its lines leave the index, and
+        a row in ``dropped`` says what went (IndexReader.gone). Returns what went wrong
+        ("" if nothing). Never raises. Its object-store events stay (memory_index.py):
+        a few bytes each, and `memory --timeline` stays whole."""
+        import time
+
+        result = IndexUpdate()
+        try:
+            conn = self._connection(result)
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                row = conn.execute("SELECT id FROM files WHERE kind=? AND name=?",
+                                   (kind, name)).fetchone()
+                lines, t_min, t_max = 0, None, None
+                if row is not None:
+                    lines, t_min, t_max = conn.execute(
+                        "SELECT COUNT(*), MIN(t_min), MAX(t_max) FROM lines WHERE file_id=?",
+                        (row[0],)).fetchone()
+                    conn.execute("DELETE FROM keys WHERE file_id=?", (row[0],))
+                    conn.execute("DELETE FROM lines WHERE file_id=?", (row[0],))
+                    conn.execute("DELETE FROM files WHERE id=?", (row[0],))
+                conn.execute("INSERT OR REPLACE INTO dropped VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                             (kind, name, lines, size, t_min, t_max, reason, time.time()))
+                conn.execute("COMMIT")
+            except BaseException:
+                with contextlib.suppress(sqlite3.Error):
+                    conn.execute("ROLLBACK")
+                raise
+        except sqlite3.Error as exc:
+            return f"{self.path}: {exc}"
+        return result.error
+
     def _index_file(self, conn: sqlite3.Connection, kind: str, path: Path, budget: int,
                     result: IndexUpdate) -> None:
         try:
-            size = path.stat().st_size
-        except OSError:
+            size = line_file.file_size(path)
+        except (OSError, SessionFileCorruptError) as exc:
+            result.error = result.error or str(exc)
+            return
+        if size is None:
             return
         conn.execute("BEGIN IMMEDIATE")
         try:
@@ -362,11 +434,11 @@ def _check_schema(conn: sqlite3.Connection) -> None:
 
 
 def _read(path: Path, offset: int, length: int) -> bytes:
+    """Uncompressed bytes of a line file, plain or a compressed part; b"" for one that
+    is gone or unreadable (a damaged part: its lines are missed, the rest reads)."""
     try:
-        with open(path, "rb") as handle:
-            handle.seek(offset)
-            return handle.read(length)
-    except OSError:
+        return line_file.read_range(path, offset, length)
+    except (OSError, SessionFileCorruptError):
         return b""
 
 
@@ -495,7 +567,7 @@ class IndexReader:
         return [p for p in jsonl_files(self.root / kind) if pid_of(p.name) == pid]
 
     def read(self, extents: Sequence[Extent]) -> Iterator[tuple[str, bytes]]:
-        handle = None
+        handle: line_file.LineFile | None = None
         current = ""
         try:
             for extent in extents:
@@ -503,14 +575,21 @@ class IndexReader:
                     if handle is not None:
                         handle.close()
                     current = extent.name
-                    try:
-                        handle = open(self.root / extent.kind / extent.name, "rb")  # noqa: SIM115
-                    except OSError:
+                    try:  # a rotated part may be compressed: offsets are uncompressed
+                        handle = line_file.LineFile(self.root / extent.kind / extent.name)
+                    except (OSError, SessionFileCorruptError) as exc:
                         handle = None
+                        if not isinstance(exc, FileNotFoundError):
+                            self.errors.append(str(exc))
                 if handle is None:
                     continue
-                handle.seek(extent.offset)
-                raw = handle.read(extent.length)
+                try:
+                    raw = handle.read(extent.offset, extent.length)
+                except SessionFileCorruptError as exc:
+                    self.errors.append(str(exc))
+                    handle.close()
+                    handle = None
+                    continue
                 self._lines_read += 1
                 self._bytes_read += len(raw)
                 yield extent.name, raw
@@ -524,6 +603,10 @@ class IndexReader:
             start = indexed.get(path.name, 0)
             try:
                 size = path.stat().st_size
+            except FileNotFoundError:  # a compressed part: indexed whole when it rotated
+                if path.name in indexed:
+                    continue
+                size = _size(path)
             except OSError:
                 continue
             if size == start:
@@ -542,6 +625,22 @@ class IndexReader:
             if wanted & line_keys(kind, raw) or (
                     CLOCK_KEY in wanted and kind == LOGS and names_node(raw)):
                 yield name, raw
+
+    def gone(self, kind: str) -> str:
+        """What retention dropped of ``kind`` (rotation.py), as a note for a reader's
+        answer ("" when nothing): those lines are gone, not missing by mistake."""
+        try:
+            row = self._conn.execute(
+                "SELECT COUNT(*), SUM(lines), MIN(t_min), MAX(t_max) FROM dropped "
+                "WHERE kind=?", (kind,)).fetchone()
+        except sqlite3.DatabaseError:
+            return ""
+        if not row or not row[0]:
+            return ""
+        return (f"{row[0]} older {kind} part(s) of this session ({row[1] or 0} lines, "
+                f"{_when(row[2])} to {_when(row[3])}) were dropped to keep it under "
+                "TRACEDRAY_SESSION_MAX_BYTES or the rotation backup count: what they "
+                "held is gone")
 
     def ids_with_prefix(self, kind: str, prefix: str, limit: int = 10) -> list[str]:
         """Ids of ``kind`` (task, actor, object, trace) starting with ``prefix`` (hex)."""
@@ -652,3 +751,18 @@ def open_index(session_root: Path, *,
     except sqlite3.DatabaseError as exc:
         return None, f"trace index {path} unusable ({exc}); ignoring it"
     return IndexReader(session_root, conn), note
+
+
+def _size(path: Path) -> int:
+    try:
+        return line_file.file_size(path) or 0
+    except (OSError, SessionFileCorruptError):
+        return 0
+
+
+def _when(ns: int | None) -> str:
+    from datetime import datetime, timezone
+
+    if ns is None:
+        return "?"
+    return datetime.fromtimestamp(ns / 1e9, timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")

@@ -21,6 +21,7 @@ import typer
 
 from tracedray.cli.output import ADDRESS_HELP
 from tracedray.cli.stop_request import StopRequest
+from tracedray.telemetry.line_file import base_name, line_files
 
 if TYPE_CHECKING:
     from tracedray.cli.log_view import LogFilter
@@ -135,7 +136,13 @@ def _follow(session: SessionPaths, wanted: LogFilter, output_format: LogFormat,
                 break
             fresh: list[LogRecord] = []
             lines: list[LogRecord] = []
-            for path in sorted(session.logs_dir.glob("*.jsonl")):
+            for path in line_files(session.logs_dir):
+                name, base = path.name, base_name(path.name)
+                if name != base:  # a rotated part
+                    if name in seen:
+                        continue  # read whole before, or right when it rotated
+                    # What was printed of the file it came from was printed from it.
+                    seen[name] = seen.pop(base, 0)
                 records, _ = read_log_file(path, {})
                 lines.extend(clock_lines(records))
                 matching = select(records, wanted)
@@ -210,7 +217,7 @@ def _logs(stop: StopRequest, task: str | None, actor: str | None, node: str | No
         wanted, records, lines, warnings = indexed
     else:
         records, lines, warnings = [], [], []  # lines: what the clock offsets are read from
-        for path in sorted(session.logs_dir.glob("*.jsonl")):
+        for path in line_files(session.logs_dir):
             file_records, file_warnings = read_log_file(path, {})
             lines.extend(clock_lines(file_records))
             matching = select(file_records, wanted)
@@ -266,6 +273,9 @@ def _indexed_lines(session: SessionPaths, wanted: LogFilter,
         return None
     if why:
         warn(why)
+    gone = index.gone("logs")
+    if gone:
+        warn(gone)
     try:
         wanted = dataclasses.replace(wanted, task_id=index.resolve("task", wanted.task_id),
                                      actor_id=index.resolve("actor", wanted.actor_id))
@@ -307,7 +317,7 @@ def _known_task_ids(session: SessionPaths, task_id: str) -> set[str]:
 
     if index_path(session.root).exists():
         return set(suggest_ids(session.root, "task", task_id))
-    return {str(r.get("task_id")) for path in session.logs_dir.glob("*.jsonl")
+    return {str(r.get("task_id")) for path in line_files(session.logs_dir)
             for r in read_log_file(path, {})[0] if r.get("task_id")}
 
 

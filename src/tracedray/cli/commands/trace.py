@@ -210,7 +210,8 @@ def _task_lines(session: SessionPaths, task_id: str) -> tuple[str, LogBatch]:
         task_id = index.resolve("task", task_id) if task_id else ""
         keys = [key("task", task_id), CLOCK_KEY] if task_id else [CLOCK_KEY]
         batch = read_indexed_logs(session.logs_dir, index, keys)
-        notes = (note,) if note else ()  # a corrupt index was rebuilt
+        # A corrupt index was rebuilt; retention dropped older parts.
+        notes = tuple(text for text in (note, index.gone("logs")) if text)
         return task_id, LogBatch(batch.records, (*notes, *batch.warnings))
     finally:
         index.close()

@@ -16,7 +16,9 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
+from tracedray.exceptions import SessionFileCorruptError
 from tracedray.telemetry.append_file import read_data
+from tracedray.telemetry.line_file import line_files
 
 if TYPE_CHECKING:
     from tracedray.telemetry.trace_index import IndexReader
@@ -79,7 +81,7 @@ def read_log_file(path: Path, filters: Mapping[str, str]) -> tuple[list[LogRecor
     warnings: list[str] = []
     try:
         lines = read_data(path).decode("utf-8", errors="replace").splitlines()
-    except OSError as exc:
+    except (OSError, SessionFileCorruptError) as exc:
         return [], [f"cannot read {path}: {exc}"]
     for number, line in enumerate(lines, start=1):
         if not line.strip():
@@ -141,7 +143,7 @@ def read_logs(logs_dir: Path, *, task_id: str = "", trace_id: str = "", actor_id
     warnings: list[str] = []
     if not logs_dir.is_dir():
         return LogBatch((), (f"no log folder at {logs_dir}",))
-    for path in sorted(logs_dir.glob("*.jsonl")):
+    for path in line_files(logs_dir):  # rotated parts (compressed or not) too
         file_records, file_warnings = read_log_file(path, filters)
         records.extend(file_records)
         warnings.extend(file_warnings)

@@ -89,9 +89,10 @@ class SessionFileSource:
             if index is not None:
                 try:
                     batch = self._indexed(index, keys, query)
+                    gone = index.gone("traces")  # parts retention dropped
                 finally:
                     index.close()
-                notes = (why,) if why else ()  # a corrupt index was rebuilt
+                notes = tuple(text for text in (why, gone) if text)  # why: a rebuilt index
                 return SpanBatch(batch.spans, (*notes, *batch.warnings), batch.source)
             batch = self._scan(query)
             return SpanBatch(batch.spans, (f"{why}: reading every trace file",

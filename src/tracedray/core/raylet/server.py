@@ -40,9 +40,15 @@ from tracedray.core.raylet.object_frees import ObjectFrees, ObjectFreeStatistics
 from tracedray.core.raylet.seal_channel import SealChannelServer, socket_name
 from tracedray.core.raylet.telemetry_agent import start_agent, stop_agent
 from tracedray.core.raylet.transfers import TransferTable
-from tracedray.exceptions import ConfigError, ObjectStoreFullError, RaySystemError
+from tracedray.exceptions import (
+    ConfigError,
+    ObjectStoreFullError,
+    RaySystemError,
+    SessionFileCorruptError,
+)
 from tracedray.telemetry import attributes as A
 from tracedray.telemetry.append_file import read_data
+from tracedray.telemetry.line_file import line_files
 from tracedray.telemetry.line_spool import sync_lines_dir
 from tracedray.telemetry.spool_convert import sync_traces_dir
 from tracedray.telemetry.trace_index import matching_lines
@@ -1233,9 +1239,17 @@ class _Servicer(raylet_pb2_grpc.RayletServiceServicer):
             for name, lines in by_file.items():
                 yield raylet_pb2.FileChunk(name=name, data=b"\n".join(lines) + b"\n")
             return
-        for path in sorted(folder.glob("*.jsonl")):
-            # Without the NUL tail a live writer reserves (telemetry/append_file.py).
-            yield raylet_pb2.FileChunk(name=path.name, data=read_data(path))
+        # Rotated parts too, uncompressed (telemetry/line_file.py), oldest first; a
+        # damaged part is left out and the caller told which.
+        for path in line_files(folder):
+            try:
+                # Without the NUL tail a live writer reserves (telemetry/append_file.py).
+                data = read_data(path)
+            except FileNotFoundError:
+                continue  # dropped by retention since it was listed
+            except SessionFileCorruptError as exc:
+                context.abort(grpc.StatusCode.DATA_LOSS, str(exc))
+            yield raylet_pb2.FileChunk(name=path.name, data=data)
 
 
     def DumpNodeStacks(self, request: Any, context: Any) -> Any:

@@ -57,6 +57,7 @@ from tracedray.core.raylet.conversion_policy import CpuMeter, conversion_due
 from tracedray.telemetry import export_config
 from tracedray.telemetry._host import advertise_ip
 from tracedray.telemetry.line_spool import has_uncopied, sync_lines_dir
+from tracedray.telemetry.rotation_io import Rotator
 from tracedray.telemetry.spool_convert import (
     MAX_BYTES_PER_ROUND,
     MAX_ROUNDS_PER_SYNC,
@@ -89,6 +90,9 @@ class AgentStatistics:
     busiest_round_spans: int = 0
     warnings: int = 0
     lines_indexed: int = 0  # lines entered in the session's trace index (trace_index.py)
+    rotated: int = 0  # files rotated into parts (telemetry/rotation_io.py)
+    compressed: int = 0  # parts compressed
+    retention_dropped: int = 0  # parts deleted (the session limit, the backup count)
 
 
 class SpoolConverter:
@@ -110,6 +114,9 @@ class SpoolConverter:
         # After each round, the lines it wrote go into the session's index, here, at the
         # agent's priority: no reader or runtime process waits for it.
         self._index = IndexWriter(traces_dir.parent)
+        # Then the files that grew past their size rotate, quiet parts are compressed,
+        # and parts beyond the session's limits go (telemetry/rotation_io.py).
+        self._rotator = Rotator(traces_dir.parent)
 
     def convert_once(self, *, blocking: bool = False) -> int:
         # The final (blocking) pass runs when the node stops: nothing waits on it then.
@@ -119,8 +126,16 @@ class SpoolConverter:
             MAX_BYTES_PER_ROUND if blocking else AGENT_BYTES_PER_ROUND))
         result.warnings.extend(copied.warnings)
         lines_indexed = self._update_index(blocking, result.warnings)
+        rotation = self._rotator.run_once()
+        result.warnings.extend(rotation.warnings)
+        for dropped in rotation.dropped:  # what is gone, and why: said once, in the log
+            log.warning("telemetry.retention_dropped", kind=dropped.kind, file=dropped.name,
+                        bytes=dropped.bytes, reason=dropped.reason)
         with self._lock:
             self._stats.lines_indexed += lines_indexed
+            self._stats.rotated += rotation.rotated
+            self._stats.compressed += rotation.compressed
+            self._stats.retention_dropped += len(rotation.dropped)
             self._stats.rounds += 1
             self._stats.spans_converted += result.spans
             self._stats.busiest_round_spans = max(self._stats.busiest_round_spans,
