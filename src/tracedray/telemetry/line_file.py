@@ -72,6 +72,18 @@ def line_files(folder: Path) -> list[Path]:
     return [folder / part.name for part in sorted(parts.values(), key=_order)]
 
 
+def follow_rotations(positions: dict[str, int], files: list[Path]) -> None:
+    """Move a reader's per-file positions (bytes read, lines printed: ``positions``) onto
+    the parts their files rotated into: a part of ``files`` (line_files order) seen for
+    the first time takes its current file's position, and that file starts again from 0.
+    """
+    for path in files:
+        name = path.name
+        base = base_name(name)
+        if name != base and name not in positions and base in positions:
+            positions[name] = positions.pop(base)
+
+
 def stored_path(path: Path) -> Path | None:
     """The file that holds ``path``'s lines now: itself, its compressed form, or None."""
     if path.exists():

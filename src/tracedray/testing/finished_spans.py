@@ -70,6 +70,7 @@ class FinishedSpans(SpanQueries):
         first, so every span that had ended is there)."""
         from tracedray import telemetry
         from tracedray.telemetry import otlp_json
+        from tracedray.telemetry.line_file import follow_rotations
         from tracedray.telemetry.spool_convert import sync_traces_dir
 
         telemetry.force_flush()
@@ -88,7 +89,9 @@ class FinishedSpans(SpanQueries):
         # the id check in _pull drops what was read before.
         for line in synced.lines:
             entries.extend(json.loads(line)["resourceSpans"])
-        for path in otlp_json.trace_files(folder):
+        files = otlp_json.trace_files(folder)
+        follow_rotations(self._cursor, files)  # a file that rotated goes on in its part
+        for path in files:
             objects, end = otlp_json.scan_trace_file(
                 path, start=self._cursor.get(path.name, 0), warnings=warnings)
             self._cursor[path.name] = end

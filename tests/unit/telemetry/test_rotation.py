@@ -131,3 +131,13 @@ def test_line_files_lists_parts_oldest_first_then_the_current_file(tmp_path: Pat
         "raylet-3.jsonl", "worker-7.000001.jsonl", "worker-7.000002.jsonl", "worker-7.jsonl"]
     assert line_file.base_name("worker-7.000002.jsonl") == "worker-7.jsonl"
     assert line_file.read_range(tmp_path / "gone.jsonl") == b""
+
+
+def test_a_readers_position_follows_its_file_into_the_part(tmp_path: Path) -> None:
+    for name in ("worker-7.000001.jsonl", "worker-7.jsonl", "raylet-3.jsonl"):
+        (tmp_path / name).write_bytes(b"")
+    positions = {"worker-7.jsonl": 500, "raylet-3.jsonl": 20}
+    line_file.follow_rotations(positions, line_file.line_files(tmp_path))
+    assert positions == {"worker-7.000001.jsonl": 500, "raylet-3.jsonl": 20}
+    line_file.follow_rotations(positions, line_file.line_files(tmp_path))  # seen: stays
+    assert positions == {"worker-7.000001.jsonl": 500, "raylet-3.jsonl": 20}

@@ -21,7 +21,7 @@ import typer
 
 from tracedray.cli.output import ADDRESS_HELP
 from tracedray.cli.stop_request import StopRequest
-from tracedray.telemetry.line_file import base_name, line_files
+from tracedray.telemetry.line_file import follow_rotations, line_files
 
 if TYPE_CHECKING:
     from tracedray.cli.log_view import LogFilter
@@ -136,13 +136,9 @@ def _follow(session: SessionPaths, wanted: LogFilter, output_format: LogFormat,
                 break
             fresh: list[LogRecord] = []
             lines: list[LogRecord] = []
-            for path in line_files(session.logs_dir):
-                name, base = path.name, base_name(path.name)
-                if name != base:  # a rotated part
-                    if name in seen:
-                        continue  # read whole before, or right when it rotated
-                    # What was printed of the file it came from was printed from it.
-                    seen[name] = seen.pop(base, 0)
+            files = line_files(session.logs_dir)
+            follow_rotations(seen, files)  # what was printed of a file that rotated
+            for path in files:
                 records, _ = read_log_file(path, {})
                 lines.extend(clock_lines(records))
                 matching = select(records, wanted)
