@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from fnmatch import fnmatch
 from typing import Any
 
 from tracedray.cli.tracestore.logs import LogRecord, format_timestamp_ns
@@ -30,12 +31,21 @@ class LogFilter:
     node_id: str = ""  # a prefix is enough (status shows 12 characters)
     pid: int | None = None
     min_level: str = ""
+    files: str = ""  # a glob of log file names (`logs cluster GLOB`, as Ray's)
 
     def __post_init__(self) -> None:
         if self.min_level and self.min_level.lower() not in LEVELS:
             raise ConfigError(f"--level {self.min_level!r}: choose one of {', '.join(LEVELS)}")
 
+    def reads_file(self, name: str) -> bool:
+        """Whether a log file of this name may hold wanted lines (``files``: its name or
+        its name without ``.jsonl`` matches the glob)."""
+        return not self.files or fnmatch(name, self.files) \
+            or fnmatch(name.removesuffix(".jsonl"), self.files)
+
     def matches(self, record: LogRecord) -> bool:
+        if self.files and not self.reads_file(record.source):
+            return False
         if self.task_id and str(record.get("task_id", "")).lower() != self.task_id.lower():
             return False
         if self.actor_id and str(record.get("actor_id", "")).lower() != self.actor_id.lower():

@@ -22,6 +22,9 @@ Row = dict[str, Any]
 GROUP_BY = ("node", "stack-trace")
 SORT_BY = ("pid", "size", "reference-type")
 UNITS = ("B", "KB", "MB", "GB")
+# Ray's spellings (`ray memory --group-by NODE_ADDRESS --sort-by OBJECT_SIZE`), any case.
+RAY_SPELLINGS = {"node_address": "node", "stack_trace": "stack-trace", "object_size": "size",
+                 "reference_type": "reference-type"}
 REFERENCE_TYPES = ("LOCAL_REFERENCE", "PINNED_IN_MEMORY", "USED_BY_PENDING_TASK",
                    "CAPTURED_IN_OBJECT", "ACTOR_HANDLE")
 
@@ -34,7 +37,14 @@ class Group:
     reference_counts: tuple[tuple[str, int], ...]
 
 
+def canonical(choice: str) -> str:
+    """tracedray's spelling of a --group-by/--sort-by choice (Ray's are accepted)."""
+    text = choice.strip().lower()
+    return RAY_SPELLINGS.get(text.replace("-", "_"), text)
+
+
 def sort_rows(rows: Iterable[Row], sort_by: str) -> list[Row]:
+    sort_by = canonical(sort_by)
     if sort_by not in SORT_BY:
         raise ConfigError(f"--sort-by {sort_by!r}: choose one of {', '.join(SORT_BY)}")
     if sort_by == "size":
@@ -48,6 +58,7 @@ def sort_rows(rows: Iterable[Row], sort_by: str) -> list[Row]:
 
 def group_rows(rows: Sequence[Row], group_by: str) -> list[Group]:
     """Groups in first-seen order of the (already sorted) rows."""
+    group_by = canonical(group_by)
     if group_by not in GROUP_BY:
         raise ConfigError(f"--group-by {group_by!r}: choose one of {', '.join(GROUP_BY)}")
     field = "node_id" if group_by == "node" else "call_site"

@@ -18,11 +18,43 @@ import typer
 
 
 class OutputFormat(str, Enum):
-    table = "table"
+    """One vocabulary for every command's ``--format`` (Ray's: default, table, json, yaml)."""
+
+    default = "default"  # the command's form for people (a table, a story, log lines)
+    table = "table"  # the same as default: every human form is a table or text
     json = "json"
+    yaml = "yaml"
+
+    @property
+    def structured(self) -> bool:
+        """Data for a program (json or yaml): nothing but the data on stdout."""
+        return self in (OutputFormat.json, OutputFormat.yaml)
 
 
-FORMAT_HELP = "table for people, json for scripts."
+# Spellings older tracedray commands took: accepted, with a note on stderr.
+DEPRECATED_FORMATS = {"text": OutputFormat.default, "pretty": OutputFormat.default}
+FORMAT_HELP = "default (or table) for people; json or yaml for scripts."
+
+
+def parse_format(value: str | OutputFormat) -> OutputFormat:
+    """``--format``'s value; a deprecated spelling is noted on stderr."""
+    if isinstance(value, OutputFormat):
+        return value
+    text = value.strip().lower()
+    if text in DEPRECATED_FORMATS:
+        note(f"--format {text} is deprecated: it is --format default now")
+        return DEPRECATED_FORMATS[text]
+    try:
+        return OutputFormat(text)
+    except ValueError:
+        raise typer.BadParameter(
+            f"{value!r}: choose default, table, json or yaml") from None
+
+
+def format_option(help_text: str = FORMAT_HELP) -> Any:
+    """The ``--format`` option of every command."""
+    return typer.Option("default", "--format", parser=parse_format,
+                        metavar="[default|table|json|yaml]", help=help_text)
 ADDRESS_HELP = "GCS address (host:port) of the cluster; default: the newest session."
 SESSION_HELP = ("A session folder to answer about (default: the address's, or session_latest); "
                 "a cluster that no longer runs is answered from its files.")
@@ -99,6 +131,17 @@ def print_json(data: Any) -> None:
     typer.echo(json.dumps(data, indent=2, sort_keys=False, default=str))
 
 
+def print_data(data: Any, fmt: OutputFormat) -> None:
+    """``data`` as JSON or YAML (the same document: what JSON would hold, as YAML)."""
+    if fmt is OutputFormat.yaml:
+        import yaml
+
+        plain = json.loads(json.dumps(data, default=str))  # the JSON form's types
+        typer.echo(yaml.safe_dump(plain, sort_keys=False, allow_unicode=True).rstrip("\n"))
+    else:
+        print_json(data)
+
+
 SHORT_ID = 12  # the fewest characters of an id a table shows (as `status` shows nodes)
 _HEX = frozenset("0123456789abcdef")
 
@@ -153,8 +196,8 @@ def print_rows(rows: Sequence[Mapping[str, Any]], columns: Sequence[str], fmt: O
                title: str = "", total: int | None = None, what: str = "rows",
                formatters: Mapping[str, Any] | None = None) -> None:
     """Rows as a table or JSON list, then (stderr) how many were left out by a limit."""
-    if fmt is OutputFormat.json:
-        print_json([dict(row) for row in rows])
+    if fmt.structured:
+        print_data([dict(row) for row in rows], fmt)
     elif rows:
         stdout_console().print(build_table(rows, columns, title=title, formatters=formatters))
     else:

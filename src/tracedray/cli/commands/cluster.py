@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 from tracedray import config
-from tracedray.cli.output import ADDRESS_HELP, FORMAT_HELP, OutputFormat
+from tracedray.cli.output import ADDRESS_HELP, OutputFormat, format_option
 
 if TYPE_CHECKING:
     from tracedray.core.auth import AuthSettings
@@ -272,10 +272,10 @@ def _used_of(row: dict[str, Any], name: str) -> str:
 
 def status(
     address: str | None = typer.Option(None, "--address", help=ADDRESS_HELP),
-    output_format: OutputFormat = typer.Option(OutputFormat.table, "--format", help=FORMAT_HELP),
+    output_format: OutputFormat = format_option(),
 ) -> None:
     """Nodes alive/dead, resources used/total, object store, workers, pending/infeasible work."""
-    from tracedray.cli.output import fail, print_json
+    from tracedray.cli.output import fail, print_data
     from tracedray.core.cluster_client import connect_cluster
     from tracedray.exceptions import RayError
 
@@ -291,8 +291,8 @@ def status(
                "infeasible": sum(r["infeasible"] for r in rows if r["state"] == "ALIVE"),
                "leases_reclaimed": sum(r["leases_reclaimed"] for r in rows),
                "nodes": rows}
-    if output_format is OutputFormat.json:
-        print_json(summary)
+    if output_format.structured:
+        print_data(summary, output_format)
         return
     _print_status(summary)
 

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from tracedray.cli.output import ADDRESS_HELP, FORMAT_HELP, OutputFormat
+from tracedray.cli.output import ADDRESS_HELP, OutputFormat, format_option
 
 if TYPE_CHECKING:
     from tracedray.cli.stack_view import NodeAnswer
@@ -53,7 +53,7 @@ def choose(rows: list[Row], which: str) -> Row | None:
 def debug(
     which: str | None = typer.Argument(None, help="A breakpoint's index or id: attach to it."),
     address: str | None = typer.Option(None, "--address", help=ADDRESS_HELP),
-    output_format: OutputFormat = typer.Option(OutputFormat.table, "--format", help=FORMAT_HELP),
+    output_format: OutputFormat = format_option(),
 ) -> None:
     """List the breakpoint()s waiting in remote tasks, or attach a pdb session to one.
 
@@ -62,7 +62,7 @@ def debug(
     TRACEDRAY_DEBUG_POST_MORTEM=1 in the cluster's environment, a task's uncaught
     exception waits likewise in a post-mortem session."""
     from tracedray.cli.commands.stack import collect
-    from tracedray.cli.output import fail, note, print_json, print_rows, warn
+    from tracedray.cli.output import fail, note, print_data, print_rows, warn
     from tracedray.cli.stack_view import node_rows, unanswered
     from tracedray.core.cluster_client import connect_cluster
     from tracedray.exceptions import RayError
@@ -76,8 +76,8 @@ def debug(
     for line in unanswered(node_rows(answers)):
         warn(line)
     rows = breakpoint_rows(answers, time.time())
-    if which is None and output_format is OutputFormat.json:
-        print_json([{k: v for k, v in r.items() if k != "token"} for r in rows])
+    if which is None and output_format.structured:
+        print_data([{k: v for k, v in r.items() if k != "token"} for r in rows], output_format)
         return
     if which is None:
         if not rows:

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from tracedray.cli.output import ADDRESS_HELP
+from tracedray.cli.output import ADDRESS_HELP, OutputFormat, format_option
 from tracedray.cli.stop_request import StopRequest
 from tracedray.telemetry.line_file import follow_rotations, line_files
 
@@ -32,11 +32,6 @@ if TYPE_CHECKING:
 
 FOLLOW_POLL_S = 0.5
 REMOTE_CONNECT_TIMEOUT_S = 1.0
-
-
-class LogFormat(str, Enum):
-    pretty = "pretty"
-    json = "json"
 
 
 @dataclass(frozen=True)
@@ -89,14 +84,18 @@ def remote_logs(session: SessionPaths, address: str | None,
     return RemoteLogs(records, warnings, offsets)
 
 
-def _print(records: list[LogRecord], output_format: LogFormat) -> None:
+def _print(records: list[LogRecord], output_format: OutputFormat) -> None:
     import json
 
     from tracedray.cli.log_view import format_pretty, record_json
+    from tracedray.cli.output import print_data
 
     for record in records:
-        if output_format is LogFormat.json:
+        if output_format is OutputFormat.json:
             typer.echo(json.dumps(record_json(record), default=str))
+        elif output_format is OutputFormat.yaml:
+            typer.echo("---")
+            print_data(record_json(record), output_format)
         else:
             typer.echo(format_pretty(record))
 
@@ -114,7 +113,7 @@ def _note_offsets(records: list[LogRecord], noted: set[tuple[str, float]]) -> No
         noted.update((node, o) for node, offsets in fresh.items() for o in offsets)
 
 
-def _follow(session: SessionPaths, wanted: LogFilter, output_format: LogFormat,
+def _follow(session: SessionPaths, wanted: LogFilter, output_format: OutputFormat,
             seen: dict[str, int], clocks: Clocks | None,
             live_offsets_s: dict[str, float], noted: set[tuple[str, float]],
             stop: StopRequest) -> None:
@@ -154,7 +153,25 @@ def _follow(session: SessionPaths, wanted: LogFilter, output_format: LogFormat,
         pass
 
 
+class LogKind(str, Enum):
+    """Ray's `ray logs` subcommands, spelled as a first argument."""
+
+    task = "task"
+    actor = "actor"
+    worker = "worker"
+    cluster = "cluster"
+
+
 def logs(
+    kind: str | None = typer.Argument(
+        None, metavar="[task|actor|worker|cluster]",
+        help="Ray's spellings: `logs task --id ID`, `logs actor --id ID`, `logs worker "
+             "--pid PID`, `logs cluster [GLOB]` (log files whose name matches, e.g. "
+             "'raylet*'); a GLOB alone is `logs cluster GLOB`."),
+    glob: str | None = typer.Argument(None, metavar="[GLOB]",
+                                      help="With cluster: log files whose name matches."),
+    item_id: str | None = typer.Option(None, "--id", help="With task or actor: its id."),
+    pid: int | None = typer.Option(None, "--pid", help="With worker: its process id."),
     task: str | None = typer.Option(None, "--task", help="Everything this task printed and "
                                                          "logged, every attempt, any node."),
     actor: str | None = typer.Option(None, "--actor", help="Lines of this actor."),
@@ -165,29 +182,70 @@ def logs(
     tail_lines: int | None = typer.Option(None, "--tail", "-n", help="Only the last N lines."),
     follow: bool = typer.Option(False, "--follow", "-f", help="Keep printing new lines."),
     address: str | None = typer.Option(None, "--address", help=ADDRESS_HELP),
-    output_format: LogFormat = typer.Option(LogFormat.pretty, "--format",
-                                            help="pretty for people, json (one object per "
-                                                 "line) for scripts."),
+    output_format: OutputFormat = format_option(
+        "default (or table) for people; json (one object per line) or yaml (one document "
+        "per line) for scripts."),
     clock_correction: bool = typer.Option(
         True, "--clock-correction/--no-clock-correction",
         help="Move each node's lines onto the head's clock (its offset, estimated at "
              "heartbeats) before merging; off: every line keeps its node's timestamp."),
 ) -> None:
     """Print the session's log lines, merged across processes and nodes in time order."""
+    from tracedray.cli.output import fail
+
+    try:
+        task, actor, worker, files = ray_spelling(kind, glob, item_id, pid, task, actor, worker)
+    except ValueError as exc:
+        raise fail(str(exc)) from exc
     # With --follow, SIGTERM ends the command cleanly (exit 0) from the first moment, also
     # while the lines already there are printed: a supervisor may stop it at any time.
     from tracedray.cli.progress import working
 
     with StopRequest() if follow else contextlib.nullcontext(StopRequest()) as stop, \
             working("reading the session's log lines",
-                    json_output=output_format is LogFormat.json) as spin:
-        _logs(stop, task, actor, node, worker, level, tail_lines, follow, address,
-              output_format, clock_correction, spin)
+                    json_output=output_format.structured) as spin:
+        _logs(stop, LogRequest(task, actor, node, worker, level, files), tail_lines, follow,
+              address, output_format, clock_correction, spin)
 
 
-def _logs(stop: StopRequest, task: str | None, actor: str | None, node: str | None,
-          worker: int | None, level: str | None, tail_lines: int | None, follow: bool,
-          address: str | None, output_format: LogFormat, clock_correction: bool,
+@dataclass(frozen=True)
+class LogRequest:
+    task: str | None
+    actor: str | None
+    node: str | None
+    worker: int | None
+    level: str | None
+    files: str
+
+
+def ray_spelling(kind: str | None, glob: str | None, item_id: str | None, pid: int | None,
+                 task: str | None, actor: str | None, worker: int | None,
+                 ) -> tuple[str | None, str | None, int | None, str]:
+    """Ray's `logs KIND --id/--pid` and `logs [cluster] GLOB` as tracedray's options:
+    (task, actor, worker pid, file glob). ValueError when they do not fit together."""
+    if kind is None or kind not in LogKind.__members__:
+        if glob is not None:
+            raise ValueError(f"unexpected argument {glob!r}: one GLOB at most")
+        if item_id is not None or pid is not None:
+            raise ValueError("--id goes with `logs task` or `logs actor`, --pid with "
+                             "`logs worker`")
+        return task, actor, worker, kind or ""  # a glob alone: Ray's alias of cluster
+    if glob is not None and kind != LogKind.cluster:
+        raise ValueError(f"`logs {kind}` takes no GLOB (only `logs cluster GLOB` does)")
+    if kind in (LogKind.task, LogKind.actor):
+        if item_id is None:
+            raise ValueError(f"`logs {kind}` needs --id ID")
+        return (item_id, actor, worker, "") if kind == LogKind.task \
+            else (task, item_id, worker, "")
+    if kind == LogKind.worker:
+        if pid is None:
+            raise ValueError("`logs worker` needs --pid PID")
+        return task, actor, pid, ""
+    return task, actor, worker, glob or ""
+
+
+def _logs(stop: StopRequest, request: LogRequest, tail_lines: int | None, follow: bool,
+          address: str | None, output_format: OutputFormat, clock_correction: bool,
           spin: Progress) -> None:
     from tracedray.cli.commands.trace import resolve_session
     from tracedray.cli.log_view import LogFilter, select, tail
@@ -199,9 +257,11 @@ def _logs(stop: StopRequest, task: str | None, actor: str | None, node: str | No
 
     try:
         session = resolve_session(address)
-        wanted = LogFilter(task_id=(task or "").strip(), actor_id=(actor or "").strip(),
-                           node_id=(node or "").strip().lower(), pid=worker,
-                           min_level=(level or "").strip().lower())
+        wanted = LogFilter(task_id=(request.task or "").strip(),
+                           actor_id=(request.actor or "").strip(),
+                           node_id=(request.node or "").strip().lower(), pid=request.worker,
+                           min_level=(request.level or "").strip().lower(),
+                           files=request.files)
         tail([], tail_lines)  # validates --tail before any reading
     except RayError as exc:
         raise fail(str(exc)) from exc
@@ -214,6 +274,8 @@ def _logs(stop: StopRequest, task: str | None, actor: str | None, node: str | No
     else:
         records, lines, warnings = [], [], []  # lines: what the clock offsets are read from
         for path in line_files(session.logs_dir):
+            if not wanted.reads_file(path.name):
+                continue
             file_records, file_warnings = read_log_file(path, {})
             lines.extend(clock_lines(file_records))
             matching = select(file_records, wanted)

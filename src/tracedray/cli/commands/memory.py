@@ -13,7 +13,12 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from tracedray.cli.output import ADDRESS_HELP, FORMAT_HELP, SESSION_HELP, OutputFormat
+from tracedray.cli.output import (
+    ADDRESS_HELP,
+    SESSION_HELP,
+    OutputFormat,
+    format_option,
+)
 
 if TYPE_CHECKING:
     from tracedray.cli.progress import Progress
@@ -21,8 +26,12 @@ if TYPE_CHECKING:
 
 def memory(
     address: str | None = typer.Option(None, "--address", help=ADDRESS_HELP),
-    group_by: str = typer.Option("node", "--group-by", help="node or stack-trace (call site)."),
-    sort_by: str = typer.Option("pid", "--sort-by", help="pid, size or reference-type."),
+    group_by: str = typer.Option(
+        "node", "--group-by",
+        help="node or stack-trace (call site); Ray's NODE_ADDRESS, STACK_TRACE too."),
+    sort_by: str = typer.Option(
+        "pid", "--sort-by",
+        help="pid, size or reference-type; Ray's PID, OBJECT_SIZE, REFERENCE_TYPE too."),
     units: str = typer.Option("B", "--units", help="B, KB, MB or GB for sizes in tables."),
     num_entries: int | None = typer.Option(None, "--num-entries", "-n",
                                            help="Show at most N rows (the rest are counted)."),
@@ -32,7 +41,7 @@ def memory(
                                   help="Store use per node over time from the session's spans."),
     output: str | None = typer.Option(None, "--output", "-o",
                                       help="With --timeline: save a plot to FILE.png."),
-    output_format: OutputFormat = typer.Option(OutputFormat.table, "--format", help=FORMAT_HELP),
+    output_format: OutputFormat = format_option(),
     session: str | None = typer.Option(None, "--session", help=SESSION_HELP),
 ) -> None:
     """Who holds which object: ip, pid, call site, size, reference type, producing task status.
@@ -46,7 +55,7 @@ def memory(
             else "asking every node for its store" if stats_only
             else "collecting every reference from every node")
     try:
-        with working(what, json_output=output_format is OutputFormat.json) as spin:
+        with working(what, json_output=output_format.structured) as spin:
             if timeline:
                 _timeline(address, session, output, output_format, spin)
             elif stats_only:
@@ -65,7 +74,7 @@ def _references(address: str | None, session: str | None, group_by: str, sort_by
     from tracedray.cli.output import (
         format_bytes,
         note,
-        print_json,
+        print_data,
         report_left_out,
         stdout_console,
     )
@@ -83,8 +92,8 @@ def _references(address: str | None, session: str | None, group_by: str, sort_by
     groups = memory_view.group_rows(ordered, group_by)  # before the cut: totals stay whole
     shown = ordered if num_entries is None else ordered[:num_entries]
     spin.stop()
-    if output_format is OutputFormat.json:
-        print_json(shown)
+    if output_format.structured:
+        print_data(shown, output_format)
         report_left_out(len(shown), len(ordered), "references", "--num-entries")
         return
     if not ordered:
@@ -96,7 +105,7 @@ def _references(address: str | None, session: str | None, group_by: str, sort_by
 
     visible = {id(row) for row in shown}
     console = stdout_console()
-    label = "node" if group_by == "node" else "call site"
+    label = "node" if memory_view.canonical(group_by) == "node" else "call site"
     for group in groups:
         rows = [row for row in group.rows if id(row) in visible]
         counts = ", ".join(f"{n} {t}" for t, n in group.reference_counts)
@@ -140,7 +149,7 @@ def _timeline(address: str | None, session_path: str | None, output: str | None,
         store_peaks,
         store_usage_series,
     )
-    from tracedray.cli.output import note, print_json, warn
+    from tracedray.cli.output import note, print_data, warn
     from tracedray.cli.postmortem import session_at
     from tracedray.cli.tracestore.sources import SessionFileSource
 
@@ -151,10 +160,10 @@ def _timeline(address: str | None, session_path: str | None, output: str | None,
     series = store_usage_series(batch.spans)
     peaks = store_peaks(batch.spans)
     spin.stop()
-    if output_format is OutputFormat.json:
-        print_json({node: {"series": [{"time_ns": t, "used": u} for t, u in points],
+    if output_format.structured:
+        print_data({node: {"series": [{"time_ns": t, "used": u} for t, u in points],
                            "peak": _peak_json(peaks.get(node))}
-                    for node, points in series.items()})
+                    for node, points in series.items()}, output_format)
     else:
         typer.echo(render_terminal_chart(series, peaks))
     if output:

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from tracedray.cli.output import ADDRESS_HELP, FORMAT_HELP, OutputFormat
+from tracedray.cli.output import ADDRESS_HELP, OutputFormat, format_option
 
 if TYPE_CHECKING:
     from tracedray.cli.stack_view import NodeAnswer
@@ -74,7 +74,7 @@ def stack(
                                 help="Native frames from py-spy, where installed and allowed."),
     timeout: float = typer.Option(5.0, "--timeout", min=0.1, max=60.0,
                                   help="Seconds to wait for each process."),
-    output_format: OutputFormat = typer.Option(OutputFormat.table, "--format", help=FORMAT_HELP),
+    output_format: OutputFormat = format_option(),
 ) -> None:
     """The Python stack of every thread of every worker on every node, each labelled with
     the task it runs (id, function, attempt, actor, running time, trace id).
@@ -83,7 +83,7 @@ def stack(
     does not answer within --timeout (stopped, or stuck in native code holding the GIL)
     is reported as not answering; the command never waits on it."""
     from tracedray.cli import stack_view
-    from tracedray.cli.output import fail, print_json, warn
+    from tracedray.cli.output import fail, print_data, warn
     from tracedray.core.cluster_client import connect_cluster
     from tracedray.exceptions import RayError
 
@@ -105,8 +105,8 @@ def stack(
         if not rows:
             raise fail(f"no live worker hosts an actor whose id starts with {actor!r}; "
                        "see `tracedray list actors`")
-    if output_format is OutputFormat.json:
-        print_json(rows)
+    if output_format.structured:
+        print_data(rows, output_format)
     else:
         typer.echo(stack_view.render(rows, all_threads))
 

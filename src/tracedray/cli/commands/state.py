@@ -11,7 +11,12 @@ from typing import Any
 
 import typer
 
-from tracedray.cli.output import ADDRESS_HELP, FORMAT_HELP, SESSION_HELP, OutputFormat
+from tracedray.cli.output import (
+    ADDRESS_HELP,
+    SESSION_HELP,
+    OutputFormat,
+    format_option,
+)
 from tracedray.cli.progress import working
 
 
@@ -31,6 +36,18 @@ class GetKind(str, Enum):
     node = "node"
     worker = "worker"
     job = "job"
+
+
+def _get_kind(value: str | GetKind) -> GetKind:
+    """A `get` kind; Ray's plural (`get tasks ID`) is accepted too."""
+    if isinstance(value, GetKind):
+        return value
+    text = value.strip().lower()
+    try:
+        return GetKind(text.removesuffix("s") if text in ListKind.__members__ else text)
+    except ValueError:
+        raise typer.BadParameter(f"{value!r}: choose one of "
+                                 f"{', '.join(k.value for k in GetKind)}") from None
 
 
 class SummaryKind(str, Enum):
@@ -89,7 +106,7 @@ def list_command(
                                                    "Rows left out are counted on stderr."),
     detail: bool = typer.Option(False, "--detail", help="Every field (and task state events)."),
     address: str | None = typer.Option(None, "--address", help=ADDRESS_HELP),
-    output_format: OutputFormat = typer.Option(OutputFormat.table, "--format", help=FORMAT_HELP),
+    output_format: OutputFormat = format_option(),
     session: str | None = typer.Option(None, "--session", help=SESSION_HELP),
 ) -> None:
     """List tasks, actors, objects, nodes, workers or jobs of the running cluster."""
@@ -98,7 +115,7 @@ def list_command(
 
     try:
         with working(f"asking the cluster for its {kind.value}",
-                     json_output=output_format is OutputFormat.json):
+                     json_output=output_format.structured):
             found = _lister(kind.value)(address=_source(address, session), filters=filters,
                                         limit=limit or None, detail=detail)
     except RayError as exc:
@@ -126,20 +143,22 @@ def _resolve_id(wanted: str, known: list[str], what: str) -> str:
 
 
 def get_command(
-    kind: GetKind = typer.Argument(..., help="What to show."),
+    kind: GetKind = typer.Argument(
+        ..., parser=_get_kind, metavar="KIND",
+        help="task, actor, object, node, worker or job (Ray's plurals too: tasks, ...)."),
     item_id: str = typer.Argument(..., metavar="ID", help="Its id (hex); a unique prefix works."),
     address: str | None = typer.Option(None, "--address", help=ADDRESS_HELP),
-    output_format: OutputFormat = typer.Option(OutputFormat.table, "--format", help=FORMAT_HELP),
+    output_format: OutputFormat = format_option(),
     session: str | None = typer.Option(None, "--session", help=SESSION_HELP),
 ) -> None:
     """Every field of one task, actor, object (each holder), node, worker or job."""
-    from tracedray.cli.output import fail, format_cell, print_json, stdout_console
+    from tracedray.cli.output import fail, format_cell, print_data, stdout_console
     from tracedray.exceptions import RayError
 
     list_kind, key = _GET_SOURCE[kind.value]
     try:
         with working(f"asking the cluster for {kind.value} {item_id}",
-                     json_output=output_format is OutputFormat.json):
+                     json_output=output_format.structured):
             if kind is GetKind.task:  # asked of the GCS by prefix: never every task
                 found = _task_candidates(_source(address, session), item_id)
             else:
@@ -149,8 +168,8 @@ def get_command(
         raise fail(str(exc)) from exc
     resolved = _resolve_id(item_id, [str(row[key]) for row in found], kind.value)
     matches = [row for row in found if row[key] == resolved]
-    if output_format is OutputFormat.json:
-        print_json(matches if kind is GetKind.object else matches[0])
+    if output_format.structured:
+        print_data(matches if kind is GetKind.object else matches[0], output_format)
         return
     from rich.table import Table
 
@@ -196,7 +215,7 @@ def _event_line(event: dict[str, Any]) -> str:
 def summary_command(
     kind: SummaryKind = typer.Argument(..., help="What to summarize."),
     address: str | None = typer.Option(None, "--address", help=ADDRESS_HELP),
-    output_format: OutputFormat = typer.Option(OutputFormat.table, "--format", help=FORMAT_HELP),
+    output_format: OutputFormat = format_option(),
     session: str | None = typer.Option(None, "--session", help=SESSION_HELP),
 ) -> None:
     """Tasks by function with counts per state; actors by class; objects by call site."""
@@ -206,7 +225,7 @@ def summary_command(
 
     try:
         with working(f"summarizing the cluster's {kind.value}",
-                     json_output=output_format is OutputFormat.json):
+                     json_output=output_format.structured):
             summary = getattr(state, f"summarize_{kind.value}")(
                 address=_source(address, session))
     except RayError as exc:

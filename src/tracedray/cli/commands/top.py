@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from tracedray.cli.output import ADDRESS_HELP, FORMAT_HELP, OutputFormat
+from tracedray.cli.output import ADDRESS_HELP, FORMAT_HELP, OutputFormat, format_option
 
 if TYPE_CHECKING:
     from tracedray.cli.top_view import Frame, TopState
@@ -46,29 +46,28 @@ def top(
                              help="Running functions by: longest, running or name."),
     node: str | None = typer.Option(None, "--node", help="Only the node whose id starts so."),
     job: str | None = typer.Option(None, "--job", help="Only the job whose id starts so."),
-    output_format: OutputFormat = typer.Option(OutputFormat.table, "--format",
-                                               help=FORMAT_HELP + " (json: with --once)"),
+    output_format: OutputFormat = format_option(FORMAT_HELP + " (json, yaml: with --once)"),
 ) -> None:
     """The cluster now: each node's CPUs, memory, object store and workers; running tasks
     by function with the longest running time and slow flags; work waiting to run; recent
     failures. Refreshes until q or Ctrl-C. On a terminal, keys: s sort, n node, j job,
     1-9 select a function, k its longest-running task's stack, t its story (trace)."""
     from tracedray.cli import top_view
-    from tracedray.cli.output import fail, print_json, stdout_console
+    from tracedray.cli.output import fail, print_data, stdout_console
     from tracedray.core.cluster_client import connect_cluster
     from tracedray.exceptions import RayError
 
     if sort not in top_view.SORT_KEYS:
         raise fail(f"--sort {sort!r}: expected one of {', '.join(top_view.SORT_KEYS)}")
-    if output_format is OutputFormat.json and not once:
-        raise fail("--format json prints one frame: add --once")
+    if output_format.structured and not once:
+        raise fail(f"--format {output_format.value} prints one frame: add --once")
     try:
         client = connect_cluster(address)
         state = top_view.TopState(sort=sort, node=node, job=job)
         if once:
             shown = snapshot(client, sort=sort, node=node, job=job)
-            if output_format is OutputFormat.json:
-                print_json(dataclasses.asdict(shown))
+            if output_format.structured:
+                print_data(dataclasses.asdict(shown), output_format)
             else:
                 stdout_console().print(top_view.render(shown, title=_title(client)))
             return

@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import json
 import sys
-from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import typer
 
 from tracedray import config
+from tracedray.cli.output import OutputFormat, format_option
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -32,11 +32,6 @@ if TYPE_CHECKING:
     from tracedray.cli.tracestore.sources import SessionFileSource, SpanBatch, TraceSource
     from tracedray.cli.tracestore.timeline_filter import SpanFilter
     from tracedray.core.session import SessionPaths
-
-
-class StoryFormat(str, Enum):
-    text = "text"
-    json = "json"
 
 
 ADDRESS_HELP = "GCS address (host:port) of the cluster; default: the newest session."
@@ -97,8 +92,7 @@ def trace(
         None, "--jaeger", envvar=config.JAEGER_URL.name,
         help="Jaeger base URL (e.g. http://localhost:16686): read spans from its /api/v3 and "
              "print a link to the trace."),
-    output_format: StoryFormat = typer.Option(StoryFormat.text, "--format",
-                                              help="text for people, json for scripts."),
+    output_format: OutputFormat = format_option(),
     clock_correction: bool = typer.Option(True, "--clock-correction/--no-clock-correction",
                                           help=CLOCK_HELP),
 ) -> None:
@@ -106,15 +100,16 @@ def trace(
     from tracedray.cli.progress import working
 
     with working("reading the task's spans and lines",
-                 json_output=output_format is StoryFormat.json) as spin:
+                 json_output=output_format.structured) as spin:
         _trace(task_id, address, jaeger, output_format, clock_correction, spin)
 
 
-def _trace(task_id: str, address: str | None, jaeger: str | None, output_format: StoryFormat,
+def _trace(task_id: str, address: str | None, jaeger: str | None, output_format: OutputFormat,
            clock_correction: bool, spin: Progress) -> None:
     from rich.console import Console
     from rich.markup import escape
 
+    from tracedray.cli.output import print_data
     from tracedray.cli.tracestore.clock import applied_offsets, offsets_note
     from tracedray.cli.tracestore.render import print_story, story_json
     from tracedray.cli.tracestore.sources import (
@@ -183,8 +178,12 @@ def _trace(task_id: str, address: str | None, jaeger: str | None, output_format:
     applied = applied_offsets([*(s for s in seen if str(s.get(TASK_ID, "")).lower() == wanted),
                                *task_logs])
     spin.stop()
-    if output_format is StoryFormat.json:
-        typer.echo(story_json(result, applied))
+    if output_format.structured:
+        text = story_json(result, applied)
+        if output_format is OutputFormat.json:
+            typer.echo(text)
+        else:
+            print_data(json.loads(text), output_format)
         if isinstance(result, UnknownTask):
             raise typer.Exit(code=1)
         return
