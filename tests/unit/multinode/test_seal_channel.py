@@ -86,3 +86,71 @@ def test_a_closed_server_fails_the_channel_so_the_caller_falls_back() -> None:
     else:
         raise AssertionError("a seal through a closed channel succeeded")
     channel.close()
+
+
+def test_a_sent_seal_is_applied_before_a_settled_lookup() -> None:
+    """send() returns at once; settle() returns only once that seal was applied."""
+    release = threading.Event()
+    applied: list[bytes] = []
+
+    def seal(request: raylet_pb2.SealObjectRequest) -> raylet_pb2.SealObjectReply:
+        release.wait(10)
+        applied.append(request.object_id)
+        return raylet_pb2.SealObjectReply(ok=True)
+
+    name = _name()
+    server = sc.SealChannelServer(name, seal)
+    channel = sc.SealChannel(name)
+    try:
+        release.set()  # the first seal on a connection waits for its reply
+        assert channel.send(raylet_pb2.SealObjectRequest(object_id=b"0")) is not None
+        release.clear()
+        assert channel.send(raylet_pb2.SealObjectRequest(object_id=b"a")) is None
+        settled: list[bool] = []
+        waiter = threading.Thread(target=lambda: settled.append(server.settle()))
+        waiter.start()
+        waiter.join(0.3)
+        assert waiter.is_alive() and applied == [b"0"]  # the lookup waits for the seal
+        release.set()
+        waiter.join(10)
+        assert settled == [True] and applied == [b"0", b"a"]
+        # A reply-wanting seal after it still gets its own reply, not a stray one.
+        assert channel.seal(raylet_pb2.SealObjectRequest(object_id=b"b")).ok
+        stats = server.statistics()
+        assert (stats.seals_total, stats.unanswered_total, stats.settles_total) == (3, 1, 1)
+        assert server.settle() and server.statistics().settles_total == 1  # nothing pending
+    finally:
+        release.set()
+        channel.close()
+        server.close()
+
+
+def test_settle_gives_up_after_its_timeout() -> None:
+    release = threading.Event()
+
+    def seal(request: raylet_pb2.SealObjectRequest) -> raylet_pb2.SealObjectReply:
+        release.wait(10)
+        return raylet_pb2.SealObjectReply(ok=True)
+
+    name = _name()
+    server = sc.SealChannelServer(name, seal, settle_timeout_s=0.2)
+    channel = sc.SealChannel(name)
+    try:
+        release.set()
+        channel.seal(raylet_pb2.SealObjectRequest(object_id=b"0"))
+        release.clear()
+        channel.send(raylet_pb2.SealObjectRequest(object_id=b"a"))
+        assert server.settle() is False
+        assert server.statistics().settle_timeouts_total == 1
+    finally:
+        release.set()
+        channel.close()
+        server.close()
+
+
+def test_seal_mode_waits_only_when_the_store_might_refuse() -> None:
+    from tracedray.core.worker.object_io import SealMode, seal_mode
+
+    assert seal_mode(10, room=100, capacity=100) is SealMode.SEND
+    assert seal_mode(10, room=30, capacity=100) is SealMode.WAIT  # under a quarter left
+    assert seal_mode(10, room=0, capacity=0) is SealMode.WAIT  # nothing known yet

@@ -13,8 +13,9 @@ import pytest
 from objstore_values import KB, array, load
 
 from tracedray.core.object_store.client import hold_for_reading, map_object, write_object
-from tracedray.core.object_store.layout import pack_into, packed_size
+from tracedray.core.object_store.layout import pack_into, packed_size, unpack
 from tracedray.core.object_store.pool import (
+    FILES_PER_CLASS,
     MIN_POOLED_BYTES,
     PoolDecision,
     decide,
@@ -25,16 +26,18 @@ from tracedray.exceptions import ObjectLostError
 
 
 def pooled_files(store: ObjectStore) -> list[str]:
-    folder = store.object_path("00").parent
-    return sorted(p.name for p in folder.iterdir() if "-pool-" in p.name)
+    """The files in the store's pool folders, as ``<folder>/<file>``."""
+    shm = store.object_path("00").parent
+    return sorted(f"{d.name}/{p.name}" for d in shm.iterdir() if "-pool-" in d.name
+                  for p in d.iterdir())
 
 
 def test_decisions() -> None:
     big = MIN_POOLED_BYTES
-    assert decide(big, 0, 10 * big, 1) is PoolDecision.KEEP
-    assert decide(big - 1, 0, 10 * big, 1) is PoolDecision.TOO_SMALL
-    assert decide(big, 9 * big + 1, 10 * big, 1) is PoolDecision.POOL_FULL
-    assert decide(big, 0, 10 * big, 0) is PoolDecision.CLASS_FULL
+    assert decide(big, 0, 10 * big, 0) is PoolDecision.KEEP
+    assert decide(big - 1, 0, 10 * big, 0) is PoolDecision.TOO_SMALL
+    assert decide(big, 9 * big + 1, 10 * big, 0) is PoolDecision.POOL_FULL
+    assert decide(big, 0, 10 * big, FILES_PER_CLASS) is PoolDecision.CLASS_FULL
     assert [size_class(n) for n in (1, 2, 3, 4, 5, 1 << 20, (1 << 20) + 1)] == \
         [0, 1, 2, 2, 3, 20, 21]
 
@@ -184,3 +187,74 @@ def test_shutdown_removes_the_pool(make_store, put) -> None:
     assert pooled_files(store)
     store.shutdown()
     assert pooled_files(store) == []
+    assert [p.name for p in store.object_path("00").parent.iterdir()] == []  # folders too
+
+
+def test_remove_orphans_removes_pool_folders(make_store, put) -> None:
+    from tracedray.core.object_store.files import remove_orphans
+
+    store = make_store(4 << 20)
+    put(store, "a1", array(1))
+    put(store, "a2", array(2))
+    store.free(["a1"])
+    shm = store.object_path("00").parent
+    assert remove_orphans(shm, "td-node1") == 2  # after a crash: one object, one pool file
+    assert list(shm.iterdir()) == []
+
+
+def test_a_free_before_its_seal_frees_the_object_when_the_seal_comes(make_store) -> None:
+    store = make_store(4 << 20)
+    path = store.object_path("a1")
+    size = write_object(path, b"x", [array(1)])
+    store.free(["a1"])  # the owner let go before the (unanswered) seal was applied
+    store.seal("a1", size, owner="d")
+    stats = store.statistics()
+    assert (stats.num_objects, stats.used, stats.freed_count) == (0, 0, 1)
+    assert not path.exists() and stats.pool.files == 1  # its file went to the pool
+    assert store.locate("a1") is None
+
+
+def test_a_lookup_waits_for_a_seal_sent_without_waiting(tmp_path: Path) -> None:
+    """A real seal channel into a real store: the writer sends and goes on; the store's
+    lookups of the object find it, however late the seal thread is."""
+    import threading
+    import uuid
+
+    from tracedray.core.raylet import seal_channel as sc
+    from tracedray.v1 import raylet_pb2
+
+    release = threading.Event()
+    shm = tmp_path / "shm"
+    shm.mkdir()
+    server: list[sc.SealChannelServer] = []
+    store = ObjectStore(node_id="n", capacity_bytes=4 << 20, name_prefix="td-n", shm_dir=shm,
+                        spill_dir=tmp_path / "spill", settle=lambda: server[0].settle())
+
+    def seal(request: raylet_pb2.SealObjectRequest) -> raylet_pb2.SealObjectReply:
+        release.wait(10)
+        store.seal(request.object_id.hex(), request.size, owner=request.owner)
+        return raylet_pb2.SealObjectReply(ok=True)
+
+    name = sc.socket_name(f"/dev/shm/test-{uuid.uuid4().hex}-")
+    server.append(sc.SealChannelServer(name, seal))
+    channel = sc.SealChannel(name)
+    try:
+        release.set()
+        size = write_object(store.object_path("a0"), b"x", [array(6)])
+        request = raylet_pb2.SealObjectRequest(object_id=bytes.fromhex("a0"), size=size, owner="d")
+        assert channel.send(request) is not None  # the connection's first seal waits
+        release.clear()
+        size = write_object(store.object_path("a1"), b"x", [array(7)])
+        assert channel.send(raylet_pb2.SealObjectRequest(
+            object_id=bytes.fromhex("a1"), size=size, owner="d")) is None
+        threading.Timer(0.3, release.set).start()
+        location = store.locate("a1")
+        assert location is not None and location.size == size
+        _, [buffer] = unpack(map_object(location.path))
+        assert bytes(buffer) == array(7).tobytes()
+        assert server[0].statistics().settles_total == 1
+    finally:
+        release.set()
+        channel.close()
+        server[0].close()
+        store.shutdown()

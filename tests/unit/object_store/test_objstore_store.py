@@ -299,10 +299,10 @@ def test_concurrent_puts_reads_and_frees_keep_the_books_straight(make_store, put
     assert stats.num_objects == len(objects) == 8 * 10
     assert stats.used == sum(o.size for o in objects if not o.spilled)
     assert stats.used + stats.pool.bytes <= stats.capacity
-    in_shm = {p.name for p in (tmp_path / "node1-shm").iterdir()}
-    pooled = {name for name in in_shm if name.startswith("td-node1-pool-")}
+    in_shm = {p.name for p in (tmp_path / "node1-shm").iterdir() if p.is_file()}
+    pooled = [f for d in (tmp_path / "node1-shm").glob("td-node1-pool-*") for f in d.iterdir()]
     assert len(pooled) == stats.pool.files
-    assert in_shm - pooled == {f"td-node1-{o.object_id}" for o in objects if not o.spilled}
+    assert in_shm == {f"td-node1-{o.object_id}" for o in objects if not o.spilled}
     spilled = set(files_in(tmp_path / "node1-spill"))
     assert spilled == {o.object_id for o in objects if o.spilled}
 

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from tracedray.core.object_store.files import temp_path, unlink_quietly
 from tracedray.core.object_store.layout import BufferLike, segments
-from tracedray.core.object_store.pool import SLOTS_PER_CLASS, size_class, slot_path
+from tracedray.core.object_store.pool import class_folder, size_class
 from tracedray.exceptions import ObjectLostError, ObjectStoreFullError, RaySystemError
 
 _FILE_MODE = 0o600  # objects are private to the user who runs the cluster
@@ -79,12 +79,15 @@ def write_object(path: Path, inband: BufferLike, buffers: Sequence[BufferLike]) 
 def _claim_pooled(path: Path, size: int) -> int | None:
     """A writable descriptor of a pool file of ``size``'s class, now named ``path`` and
     locked exclusively; ``None`` when the pool has none to give."""
-    prefix = path.name.rsplit("-", 1)[0]
-    klass = size_class(size)
+    folder = class_folder(path.parent, path.name.rsplit("-", 1)[0], size_class(size))
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return None
     private = temp_path(path, "claim")
-    for slot in range(SLOTS_PER_CLASS):
-        try:  # atomic: of two writers, one gets the slot, the other ENOENT
-            os.rename(slot_path(path.parent, prefix, klass, slot), private)
+    for name in names:
+        try:  # atomic: of two writers, one gets the file, the other ENOENT
+            os.rename(folder / name, private)
         except FileNotFoundError:
             continue
         except OSError:

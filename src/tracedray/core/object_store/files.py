@@ -81,16 +81,35 @@ def remove_orphans(shm_dir: Path, name_prefix: str) -> int:
     For ``tracedray stop`` after a crash: a killed raylet cannot clean up its
     shared memory.  A prefix also matches longer prefixes that extend it with
     ``-`` (``tracedray`` matches ``tracedray-<session>-...``), which is how the
-    CLI removes the files of every stopped session at once.
+    CLI removes the files of every stopped session at once. Pool folders go too.
     """
     validate_name_prefix(name_prefix)
+    removed = remove_pool_folders(shm_dir, name_prefix)
+    try:
+        entries = list(os.scandir(shm_dir))
+    except FileNotFoundError:
+        return removed
+    for entry in entries:
+        if entry.name.startswith(f"{name_prefix}-") and entry.is_file(follow_symlinks=False) \
+                and unlink_quietly(Path(entry.path)):
+            removed += 1
+    return removed
+
+
+def remove_pool_folders(shm_dir: Path, name_prefix: str) -> int:
+    """Remove the pool folders (``<name_prefix>-*-pool-<class>/``, pool.py) of the stores
+    the prefix matches; returns how many files they held."""
     removed = 0
     try:
         entries = list(os.scandir(shm_dir))
     except FileNotFoundError:
         return 0
     for entry in entries:
-        if entry.name.startswith(f"{name_prefix}-") and entry.is_file(follow_symlinks=False) \
-                and unlink_quietly(Path(entry.path)):
-            removed += 1
+        if entry.name.startswith(f"{name_prefix}-") and "-pool-" in entry.name \
+                and entry.is_dir(follow_symlinks=False):
+            try:
+                removed += len(os.listdir(entry.path))
+            except OSError:
+                continue
+            shutil.rmtree(entry.path, ignore_errors=True)
     return removed

@@ -2,11 +2,11 @@
 
 A put that creates a fresh /dev/shm file pays for every 4 KiB page twice: the kernel
 allocates and zeroes it, then the writer copies over it. A freed object's file is
-instead renamed to a *pool slot*, ``<shm_dir>/<prefix>-pool-<class>-<slot>``, where
-``class`` is the size class of the file (:func:`size_class`: sizes within a factor of
-two share one) and ``slot`` one of :data:`SLOTS_PER_CLASS`. A writer of an object of
-that class claims a slot by renaming it (:func:`.client.write_object`), overwrites every
-byte of it and truncates it to its object's size; its pages are already there.
+instead renamed into the pool folder of its size class, ``<shm_dir>/<prefix>-pool-<class>/``
+(:func:`size_class`: sizes within a factor of two share one; at most
+:data:`FILES_PER_CLASS` files each). A writer of an object of that class lists that
+folder and claims a file by renaming it out (:func:`.client.write_object`), overwrites
+every byte of it and truncates it to its object's size; its pages are already there.
 
 Safety across processes rests on ``flock``. Every reader of an object file holds a
 shared lock for as long as it maps the file (:func:`.client.map_object`, the data path's
@@ -19,8 +19,8 @@ file that became a pool slot meanwhile.
 
 The pool is bounded to a quarter of the store's capacity and counted against it: the
 store trims the pool before it would evict or spill anything (:meth:`FilePool.trim`).
-The store learns that a writer took a slot when the writer seals the file: the file's
-inode is the slot's (:meth:`FilePool.claimed`). All methods run under the store's lock.
+The store learns that a writer took a file when the writer seals it: the sealed file's
+inode is the pool file's (:meth:`FilePool.claimed`). All methods run under the store's lock.
 """
 
 from __future__ import annotations
@@ -28,13 +28,14 @@ from __future__ import annotations
 import contextlib
 import enum
 import fcntl
+import itertools
 import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from tracedray.core.object_store.files import unlink_quietly
+from tracedray.core.object_store.files import remove_pool_folders, unlink_quietly
 
-SLOTS_PER_CLASS = 8
+FILES_PER_CLASS = 64
 # Files below this size are not worth keeping: their pages cost little to allocate.
 MIN_POOLED_BYTES = 64 << 10
 
@@ -44,32 +45,33 @@ def size_class(size: int) -> int:
     return max(0, (size - 1).bit_length())
 
 
-def slot_path(shm_dir: Path, name_prefix: str, klass: int, slot: int) -> Path:
-    return shm_dir / f"{name_prefix}-pool-{klass}-{slot}"
+def class_folder(shm_dir: Path, name_prefix: str, klass: int) -> Path:
+    """The pool folder of size class ``klass``; its files' names mean nothing."""
+    return shm_dir / f"{name_prefix}-pool-{klass}"
 
 
 class PoolDecision(enum.Enum):
     KEEP = "keep"
     TOO_SMALL = "too small"
     POOL_FULL = "pool full"  # would exceed the pool's share of the capacity
-    CLASS_FULL = "class full"  # every slot of its class holds a file
+    CLASS_FULL = "class full"  # its class's folder holds FILES_PER_CLASS files
 
 
-def decide(size: int, pooled_bytes: int, limit_bytes: int, free_slots: int) -> PoolDecision:
+def decide(size: int, pooled_bytes: int, limit_bytes: int, class_files: int) -> PoolDecision:
     """Whether a freed file of ``size`` bytes enters the pool (pure)."""
     if size < MIN_POOLED_BYTES:
         return PoolDecision.TOO_SMALL
     if pooled_bytes + size > limit_bytes:
         return PoolDecision.POOL_FULL
-    if free_slots == 0:
+    if class_files >= FILES_PER_CLASS:
         return PoolDecision.CLASS_FULL
     return PoolDecision.KEEP
 
 
 @dataclass(frozen=True)
-class _Slot:
+class _Pooled:
+    path: Path
     klass: int
-    slot: int
     inode: int
     size: int
 
@@ -92,8 +94,9 @@ class FilePool:
         self._shm_dir = shm_dir
         self._prefix = name_prefix
         self._limit = max(0, limit_bytes)
-        self._by_inode: dict[int, _Slot] = {}
-        self._taken: set[tuple[int, int]] = set()  # (class, slot) believed to hold a file
+        self._by_inode: dict[int, _Pooled] = {}
+        self._per_class: dict[int, int] = {}  # class -> files believed in its folder
+        self._names = itertools.count()
         self._bytes = 0
         self._kept = self._reused = self._trimmed = self._in_use = 0
 
@@ -105,11 +108,11 @@ class FilePool:
         """Move the freed object file ``path`` into a slot; ``False`` when it stays where
         it is (the caller deletes it)."""
         klass = size_class(size)
-        free = [s for s in range(SLOTS_PER_CLASS) if (klass, s) not in self._taken]
-        if not free and size >= MIN_POOLED_BYTES:
+        decision = decide(size, self._bytes, self._limit, self._per_class.get(klass, 0))
+        if decision is PoolDecision.CLASS_FULL:
             self._forget_missing(klass)
-            free = [s for s in range(SLOTS_PER_CLASS) if (klass, s) not in self._taken]
-        if decide(size, self._bytes, self._limit, len(free)) is not PoolDecision.KEEP:
+            decision = decide(size, self._bytes, self._limit, self._per_class.get(klass, 0))
+        if decision is not PoolDecision.KEEP:
             return False
         try:
             fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
@@ -122,27 +125,30 @@ class FilePool:
                 self._in_use += 1  # a reader maps it: its bytes must stay as they are
                 return False
             inode = os.fstat(fd).st_ino
-            target = slot_path(self._shm_dir, self._prefix, klass, free[0])
+            folder = class_folder(self._shm_dir, self._prefix, klass)
+            target = folder / str(next(self._names))
             try:
-                os.rename(path, target)
+                try:
+                    os.rename(path, target)
+                except FileNotFoundError:
+                    folder.mkdir(mode=0o700, exist_ok=True)
+                    os.rename(path, target)
             except OSError:
                 return False
         finally:
             os.close(fd)  # releases the lock
-        entry = _Slot(klass, free[0], inode, size)
-        self._by_inode[inode] = entry
-        self._taken.add((klass, free[0]))
+        self._by_inode[inode] = _Pooled(target, klass, inode, size)
+        self._per_class[klass] = self._per_class.get(klass, 0) + 1
         self._bytes += size
         self._kept += 1
         return True
 
     def claimed(self, inode: int) -> bool:
         """A writer sealed a file with this inode: if it was a pool slot's, forget it."""
-        entry = self._by_inode.pop(inode, None)
+        entry = self._by_inode.get(inode)
         if entry is None:
             return False
-        self._taken.discard((entry.klass, entry.slot))
-        self._bytes -= entry.size
+        self._drop(entry)
         self._reused += 1
         return True
 
@@ -154,15 +160,16 @@ class FilePool:
             if self._bytes <= max(0, keep_bytes):
                 break
             self._drop(entry)
-            unlink_quietly(slot_path(self._shm_dir, self._prefix, entry.klass, entry.slot))
+            unlink_quietly(entry.path)
             released += entry.size
             self._trimmed += 1
         return released
 
     def clear(self) -> None:
+        """Delete every pool file and folder (the store shuts down)."""
         for entry in list(self._by_inode.values()):
             self._drop(entry)
-            unlink_quietly(slot_path(self._shm_dir, self._prefix, entry.klass, entry.slot))
+        remove_pool_folders(self._shm_dir, self._prefix)
 
     def statistics(self) -> PoolStatistics:
         return PoolStatistics(files=len(self._by_inode), bytes=self._bytes,
@@ -170,17 +177,16 @@ class FilePool:
                               reused_total=self._reused, trimmed_total=self._trimmed,
                               in_use_total=self._in_use)
 
-    def _drop(self, entry: _Slot) -> None:
+    def _drop(self, entry: _Pooled) -> None:
         del self._by_inode[entry.inode]
-        self._taken.discard((entry.klass, entry.slot))
+        self._per_class[entry.klass] -= 1
         self._bytes -= entry.size
 
     def _forget_missing(self, klass: int) -> None:
-        """Forget the slots of ``klass`` whose file is gone (a writer took it and has not
-        sealed it, or died before it could)."""
+        """Forget the files of ``klass`` that are gone (a writer took one and has not
+        sealed it yet, or died before it could)."""
         for entry in [e for e in self._by_inode.values() if e.klass == klass]:
             with contextlib.suppress(OSError):
-                path = slot_path(self._shm_dir, self._prefix, klass, entry.slot)
-                if os.stat(path).st_ino == entry.inode:
+                if os.stat(entry.path).st_ino == entry.inode:
                     continue
             self._drop(entry)

@@ -7,6 +7,12 @@ bookkeeping.  Spill and restore copies run under that lock, so a spill of a
 large object delays other store calls on the node by the copy time (sendfile,
 about 2 GB/s); in exchange no reader can ever see a half-moved object.
 
+A writer may seal without waiting for the answer (raylet/seal_channel.py), so a seal
+can arrive after a lookup or a free of its object. The store is given ``settle``: a
+lookup of an object it does not hold first waits for the seals already sent. A free of
+an object it does not hold is remembered (a bounded number of them), and a seal that
+arrives for it later frees it at once.
+
 Readers that need an object to stay in shared memory while they map it pin it
 first: ``pin(id); loc = ensure_local(id); map...; unpin(id)``.  An object that
 is spilled after a reader mapped it stays valid for that reader: Linux keeps an
@@ -19,6 +25,7 @@ import errno
 import os
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -48,6 +55,8 @@ remove_orphans = files.remove_orphans
 # its owner let go of its last reference. The raylet's other reasons are its owner's
 # exit or death (raylet/owner_death.py).
 FREE_RELEASED = "released"
+# How many frees of objects not (yet) held, and refused seals, are remembered.
+_REMEMBERED = 4096
 
 _log = get_logger(__name__)
 
@@ -101,9 +110,11 @@ class ObjectStoreStatistics:
 class ObjectStore:
     def __init__(self, *, node_id: str, capacity_bytes: int, name_prefix: str, spill_dir: Path,
                  spilling_enabled: bool = True, shm_dir: Path = Path("/dev/shm"),
-                 on_evict: Callable[[Sequence[str]], None] | None = None) -> None:
+                 on_evict: Callable[[Sequence[str]], None] | None = None,
+                 settle: Callable[[], object] | None = None) -> None:
         """``on_evict`` is told (outside the store's lock) which secondary copies were
-        dropped to make room, so the raylet can update the cluster's location table."""
+        dropped to make room, so the raylet can update the cluster's location table.
+        ``settle`` waits for the seals sent to this node before the call (see above)."""
         if capacity_bytes <= 0:
             raise ConfigError(f"object_store_memory must be positive, got {capacity_bytes}")
         self._node_id = node_id
@@ -113,6 +124,7 @@ class ObjectStore:
         self._spilling_enabled = spilling_enabled
         self._shm_dir = shm_dir
         self._on_evict = on_evict
+        self._settle = settle
         self._lock = threading.Lock()
         self._closed = False
         self._used = 0
@@ -127,6 +139,10 @@ class ObjectStore:
         self._rejected_count = 0
         # Owner (worker id) -> the ids of the objects it owns here: what goes with it.
         self._by_owner: dict[str, set[str]] = {}
+        # Frees that came before their object's seal (id -> reason), and why seals
+        # were refused (id -> message), oldest first.
+        self._freed_early: OrderedDict[str, str] = OrderedDict()
+        self._refused: OrderedDict[str, str] = OrderedDict()
         # Freed files kept for new puts (pool.py): up to a quarter of the capacity.
         self._pool = FilePool(shm_dir, self._prefix, capacity_bytes // 4)
         self._warn_if_shm_smaller_than_capacity()
@@ -166,7 +182,19 @@ class ObjectStore:
                 return
             inode = self._check_file_size(path, size)
             self._pool.claimed(inode)  # the writer reused a pool file
-            evicted = self._admit(object_id, size, path)
+            early = self._freed_early.pop(object_id, None)
+            if early is not None:  # its owner let go before the seal came
+                if not self._pool.keep(path, size):
+                    files.unlink_quietly(path)
+                self._count_free(size, early)
+                _log.debug("object freed before its seal", object_id=object_id, size=size,
+                           node_id=self._node_id, reason=early)
+                return
+            try:
+                evicted = self._admit(object_id, size, path)
+            except ObjectStoreFullError as exc:
+                _remember(self._refused, object_id, str(exc))
+                raise
             self._add(object_id, size, owner=owner, call_site=call_site, primary=primary,
                       owner_address=owner_address)
             entered = (self._used, time.time_ns())
@@ -247,6 +275,7 @@ class ObjectStore:
         its size, for the data path to ``sendfile`` from. Opened under the lock, so a
         concurrent spill or free cannot pull the file away: an open descriptor keeps an
         unlinked file's bytes. The caller closes it."""
+        self._wait_if_unknown(object_id)
         with self._lock:
             obj = self._require(object_id)
             self._touch(object_id)
@@ -295,11 +324,13 @@ class ObjectStore:
     # --------------------------------------------------------------- reading
 
     def contains(self, object_id: str) -> bool:
+        self._wait_if_unknown(object_id)
         with self._lock:
             return object_id in self._objects
 
     def locate(self, object_id: str) -> ObjectLocation | None:
         """Where the object is now, or ``None`` when this node does not hold it."""
+        self._wait_if_unknown(object_id)
         with self._lock:
             obj = self._objects.get(object_id)
             if obj is None:
@@ -310,6 +341,7 @@ class ObjectStore:
     def ensure_local(self, object_id: str) -> ObjectLocation:
         """Bring a spilled object back into shared memory when it fits (spilling others if
         needed); otherwise return its spill location, which readers can still read."""
+        self._wait_if_unknown(object_id)
         with self._lock:
             self._check_open()
             obj = self._require(object_id)
@@ -339,6 +371,7 @@ class ObjectStore:
         """
         if chunk_size <= 0:
             raise ValueError(f"chunk_size must be positive, got {chunk_size}")
+        self._wait_if_unknown(object_id)
         with self._lock:
             obj = self._require(object_id)
             self._touch(object_id)
@@ -374,6 +407,7 @@ class ObjectStore:
     def pin(self, object_id: str) -> None:
         """Mark the object in use (by a running task or a reader): it is never spilled or
         evicted until every pin is released.  Pins nest."""
+        self._wait_if_unknown(object_id)
         with self._lock:
             obj = self._require(object_id)
             count = self._pins.get(object_id, 0) + 1
@@ -407,7 +441,8 @@ class ObjectStore:
         with self._lock:
             for object_id in object_ids:
                 obj = self._objects.get(object_id)
-                if obj is None:
+                if obj is None:  # unknown, or its seal is still on its way
+                    _remember(self._freed_early, object_id, reason)
                     continue
                 self._drop(object_id)
                 self._pins.pop(object_id, None)
@@ -420,9 +455,7 @@ class ObjectStore:
                     elif not self._pool.keep(self.object_path(object_id), obj.size):
                         files.unlink_quietly(self.object_path(object_id))
                     self._used = used_after
-                    self._freed_count += 1
-                    self._freed_bytes += obj.size
-                    self._freed_by_reason[reason] = self._freed_by_reason.get(reason, 0) + 1
+                    self._count_free(obj.size, reason)
                 freed += obj.size
                 _log.debug("object freed", object_id=object_id, size=obj.size,
                            spilled=obj.spilled, node_id=self._node_id, store_used=self._used,
@@ -466,6 +499,7 @@ class ObjectStore:
 
     def describe(self, object_id: str) -> StoredObjectInfo | None:
         """The object's row, or ``None`` when this node does not hold it."""
+        self._wait_if_unknown(object_id)
         with self._lock:
             obj = self._objects.get(object_id)
             return None if obj is None else self._info(obj)
@@ -477,7 +511,10 @@ class ObjectStore:
                     for owner, ids in self._by_owner.items()}
 
     def owned_by(self, owners: Iterable[str]) -> dict[str, list[str]]:
-        """The ids of the objects held here that each of ``owners`` owns (those with any)."""
+        """The ids of the objects held here that each of ``owners`` owns (those with any),
+        seals already sent included."""
+        if self._settle is not None:
+            self._settle()
         with self._lock:
             return {owner: sorted(self._by_owner[owner]) for owner in owners
                     if owner in self._by_owner}
@@ -644,6 +681,25 @@ class ObjectStore:
                                  f"the writer reported {size}")
         return stat.st_ino
 
+    def refusal(self, object_id: str) -> str | None:
+        """Why the seal of ``object_id`` was refused, if it was (recently)."""
+        with self._lock:
+            return self._refused.get(object_id)
+
+    def _wait_if_unknown(self, object_id: str) -> None:
+        """Before a lookup of an object not held here: wait for the seals already sent."""
+        if self._settle is None:
+            return
+        with self._lock:
+            if object_id in self._objects:
+                return
+        self._settle()
+
+    def _count_free(self, size: int, reason: str) -> None:
+        self._freed_count += 1
+        self._freed_bytes += size
+        self._freed_by_reason[reason] = self._freed_by_reason.get(reason, 0) + 1
+
     def _trim_pool(self, size: int) -> None:
         """Delete pool files the admission of ``size`` more bytes needs the room of:
         the pool goes before any object is evicted or spilled."""
@@ -706,3 +762,10 @@ class ObjectStore:
             _log.warning("shared memory is smaller than the object store capacity",
                          shm_dir=str(self._shm_dir), available=available,
                          capacity=self._capacity, node_id=self._node_id)
+
+
+def _remember(memory: OrderedDict[str, str], key: str, value: str) -> None:
+    memory[key] = value
+    memory.move_to_end(key)
+    while len(memory) > _REMEMBERED:
+        memory.popitem(last=False)

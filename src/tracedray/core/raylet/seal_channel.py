@@ -10,15 +10,24 @@ prefix, which its workers know) and answers the same ``SealObjectRequest`` there
 Only processes of the raylet's own user are served (``SO_PEERCRED``), as only
 they can write its object files. A worker that cannot reach the socket seals
 over gRPC (sealing twice is harmless: the store keeps the first).
+
+A writer that knows the store has room does not wait at all (:meth:`SealChannel.send`):
+the length's top bit marks a request that wants no reply. Its seal is then on its
+way while the writer goes on, so the raylet makes every lookup of an object it does
+not hold wait for the seals already sent (:meth:`SealChannelServer.settle`): a seal
+is always sent before anything that names the object can reach the raylet.
 """
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import os
 import socket
 import struct
+import termios
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -33,6 +42,8 @@ Seal = Callable[[raylet_pb2.SealObjectRequest], raylet_pb2.SealObjectReply]
 _LENGTH = struct.Struct("!I")
 _CREDENTIALS = struct.Struct("3i")  # struct ucred: pid, uid, gid
 _MAX_FRAME = 1 << 20
+_NO_REPLY = 1 << 31  # in the length prefix: the sender does not wait for a reply
+_COUNT = struct.Struct("i")
 
 
 def socket_name(object_path_prefix: str) -> bytes:
@@ -53,18 +64,26 @@ class SealChannelStatistics:
     accepted_total: int
     refused_total: int  # connections from another user
     seals_total: int
+    unanswered_total: int  # seals whose sender did not wait for the reply
+    settles_total: int  # lookups that waited for the seals sent before them
+    settle_timeouts_total: int
 
 
 class SealChannelServer:
     """The raylet's end: answers each connection's seal requests in order."""
 
-    def __init__(self, name: bytes, seal: Seal) -> None:
+    def __init__(self, name: bytes, seal: Seal, *, settle_timeout_s: float = 10.0) -> None:
         self._seal = seal
+        self._settle_timeout_s = settle_timeout_s
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         listener.bind(name)
         listener.listen(128)
         self._lock = threading.Lock()
-        self._seals = 0
+        self._idle = threading.Condition(self._lock)
+        # Connection -> whether its thread is taking a request in; consuming bytes only
+        # while it says so is what lets settle() see every seal sent before it.
+        self._busy: dict[socket.socket, bool] = {}
+        self._seals = self._unanswered = self._settles = self._settle_timeouts = 0
         # Only its own user's processes: only they can write the raylet's object files.
         self._server = ConnectionServer(listener, self._serve, name="tracedray-seal-channel",
                                         admit=lambda sock: peer_uid(sock) == os.getuid())
@@ -74,26 +93,64 @@ class SealChannelServer:
 
     def statistics(self) -> SealChannelStatistics:
         with self._lock:
-            seals = self._seals
+            counts = (self._seals, self._unanswered, self._settles, self._settle_timeouts)
         return SealChannelStatistics(self._server.open_connections(), self._server.accepted,
-                                     self._server.refused, seals)
+                                     self._server.refused, *counts)
+
+    def settle(self) -> bool:
+        """Wait until every seal sent to this raylet before the call has been applied
+        (what a lookup of an unknown object does first); ``False`` when that took longer
+        than the timeout and the caller goes on without."""
+        deadline = time.monotonic() + self._settle_timeout_s
+        with self._lock:
+            counted = False
+            while any(busy or _unread(sock) for sock, busy in self._busy.items()):
+                if not counted:
+                    self._settles += 1
+                    counted = True
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    self._settle_timeouts += 1
+                    log.warning("seal channel settle timed out",
+                                timeout_s=self._settle_timeout_s)
+                    return False
+                self._idle.wait(min(left, 0.05))
+        return True
 
     def __repr__(self) -> str:
         s = self.statistics()
         return f"<SealChannelServer open={s.open_connections} seals={s.seals_total}>"
 
     def _serve(self, sock: socket.socket) -> None:
+        with self._lock:
+            self._busy[sock] = False
         try:
-            while (frame := _read_frame(sock)) is not None:
-                request = raylet_pb2.SealObjectRequest.FromString(frame)
-                reply = self._seal(request)
-                with self._lock:  # counted before the caller can see the reply
-                    self._seals += 1
-                _write_frame(sock, reply.SerializeToString())
+            while _wait_readable(sock):
+                with self._lock:
+                    self._busy[sock] = True
+                try:
+                    if (framed := _read_frame(sock)) is None:
+                        return
+                    frame, wants_reply = framed
+                    request = raylet_pb2.SealObjectRequest.FromString(frame)
+                    reply = self._seal(request)
+                    with self._lock:  # counted before the caller can see the reply
+                        self._seals += 1
+                        self._unanswered += not wants_reply
+                finally:
+                    with self._lock:
+                        self._busy[sock] = False
+                        self._idle.notify_all()
+                if wants_reply:
+                    _write_frame(sock, reply.SerializeToString())
         except (OSError, RaySystemError) as exc:
             log.debug("seal channel connection ended", error=str(exc))
         except Exception as exc:  # a malformed request: drop the connection, keep serving
             log.warning("seal channel request failed", error=repr(exc))
+        finally:
+            with self._lock:
+                self._busy.pop(sock, None)
+                self._idle.notify_all()
 
 
 class SealChannel:
@@ -103,55 +160,98 @@ class SealChannel:
         self._name = name
         self._lock = threading.Lock()
         self._sock: socket.socket | None = None
+        self._answered = False  # a seal was answered on this connection
 
     def seal(self, request: raylet_pb2.SealObjectRequest) -> raylet_pb2.SealObjectReply:
         """Raises ``OSError`` or :class:`RaySystemError` when the raylet cannot be reached
         here (the caller seals over gRPC instead)."""
-        frame = request.SerializeToString()
         with self._lock:
-            if self._sock is None:
-                sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
-                try:
-                    sock.connect(self._name)
-                except OSError:
-                    sock.close()
-                    raise
-                self._sock = sock
+            return self._seal_locked(request)
+
+    def _seal_locked(self, request: raylet_pb2.SealObjectRequest) -> raylet_pb2.SealObjectReply:
+        sock = self._connected_locked()
+        try:
+            _write_frame(sock, request.SerializeToString())
+            reply = _read_frame(sock)
+            if reply is None:
+                raise RaySystemError("the raylet closed the seal channel")
+        except BaseException:
+            self._close_locked()
+            raise
+        self._answered = True
+        return raylet_pb2.SealObjectReply.FromString(reply[0])
+
+    def send(self, request: raylet_pb2.SealObjectRequest) -> raylet_pb2.SealObjectReply | None:
+        """Send the seal without waiting for it to be applied (``None``): once this returns,
+        the raylet makes any lookup of the object wait for it. On a connection no seal was
+        answered on yet, waits (and returns the reply): only once the raylet serves the
+        connection can it see what waits there. Raises as :meth:`seal` does."""
+        with self._lock:
+            if not self._answered:
+                return self._seal_locked(request)
+            sock = self._connected_locked()
             try:
-                _write_frame(self._sock, frame)
-                reply = _read_frame(self._sock)
-                if reply is None:
-                    raise RaySystemError("the raylet closed the seal channel")
+                _write_frame(sock, request.SerializeToString(), wants_reply=False)
             except BaseException:
                 self._close_locked()
                 raise
-        return raylet_pb2.SealObjectReply.FromString(reply)
+        return None
+
+    def _connected_locked(self) -> socket.socket:
+        if self._sock is None:
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+            try:
+                sock.connect(self._name)
+            except OSError:
+                sock.close()
+                raise
+            self._sock = sock
+        return self._sock
 
     def close(self) -> None:
         with self._lock:
             self._close_locked()
 
     def _close_locked(self) -> None:
+        self._answered = False
         if self._sock is not None:
             self._sock.close()
             self._sock = None
 
 
-def _write_frame(sock: socket.socket, payload: bytes) -> None:
-    sock.sendall(_LENGTH.pack(len(payload)) + payload)
+def _write_frame(sock: socket.socket, payload: bytes, *, wants_reply: bool = True) -> None:
+    sock.sendall(_LENGTH.pack(len(payload) | (0 if wants_reply else _NO_REPLY)) + payload)
 
 
-def _read_frame(sock: socket.socket) -> bytes | None:
+def _read_frame(sock: socket.socket) -> tuple[bytes, bool] | None:
+    """(payload, whether the sender waits for a reply); None at a clean end."""
     header = _recv_exactly(sock, _LENGTH.size)
     if header is None:
         return None
-    (length,) = _LENGTH.unpack(header)
+    (word,) = _LENGTH.unpack(header)
+    length = word & ~_NO_REPLY
     if length > _MAX_FRAME:
         raise RaySystemError(f"a seal frame of {length} bytes is not a seal request")
     payload = _recv_exactly(sock, length)
     if payload is None:
         raise RaySystemError("the seal channel ended mid-frame")
-    return payload
+    return payload, not word & _NO_REPLY
+
+
+def _wait_readable(sock: socket.socket) -> bool:
+    """Block until ``sock`` has bytes (or its end) to read, without taking any."""
+    try:
+        return bool(sock.recv(1, socket.MSG_PEEK))
+    except OSError:
+        return False
+
+
+def _unread(sock: socket.socket) -> bool:
+    """Whether bytes wait in ``sock``'s receive queue (``FIONREAD``)."""
+    try:
+        return _COUNT.unpack(fcntl.ioctl(sock.fileno(), termios.FIONREAD, bytes(4)))[0] > 0
+    except OSError:
+        return False
 
 
 def _recv_exactly(sock: socket.socket, count: int) -> bytes | None:

@@ -126,7 +126,9 @@ class Raylet:
         prefix = f"tracedray-{session_dir.name[-24:]}-{node_id[:8]}"
         self.store = ObjectStore(node_id=node_id, capacity_bytes=object_store_memory,
                                  name_prefix=prefix, spill_dir=session_dir / "spill" / node_id[:12],
-                                 spilling_enabled=object_spilling)
+                                 spilling_enabled=object_spilling,
+                                 # A lookup waits for the seals already sent (seal_channel.py).
+                                 settle=lambda: self.seal_channel.settle())
         self.object_path_prefix = str(self.store.object_path("00"))[:-2]
         self._server = rpc.make_server(max_workers=256)
         raylet_pb2_grpc.add_RayletServiceServicer_to_server(_Servicer(self), self._server)
@@ -913,8 +915,10 @@ class Raylet:
                     found=False, error=f"the pull from node {source.node_id[:12]} "
                     f"({source.target}) failed: {exc}")
         if not self.store.contains(object_hex):
+            refused = self.store.refusal(object_hex)
             return raylet_pb2.LocateObjectReply(
-                found=False, error=f"not in the store of node {self.node_id[:12]}")
+                found=False, error=f"its seal was refused: {refused}" if refused
+                else f"not in the store of node {self.node_id[:12]}")
         location = self.store.ensure_local(object_hex)
         return raylet_pb2.LocateObjectReply(found=True, path=str(location.path),
                                             spilled=location.kind == "spilled", size=location.size)

@@ -3,10 +3,17 @@
 Small values (< TRACEDRAY_INLINE_THRESHOLD_BYTES) travel inline in messages; larger
 ones are written once into a shared-memory file and sealed by the local raylet.
 Reads map the file read-only, so numpy arrays come back zero-copy.
+
+A seal waits for the raylet's answer only when the store might refuse the object
+(:func:`seal_mode`): the writer knows how full the store was at its last answered
+seal and how much it sealed since without waiting. Otherwise the seal is sent and the
+put returns; the raylet applies it before any lookup of the object.
 """
 
 from __future__ import annotations
 
+import enum
+import threading
 from typing import TYPE_CHECKING, Any
 
 from tracedray import config, logs
@@ -21,6 +28,20 @@ if TYPE_CHECKING:
 log = logs.get_logger(__name__)
 
 
+class SealMode(enum.Enum):
+    WAIT = "wait"  # the store might refuse it: the put must raise ObjectStoreFullError
+    SEND = "send"  # room enough: send the seal, do not wait
+
+
+def seal_mode(size: int, room: int, capacity: int) -> SealMode:
+    """Whether a seal of ``size`` bytes may go without waiting: only while a quarter of
+    the store stays free after it, by the writer's own estimate ``room`` (room at the
+    last answered seal, less what it sealed since)."""
+    if capacity <= 0 or room - size < capacity // 4:
+        return SealMode.WAIT
+    return SealMode.SEND
+
+
 class ObjectIO:
     def __init__(self, worker: CoreWorker) -> None:
         self._worker = worker
@@ -28,6 +49,10 @@ class ObjectIO:
         # Seals go over the raylet's Unix socket (seal_channel.py) unless it cannot be
         # reached; then over gRPC from then on.
         self._seals: SealChannel | None = SealChannel(socket_name(worker.object_path_prefix))
+        # The store's free room and capacity as of the last answered seal, less the
+        # bytes sealed without waiting since (seal_mode).
+        self._room_lock = threading.Lock()
+        self._room = self._capacity = 0
 
     def to_value(self, object_id: bytes, serialized: Serialized, *, call_site: str,
                  is_error: bool = False, owner: common_pb2.Address | None = None
@@ -61,12 +86,36 @@ class ObjectIO:
         worker = self._worker
         path = worker.object_path(object_id)
         size = store_client.write_object(path, serialized.inband, serialized.buffers)
-        reply = self._seal(raylet_pb2.SealObjectRequest(
+        request = raylet_pb2.SealObjectRequest(
             object_id=object_id, size=size, owner=owner.worker_id, call_site=call_site,
-            owner_address=owner))
+            owner_address=owner)
+        reply = self._send_or_seal(request)
+        if reply is None:  # sent; the raylet applies it before any lookup of the object
+            return size
+        with self._room_lock:
+            self._room = reply.store_capacity - reply.store_used
+            self._capacity = reply.store_capacity
         if not reply.ok:
             raise ObjectStoreFullError(reply.error)
         return size
+
+    def _send_or_seal(self, request: raylet_pb2.SealObjectRequest
+                      ) -> raylet_pb2.SealObjectReply | None:
+        """The seal's reply, or ``None`` when it was sent without waiting (seal_mode)."""
+        channel = self._seals
+        if channel is None:
+            return self._seal(request)
+        with self._room_lock:
+            mode = seal_mode(request.size, self._room, self._capacity)
+            if mode is SealMode.SEND:
+                self._room -= request.size
+        if mode is SealMode.WAIT:
+            return self._seal(request)
+        try:
+            return channel.send(request)
+        except (OSError, RaySystemError) as exc:
+            self._channel_failed(channel, exc)
+            return self._seal(request)
 
     def _seal(self, request: raylet_pb2.SealObjectRequest) -> raylet_pb2.SealObjectReply:
         channel = self._seals
@@ -74,11 +123,13 @@ class ObjectIO:
             try:
                 return channel.seal(request)
             except (OSError, RaySystemError) as exc:
-                self._seals = None
-                channel.close()
-                log.warning("object.seal_channel_unavailable", error=str(exc),
-                            fallback="grpc")
+                self._channel_failed(channel, exc)
         return self._worker.raylet.seal_object(request)
+
+    def _channel_failed(self, channel: SealChannel, exc: BaseException) -> None:
+        self._seals = None
+        channel.close()
+        log.warning("object.seal_channel_unavailable", error=str(exc), fallback="grpc")
 
     def close(self) -> None:
         if self._seals is not None:
