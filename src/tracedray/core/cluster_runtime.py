@@ -25,7 +25,7 @@ from tracedray.core.actor import (
 from tracedray.core.call_site import user_call_site
 from tracedray.core.object_ref import ObjectRef
 from tracedray.core.serialization import serialize
-from tracedray.core.submission import build_task
+from tracedray.core.submission import TaskPlan, build_task, plan_task
 from tracedray.core.worker.memory_store import is_error
 from tracedray.core.worker.retry_policy import RetryExceptions
 from tracedray.exceptions import GetTimeoutError, OwnerDiedError
@@ -46,7 +46,9 @@ _PUT_SHAPES = telemetry.ShapeCache("object.put", (A.OBJECT_ID, A.OBJECT_SIZE),
 _GET_SHAPE = telemetry.SpanShape("object.get", (A.OBJECT_COUNT, A.OBJECT_ID, A.OBJECT_SIZE),
                                  packing="q" + ids.OBJECT_ID_PACKING + "q")
 
-DEFAULT_MAX_RETRIES = 3  # a normal task's, as in Ray
+
+
+MAX_PLANS = 1024  # forgotten beyond that, then made again
 
 
 class ClusterRuntime:
@@ -54,6 +56,8 @@ class ClusterRuntime:
 
     def __init__(self, worker: CoreWorker) -> None:
         self.worker = worker
+        # id(options) -> the submission plan of the remote function that holds them.
+        self._plans: dict[int, TaskPlan] = {}
 
     @property
     def node_id(self) -> str:
@@ -156,24 +160,26 @@ class ClusterRuntime:
     def submit_task(self, function: Callable[..., Any], name: str, args: Sequence[Any],
                     kwargs: Mapping[str, Any], options: Mapping[str, Any]) -> Any:
         worker = self.worker
-        num_returns = options.get("num_returns", 1)
-        function_id = worker.functions.export(function, f"function {name}")
-        retry = RetryExceptions.from_option(options.get("retry_exceptions"),
-                                            f"function {name}")
-        task, refs, span = build_task(
-            worker, kind=common_pb2.NORMAL, function_id=function_id,
-            function_name=name, args=args, kwargs=kwargs, num_returns=num_returns,
-            resources=opts.resource_request(options, 1.0),
-            max_retries=options.get("max_retries", DEFAULT_MAX_RETRIES),
-            retry_exceptions=retry)
+        plan = self._plans.get(id(options))
+        if plan is None or plan.options is not options:
+            plan = plan_task(worker, function, name, options)
+            if len(self._plans) >= MAX_PLANS:  # ever new options (.options() in a loop)
+                self._plans.clear()
+            self._plans[id(options)] = plan  # the plan holds options: the id stays theirs
+        built = build_task(
+            worker, kind=common_pb2.NORMAL, function_id=plan.function_id,
+            function_name=name, args=args, kwargs=kwargs, num_returns=plan.num_returns,
+            resources=plan.resources, max_retries=plan.max_retries,
+            retry_exceptions=plan.retry_exceptions, resource_shape=plan.resource_shape)
         try:
-            worker.submitter.submit(task)
+            worker.submit_later(built.task, built.line)
         finally:
-            span.end()
-        return _returned(refs, num_returns)
+            built.span.end()
+        return _returned(built.refs, plan.num_returns)
 
     def cancel(self, ref: ObjectRef, force: bool, recursive: bool) -> None:
         worker = self.worker
+        worker.inbox.drain()  # the task may still wait in the inbox
         task_id = ref.task_id().binary()
         if worker.submitter.cancel(task_id, force, recursive):
             return
@@ -212,10 +218,12 @@ class ClusterRuntime:
         actor_id = ids.new_actor_id()
         # Actors hold 0 CPU while alive by default (as in Ray), 1 to be scheduled.
         resources = opts.resource_request(options, 0.0)
-        task, refs, span = build_task(
+        task, refs, span, line = build_task(
             worker, kind=common_pb2.ACTOR_CREATION, function_id=function_id,
             function_name=f"{cls.__qualname__}.__init__", args=args, kwargs=kwargs,
             num_returns=1, resources=resources, actor_id=actor_id, actor_options=actor_options)
+        if line is not None:
+            line.write()
         try:
             _resolve_now(worker, task)
             info = worker.gcs.create_actor(task.spec, bool(options.get("get_if_exists")))
@@ -232,19 +240,20 @@ class ClusterRuntime:
                           max_task_retries: int | None, retry_exceptions: Any) -> Any:
         retries = handle._max_task_retries if max_task_retries is None else max_task_retries
         function_name = f"{handle._class_name}.{method}"
-        task, refs, span = build_task(
+        built = build_task(
             self.worker, kind=common_pb2.ACTOR_METHOD, function_id="",
             function_name=function_name, args=args, kwargs=kwargs,
             num_returns=num_returns, resources={}, actor_id=handle._actor_id,
             method_name=method, max_retries=retries,
             retry_exceptions=RetryExceptions.from_option(retry_exceptions, function_name))
         try:
-            self.worker.actor_submitter.submit(task, retries)
+            self.worker.submit_later(built.task, built.line, retries)
         finally:
-            span.end()
-        return _returned(refs, num_returns)
+            built.span.end()
+        return _returned(built.refs, num_returns)
 
     def kill(self, actor_id: bytes, no_restart: bool) -> None:
+        self.worker.inbox.drain()  # calls made before the kill go out before it
         self.worker.gcs.kill_actor(actor_id, no_restart)
         if no_restart:
             self.worker.actor_submitter.mark_dead(actor_id, "killed with tracedray.kill()")

@@ -3,17 +3,20 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from opentelemetry.trace import INVALID_SPAN
 
 from tracedray import logs, telemetry
 from tracedray.core import ids, trace_context
+from tracedray.core import options as opts
 from tracedray.core.call_site import user_call_site
 from tracedray.core.object_ref import ObjectRef
 from tracedray.core.serialization import serialize
 from tracedray.core.worker.pending_task import PendingTask
 from tracedray.core.worker.retry_policy import RetryExceptions
+from tracedray.core.worker.task_submitter import resource_shape
 from tracedray.telemetry import attributes as A
 from tracedray.v1 import common_pb2
 
@@ -30,9 +33,45 @@ _ACTOR_SUBMIT_SHAPES = telemetry.ShapeCache("task.submit", (A.TASK_ID,),
                                             (*_SUBMIT_KEYS, A.ACTOR_ID),
                                             packing=ids.TASK_ID_PACKING)
 NO_RETRY = RetryExceptions()
+DEFAULT_MAX_RETRIES = 3  # a normal task's, as in Ray
 _KIND_LABEL: dict[int, str] = {common_pb2.NORMAL: "normal",
                                common_pb2.ACTOR_CREATION: "actor_creation",
                                common_pb2.ACTOR_METHOD: "actor_method"}
+
+
+class Built(NamedTuple):
+    """A built task: the pending task, its return refs, its ``task.submit`` span (ended by
+    the caller once submitted) and its ``task.submit`` log line, to write when the task is
+    submitted (None when INFO lines are not written)."""
+    task: PendingTask
+    refs: list[ObjectRef]
+    span: Any
+    line: logs.DeferredLine | None
+
+
+@dataclass(frozen=True)
+class TaskPlan:
+    """What every ``.remote()`` of one remote function with one set of options shares,
+    worked out at its first call (``plan_task``) instead of at each."""
+    options: Mapping[str, Any]  # the options it was made from: its cache key is their id
+    function_id: str
+    num_returns: int
+    resources: dict[str, float]
+    resource_shape: str  # the scheduling key's resource part (task_submitter.resource_shape)
+    max_retries: int
+    retry_exceptions: RetryExceptions
+
+
+def plan_task(worker: CoreWorker, function: Any, name: str,
+              options: Mapping[str, Any]) -> TaskPlan:
+    resources = opts.resource_request(options, 1.0)
+    return TaskPlan(options=options,
+                    function_id=worker.functions.export(function, f"function {name}"),
+                    num_returns=options.get("num_returns", 1), resources=resources,
+                    resource_shape=resource_shape(resources),
+                    max_retries=options.get("max_retries", DEFAULT_MAX_RETRIES),
+                    retry_exceptions=RetryExceptions.from_option(
+                        options.get("retry_exceptions"), f"function {name}"))
 
 
 def build_task(worker: CoreWorker, *, kind: int, function_id: str, function_name: str,
@@ -41,8 +80,8 @@ def build_task(worker: CoreWorker, *, kind: int, function_id: str, function_name
                retry_exceptions: RetryExceptions = NO_RETRY, actor_id: bytes = b"",
                method_name: str = "",
                actor_options: common_pb2.ActorOptions | None = None,
-               call_site: str | None = None) -> tuple[PendingTask, list[ObjectRef], Any]:
-    """Returns the pending task, its return refs, and the finished ``task.submit`` span."""
+               call_site: str | None = None, resource_shape: str = "") -> Built:
+    """Builds the task; an argument that cannot be pickled raises here, at ``.remote()``."""
     task_id = ids.new_task_id()
     site = call_site or user_call_site(3)
     parent = worker.current_task
@@ -69,10 +108,16 @@ def build_task(worker: CoreWorker, *, kind: int, function_id: str, function_name
     try:
         hex_ids = None if span is INVALID_SPAN else trace_context.stamp(spec, span)
         trace_ids = {} if hex_ids is None else {"trace_id": hex_ids[0], "span_id": hex_ids[1]}
-        log.info("task.submit", task_id=task_hex, function=function_name, call_site=site,
-                 attempt=0, **trace_ids)
-        task = _attach_args(worker, spec, args, kwargs, max_retries)
+        line = logs.defer_info(__name__, "task.submit", task_id=task_hex,
+                               function=function_name, call_site=site, attempt=0, **trace_ids)
+        try:
+            task = _attach_args(worker, spec, args, kwargs, max_retries)
+        except BaseException:
+            if line is not None:  # the record tells of the attempt, as it always did
+                line.write()
+            raise
         task.retry_exceptions = retry_exceptions
+        task.resource_shape = resource_shape
         if trace_ids:
             # The dispatch's parent: a PendingSpan serves as one without a SpanContext.
             task.trace_parent = (span if isinstance(span, telemetry.PendingSpan)
@@ -84,7 +129,7 @@ def build_task(worker: CoreWorker, *, kind: int, function_id: str, function_name
             for i in range(max(num_returns, 1))]
     task.return_ids = [r.binary() for r in refs]
     worker.task_events.record(spec, "PENDING_ARGS_AVAIL")
-    return task, refs, span
+    return Built(task, refs, span, line)
 
 
 def _attach_args(worker: CoreWorker, spec: common_pb2.TaskSpec, args: Sequence[Any],

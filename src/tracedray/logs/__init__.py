@@ -14,12 +14,21 @@ from __future__ import annotations
 
 from tracedray.logs._capture import install_output_capture, uninstall_output_capture
 from tracedray.logs._context import set_process_context, task_context
-from tracedray.logs._setup import configure, get_logger, record_process_exit, statistics
+from tracedray.logs._setup import (
+    DeferredLine,
+    configure,
+    defer_info,
+    get_logger,
+    record_process_exit,
+    statistics,
+)
 from tracedray.logs._sink import LogStatistics
 
 __all__ = [
+    "DeferredLine",
     "LogStatistics",
     "configure",
+    "defer_info",
     "get_logger",
     "install_output_capture",
     "record_process_exit",

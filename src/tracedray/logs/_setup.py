@@ -196,3 +196,46 @@ def _record_exit_at_interpreter_exit() -> None:
 
 def statistics() -> LogStatistics:
     return sink.statistics()
+
+
+class DeferredLine:
+    """An INFO line whose fields are taken now and written later, from another thread.
+
+    What a line takes from where it is logged (the time, the task context, the current
+    trace ids) is captured here; ``write()`` runs the rest of the processor chain, so
+    the line is byte for byte what ``get_logger(name).info(event, **fields)`` would have
+    written at that moment, only appended later (the submit inbox writes ``task.submit``
+    this way, off the caller's thread).
+    """
+
+    __slots__ = ("_fields", "_task", "_time")
+
+    def __init__(self, fields: dict[str, Any]) -> None:
+        self._time = time.time()
+        self._task = _context.task_fields()
+        if "span_id" not in fields or "trace_id" not in fields:
+            ids = _processors.current_trace_ids()
+            if ids is not None:
+                fields.setdefault("trace_id", ids[0])
+                fields.setdefault("span_id", ids[1])
+        self._fields = fields
+
+    def write(self) -> None:
+        try:
+            event_dict = self._fields
+            event_dict["timestamp"] = _processors.utc_timestamp(self._time)
+            event_dict["level"] = "info"
+            for key, value in self._task.items():
+                event_dict.setdefault(key, value)
+            sink.info(_processors.render_json(None, "info", _processors.add_process_fields(
+                None, "info", event_dict)))
+        except Exception:  # noqa: BLE001 - logging never raises
+            pass
+
+
+def defer_info(name: str, event: str, **fields: Any) -> DeferredLine | None:
+    """The line ``get_logger(name).info(event, **fields)`` would write, to write later with
+    ``.write()``; None when INFO lines are not written."""
+    if _processors.state.min_level > _processors.LEVELS["info"]:
+        return None
+    return DeferredLine({"logger": name, **fields, "event": event})

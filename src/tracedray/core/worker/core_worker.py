@@ -37,8 +37,9 @@ from tracedray.core.worker.exit_blockers import WorkState, exit_blockers
 from tracedray.core.worker.lineage import Lineage
 from tracedray.core.worker.memory_store import MemoryStore, is_error
 from tracedray.core.worker.object_io import ObjectIO
-from tracedray.core.worker.pending_task import DependencyResolver, PendingTask
+from tracedray.core.worker.pending_task import DependencyResolver, PendingTask, error_value
 from tracedray.core.worker.recovery import Recovery
+from tracedray.core.worker.submit_inbox import Submission, SubmitInbox
 from tracedray.core.worker.task_events import TaskEventBuffer
 from tracedray.core.worker.task_executor import TaskExecutor
 from tracedray.core.worker.task_stream_server import TaskStreamServer
@@ -133,6 +134,9 @@ class CoreWorker:
         self.recovery = Recovery(self)
         self.submitter = TaskSubmitter(self)
         self.actor_submitter = ActorSubmitter(self)
+        # .remote() leaves its built task here; one thread submits them in batches.
+        self.inbox: SubmitInbox[Submission] = SubmitInbox(self._submit_batch,
+                                                          "tracedray-submit-inbox")
         self.executor: TaskExecutor | None = TaskExecutor(self) if mode == "worker" else None
         self.slow_tasks = (slow_tasks.start_watch(self, self.executor, self._stopped)
                            if self.executor is not None else None)
@@ -391,6 +395,7 @@ class CoreWorker:
                     timeout_s: float | None, *, stop_on_error: bool = False) -> set[bytes]:
         """Wait for values of owned or borrowed refs to be available here (with
         ``stop_on_error``, only until one of them is an error)."""
+        self.inbox.drain()  # tasks this thread submitted go out now, not when it wakes
         missing = [oid for oid in object_ids if not self.memory_store.contains(oid)]
         for object_id in missing:
             entry = self.references.get(object_id)
@@ -536,9 +541,30 @@ class CoreWorker:
         except Exception as exc:  # noqa: BLE001 - the flusher must survive anything
             log.error("flusher.error", error=repr(exc))
 
+    def submit_later(self, task: PendingTask, line: logs.DeferredLine | None,
+                     actor_retries: int | None = None) -> None:
+        """Submit ``task`` off this thread (an actor call when ``actor_retries`` is not
+        None), writing its deferred ``task.submit`` line first."""
+        self.inbox.put(Submission(task, line, actor_retries))
+
+    def _submit_batch(self, batch: list[Submission]) -> None:
+        for item in batch:
+            if item.line is not None:
+                item.line.write()
+            try:
+                if item.actor_retries is None:
+                    self.submitter.submit(item.task)
+                else:
+                    self.actor_submitter.submit(item.task, item.actor_retries)
+            except Exception as exc:  # noqa: BLE001 - fail this task, submit the others
+                log.error("task.submit_failed", task_id=item.task.task_id.hex(), error=repr(exc))
+                self.finish_task(item.task, [error_value(oid, exc) for oid in item.task.return_ids],
+                                 "FAILED")
+
     def shutdown(self) -> None:
         if self._stopped.is_set():
             return
+        self.inbox.close()
         self.flush_background_work()
         self._exit_as_owner()
         self._stopped.set()
@@ -574,6 +600,7 @@ class CoreWorker:
         return {"references": self.references.statistics(),
                 "memory_store": self.memory_store.statistics(),
                 "submitter": self.submitter.statistics(),
+                "inbox": self.inbox.statistics(),
                 "actors": self.actor_submitter.statistics(),
                 "lineage": self.lineage.statistics(),
                 "recovery": self.recovery.statistics(),

@@ -29,6 +29,9 @@ class PendingTask:
     # Which application exceptions may run the call again (the caller decides).
     retry_exceptions: RetryExceptions = RetryExceptions()
     scheduling_key: str = ""
+    # The resource part of the scheduling key, when the submission plan worked it out
+    # ("": the submitter works it out from the spec).
+    resource_shape: str = ""
     dispatch_span: Any = None
     # The task.submit span (a telemetry.PendingSpan) or its SpanContext: the dispatch
     # span's parent without parsing the spec's trace fields back (None when telemetry

@@ -14,6 +14,7 @@ import collections
 import itertools
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -137,9 +138,13 @@ class SubmitterStatistics:
     infeasible_warnings_total: int = 0  # work that fits no alive node, warned about
 
 
-def scheduling_key(resources: dict[str, float], preferred_node: str) -> str:
-    shape = ",".join(f"{k}={v:g}" for k, v in sorted(resources.items()))
-    return f"{shape}@{preferred_node}"
+def resource_shape(resources: Mapping[str, float]) -> str:
+    """The resource part of a scheduling key: ``CPU=1,GPU=0.5``."""
+    return ",".join(f"{k}={v:g}" for k, v in sorted(resources.items()))
+
+
+def scheduling_key(resources: Mapping[str, float], preferred_node: str) -> str:
+    return f"{resource_shape(resources)}@{preferred_node}"
 
 
 def least_loaded(leases: list[Lease]) -> Lease | None:
@@ -217,7 +222,8 @@ class TaskSubmitter:
 
     def _enqueue(self, task: PendingTask) -> None:
         preferred = preferred_node(task.input_bytes_by_node) if self._locality_enabled else ""
-        key = scheduling_key(dict(task.spec.resources), preferred)
+        shape = task.resource_shape or resource_shape(task.spec.resources)
+        key = f"{shape}@{preferred}"
         task.scheduling_key = key
         with self._lock:
             if task.cancelled:

@@ -1,0 +1,54 @@
+"""Tasks and actor calls go out through the caller's submit inbox: in the order of their
+``.remote()``, and recorded whole when the driver shuts down right after them."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+from tracedray.telemetry.append_file import read_data
+
+DRIVER = textwrap.dedent("""
+    import os
+    import tracedray as ray
+    ray.init(num_cpus=1)
+
+    @ray.remote
+    def f(i):
+        return i
+
+    @ray.remote
+    class Log:
+        def __init__(self):
+            self.seen = []
+        def add(self, i):
+            self.seen.append(i)
+        def read(self):
+            return self.seen
+
+    log = Log.remote()
+    for i in range(300):
+        log.add.remote(i)
+    assert ray.get(log.read.remote()) == list(range(300))
+    [f.remote(i) for i in range(200)]  # never waited for: shutdown() submits them
+    ray.shutdown()
+    os._exit(0)
+""")
+
+
+def test_calls_keep_their_order_and_shutdown_records_every_submission(
+        tmp_path: Path, no_leaks: None) -> None:
+    done = subprocess.run([sys.executable, "-c", DRIVER], capture_output=True, text=True,
+                          timeout=120, env={**os.environ, "TRACEDRAY_TEMP_DIR": str(tmp_path)})
+    assert done.returncode == 0, done.stderr
+    lines = [json.loads(line) for path in tmp_path.glob("session_2*/logs/driver-*.jsonl")
+             for line in read_data(path).decode().splitlines()]
+    submitted = {line["function"]: 0 for line in lines if line["event"] == "task.submit"}
+    for line in lines:
+        if line["event"] == "task.submit":
+            submitted[line["function"]] += 1
+    assert submitted == {"Log.__init__": 1, "Log.add": 300, "Log.read": 1, "__main__.f": 200}
