@@ -13,8 +13,14 @@ A plot of RSS against tasks completed is saved to ``--plot``.
 Each configuration runs in its own interpreter (``--child``), so one run's memory or
 threads never colour another's.
 
+``--burst N`` measures the other shape (issue 23, item 5): N empty tasks submitted at
+once, then waited for, with ``--busy K`` processes spinning on the CPUs meanwhile (a busy
+machine). Printed per storage: the GCS's idle RSS (median over 2 s before the burst), its
+peak during the burst and the difference, which the issue wants within +50 MB.
+
 Run: ``.venv/bin/python benchmarks/gcs_flush.py [--tasks 200000] [--max-seconds 240]
 [--configs memory:on,memory:off,redis:on,redis:off] [--plot gcs_flush.png] [--json out.json]``
+or ``... gcs_flush.py --burst 100000 [--busy 2] [--configs memory:on,redis:on]``
 """
 
 from __future__ import annotations
@@ -115,6 +121,94 @@ def run_child(storage: str, flushing: bool, tasks: int, max_seconds: float,
                       "storage": status.storage}))
 
 
+def spin(seconds: float) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        pass
+
+
+def run_burst_child(storage: str, tasks: int, busy: int, sample_s: float) -> None:
+    import multiprocessing
+
+    import psutil
+
+    os.environ["TRACEDRAY_GCS_STORAGE"] = storage
+    os.environ.setdefault("TRACEDRAY_LOG_TO_DRIVER", "0")
+    import tracedray
+
+    tracedray.init(num_cpus=2, object_store_memory=256 << 20)
+    [gcs] = [p for p in psutil.Process().children(recursive=True)
+             if "tracedray.core.gcs.main" in p.cmdline()]
+
+    @tracedray.remote
+    def noop() -> None:
+        return None
+
+    tracedray.get([noop.remote() for _ in range(1000)])  # warm: workers up, function known
+    time.sleep(3.0)  # the warm-up's records flushed
+    idle = []
+    for _ in range(10):
+        idle.append(gcs.memory_info().rss)
+        time.sleep(0.2)
+    series: list[tuple[float, int]] = []
+    stop = threading.Event()
+    started = time.monotonic()
+
+    def sample() -> None:
+        while True:
+            series.append((round(time.monotonic() - started, 2), gcs.memory_info().rss))
+            if stop.wait(sample_s):
+                return
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    spinners = [multiprocessing.Process(target=spin, args=(3600.0,), daemon=True)
+                for _ in range(busy)]
+    for spinner in spinners:
+        spinner.start()
+    try:
+        refs = [noop.remote() for _ in range(tasks)]
+        submitted_s = time.monotonic() - started
+        tracedray.get(refs)
+        done_s = time.monotonic() - started
+        del refs
+        time.sleep(3.0)  # the tail: what the GCS keeps after the burst
+    finally:
+        for spinner in spinners:
+            spinner.kill()
+        stop.set()
+        sampler.join()
+    tracedray.shutdown()
+    idle_rss = sorted(idle)[len(idle) // 2]
+    peak = max(rss for _, rss in series)
+    print(json.dumps({"series": series, "tasks": tasks, "busy": busy,
+                      "submitted_s": round(submitted_s, 2), "done_s": round(done_s, 2),
+                      "idle_mib": idle_rss / 2**20, "peak_mib": peak / 2**20,
+                      "growth_mib": (peak - idle_rss) / 2**20,
+                      "end_mib": series[-1][1] / 2**20}))
+
+
+def run_burst(storage: str, args: argparse.Namespace, redis_url: str) -> dict[str, Any]:
+    root = tempfile.mkdtemp(prefix="tracedray-bench-burst-")
+    env = dict(os.environ, TRACEDRAY_TEMP_DIR=root)
+    command = [sys.executable, __file__, "--burst-child", redis_url or "memory",
+               str(args.burst), str(args.busy), str(min(args.sample_s, 0.2))]
+    try:
+        done = subprocess.run(command, env=env, capture_output=True, text=True, check=False,
+                              timeout=1800)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    if done.returncode != 0:
+        raise SystemExit(f"burst on {storage} failed:\n{done.stderr[-3000:]}")
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    result["storage"] = storage
+    print(f"{storage:8} {result['tasks']} tasks (submitted in {result['submitted_s']} s, done "
+          f"in {result['done_s']} s, {result['busy']} spinning): GCS RSS idle "
+          f"{result['idle_mib']:.1f} MiB, peak {result['peak_mib']:.1f} MiB "
+          f"({result['growth_mib']:+.1f} MiB), after {result['end_mib']:.1f} MiB")
+    return result
+
+
 # --- the parent -----------------------------------------------------------------------------
 
 
@@ -169,6 +263,10 @@ def plot(results: dict[Config, dict[str, Any]], path: str) -> None:
 
 
 def main() -> None:
+    if len(sys.argv) > 1 and sys.argv[1] == "--burst-child":
+        storage, tasks, busy, sample_s = sys.argv[2:6]
+        run_burst_child(storage, int(tasks), int(busy), float(sample_s))
+        return
     if len(sys.argv) > 1 and sys.argv[1] == "--child":
         storage, flushing, tasks, max_seconds, sample_s = sys.argv[2:7]
         run_child(storage, flushing == "1", int(tasks), float(max_seconds), float(sample_s))
@@ -183,10 +281,28 @@ def main() -> None:
     parser.add_argument("--configs", default="memory:on,memory:off,redis:on,redis:off")
     parser.add_argument("--plot", default="gcs_flush.png")
     parser.add_argument("--json", default="")
+    parser.add_argument("--burst", type=int, default=0,
+                        help="N tasks submitted at once instead of the stream (item 5)")
+    parser.add_argument("--busy", type=int, default=2,
+                        help="with --burst: processes spinning on the CPUs meanwhile")
     args = parser.parse_args()
     configs = [Config.parse(text) for text in args.configs.split(",")]
 
     from tracedray.testing.redis_server import RedisServer
+
+    if args.burst:
+        bursts = []
+        for config in configs:
+            if config.storage == "redis":
+                with RedisServer(appendfsync="everysec") as server:
+                    bursts.append(run_burst("redis", args, server.url))
+            else:
+                bursts.append(run_burst("memory", args, ""))
+        print("goal: peak - idle <= +50 MB (47.7 MiB)")
+        if args.json:
+            with open(args.json, "w") as out:
+                json.dump(bursts, out, indent=1)
+        return
 
     results: dict[Config, dict[str, Any]] = {}
     for config in configs:

@@ -193,6 +193,14 @@ GCS_FLUSH_MAX_HOT_ENTRIES: Variable[int] = Variable(
     lambda: 10_000,
     "Per table, finished entries beyond this many are flushed even if they are young.",
 )
+GCS_FLUSH_MAX_LIVE_ENTRIES: Variable[int] = Variable(
+    "TRACEDRAY_GCS_FLUSH_MAX_LIVE_ENTRIES",
+    _parse_non_negative_int,
+    lambda: 5_000,
+    "Per table, unfinished entries (tasks still pending or running) beyond this many, the "
+    "oldest first, are moved to the storage too, so that a burst of submissions cannot "
+    "grow the GCS's memory; 0 keeps every unfinished entry in memory.",
+)
 GCS_FLUSH_MIN_AGE_S: Variable[float] = Variable(
     "TRACEDRAY_GCS_FLUSH_MIN_AGE_S",
     _parse_non_negative_float,
@@ -427,6 +435,7 @@ ALL_VARIABLES: tuple[Variable[Any], ...] = (
     GCS_FLUSH_ENABLED,
     GCS_FLUSH_INTERVAL_S,
     GCS_FLUSH_MAX_HOT_ENTRIES,
+    GCS_FLUSH_MAX_LIVE_ENTRIES,
     GCS_FLUSH_MIN_AGE_S,
     GCS_RECONNECT_TIMEOUT_S,
     GCS_REDIS_RETRY_TIMEOUT_S,

@@ -2,8 +2,19 @@
 
 from __future__ import annotations
 
-from tracedray.core.worker.task_events import FIRST_STATE, _Transition, coalesce
-from tracedray.v1 import common_pb2
+from pathlib import Path
+
+from tracedray.core import auth, rpc
+from tracedray.core.gcs.client import GcsClient
+from tracedray.core.gcs.server import Gcs
+from tracedray.core.worker.task_events import (
+    FIRST_STATE,
+    SEND_BATCH,
+    TaskEventBuffer,
+    _Transition,
+    coalesce,
+)
+from tracedray.v1 import common_pb2, gcs_pb2
 
 
 def _spec(task_id: bytes, attempt: int = 0) -> common_pb2.TaskSpec:
@@ -46,3 +57,35 @@ def test_one_event_per_attempt_with_the_last_state_and_every_state_time() -> Non
     later = by_key[(b"t1", 1)]
     assert later.call_site == "" and later.node_id == "n2" and later.state == "SUBMITTED_TO_WORKER"
     assert by_key[(b"t2", 0)].state == FIRST_STATE
+
+
+class CountingClient(GcsClient):
+    def __init__(self, address: str) -> None:
+        super().__init__(address)
+        self.batches: list[int] = []
+
+    def add_task_events(self, events: list[gcs_pb2.TaskEvent]) -> None:
+        self.batches.append(len(events))
+        super().add_task_events(events)
+
+
+def test_a_backlog_goes_to_the_gcs_in_bounded_batches(tmp_path: Path) -> None:
+    """A burst's backlog reaches a real GCS as several calls of at most SEND_BATCH events
+    (the GCS parses and merges one bounded batch at a time), and every task arrives."""
+    auth.configure(auth.new_token())  # what the server expects and the client presents
+    gcs = Gcs(session_dir=tmp_path, storage_url="memory")
+    gcs.start()
+    try:
+        client = CountingClient(f"127.0.0.1:{gcs.port}")
+        buffer = TaskEventBuffer(client)
+        total = 2 * SEND_BATCH + 7
+        for i in range(total):
+            buffer.record(_spec(i.to_bytes(8, "big")), FIRST_STATE)
+        buffer.flush()
+        assert client.batches == [SEND_BATCH, SEND_BATCH, 7]
+        assert buffer.sent == total
+        assert len(client.get_tasks().tasks) == total
+    finally:
+        gcs.stop()
+        rpc.close_all_channels()
+        auth.reset()

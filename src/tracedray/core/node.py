@@ -57,15 +57,25 @@ class NodeProcesses:
             terminate(process, timeout_s)
 
 
+# The GCS's allocator: glibc gives each thread that allocates under contention an arena of
+# its own (up to 8 per core), and memory freed in one is rarely returned; the GCS's
+# 128 RPC threads would each keep a burst's worth. Two arenas keep its RSS near what it
+# holds (benchmarks/gcs_flush.py --burst); a value the user set is left alone.
+GCS_ALLOCATOR_ENV = {"MALLOC_ARENA_MAX": "2"}
+
+
 def _spawn(module: str, args: list[str], log_name: str, session: SessionPaths,
-           detach: bool, settings: auth.AuthSettings | None = None) -> subprocess.Popen[bytes]:
+           detach: bool, settings: auth.AuthSettings | None = None,
+           defaults: Mapping[str, str] | None = None) -> subprocess.Popen[bytes]:
     stderr_path = session.logs_dir / f"{log_name}.stderr"
     fd = os.open(stderr_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    env = auth_environment(os.environ, settings or auth.current())
+    for name, value in (defaults or {}).items():
+        env.setdefault(name, value)
     with os.fdopen(fd, "ab") as stderr:
         return subprocess.Popen([sys.executable, "-m", module, *args], stdin=subprocess.DEVNULL,
                                 stdout=subprocess.DEVNULL, stderr=stderr, close_fds=True,
-                                start_new_session=detach,
-                                env=auth_environment(os.environ, settings or auth.current()))
+                                start_new_session=detach, env=env)
 
 
 def auth_environment(environ: Mapping[str, str],
@@ -127,7 +137,7 @@ def launch_gcs(spec: GcsLaunchSpec, *, parent_pid: int, detach: bool,
     session = SessionPaths(spec.session_dir)
     spec.ready_file.unlink(missing_ok=True)
     process = _spawn("tracedray.core.gcs.main", spec.argv(parent_pid=parent_pid), "gcs", session,
-                     detach, settings)
+                     detach, settings, defaults=GCS_ALLOCATOR_ENV)
     try:
         data = _wait_ready(spec.ready_file, process, "gcs", session)
     except BaseException:

@@ -130,3 +130,20 @@ def test_what_a_detached_actor_submitted_outlives_the_job_that_created_it(gcs: G
                                late: ("PENDING_ARGS_AVAIL", "")}
     finally:
         gcs.actors.kill(actor, no_restart=True)
+
+
+def test_unfinished_tasks_a_burst_moved_out_of_memory_fail_too(tmp_path: Path) -> None:
+    """Live records beyond max_live_entries leave memory: a job's end still finds them."""
+    from tracedray.core.gcs.storage import FlushPolicy
+
+    gcs = Gcs(session_dir=tmp_path, storage_url="memory",
+              flush_policy=FlushPolicy(interval_s=60, max_hot_entries=0, min_age_s=0,
+                                       max_live_entries=2))
+    try:
+        register(gcs, JOB)
+        queued = [report(gcs, i, "PENDING_ARGS_AVAIL") for i in range(1, 6)]
+        assert gcs.flusher.flush_now().per_table["tasks"].entries == 3  # the 3 oldest
+        gcs.finish_job(JOB)
+        assert states(gcs) == {task_id: ("FAILED", "JOB_ENDED") for task_id in queued}
+    finally:
+        gcs.stop()

@@ -14,6 +14,7 @@ from tracedray.core.gcs.storage import (
     TieredTable,
     is_write_through,
 )
+from tracedray.core.gcs.storage.tiered import FLUSH_BATCH
 
 
 class FakeClock:
@@ -180,6 +181,35 @@ class FailingStorage(InMemoryStorage):
 
     def delete(self, table: str, keys: Iterable[str]) -> int:
         raise OSError("disk full")
+
+
+class CountingStorage(InMemoryStorage):
+    def __init__(self) -> None:
+        super().__init__()
+        self.batches: list[int] = []
+
+    def put_many(self, table: str, items: Mapping[str, bytes]) -> None:
+        self.batches.append(len(items))
+        super().put_many(table, items)
+
+
+def test_a_burst_of_live_entries_leaves_memory_in_batches_and_stays_readable() -> None:
+    storage = CountingStorage()
+    clock = FakeClock()
+    tiered = TieredTable("tasks", storage, write_through=False, clock=clock)
+    tiered.put_many({f"k{i:05d}": b"pending" for i in range(5000)}, finished=False)
+    policy = FlushPolicy(min_age_s=2.0, max_hot_entries=100_000, max_live_entries=1000)
+    result = tiered.flush(clock.now, policy)
+    assert result.entries == 4000 and result.hot_after == 1000
+    assert storage.batches == [FLUSH_BATCH, FLUSH_BATCH]
+    assert tiered.live_flushed() == 4000
+    # The oldest went (a live entry's next update reads it back from the storage);
+    # live_items sees only those left in memory, scan sees them all.
+    assert tiered.get("k00000") == b"pending" and tiered.storage.get("tasks", "k00000")
+    assert tiered.storage.get("tasks", "k04999") is None
+    assert len(tiered.live_items()) == 1000 and len(list(tiered.scan())) == 5000
+    tiered.put("k00000", b"finished", finished=True)
+    assert tiered.get("k00000") == b"finished"
 
 
 def test_a_failed_flush_keeps_entries_hot() -> None:

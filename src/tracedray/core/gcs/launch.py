@@ -43,7 +43,8 @@ class GcsLaunchSpec:
                 "--parent-pid", str(parent_pid), "--ready-file", str(self.ready_file),
                 "--flush-interval", repr(policy.interval_s),
                 "--flush-max-hot-entries", str(policy.max_hot_entries),
-                "--flush-min-age", repr(policy.min_age_s)]
+                "--flush-min-age", repr(policy.min_age_s),
+                "--flush-max-live-entries", str(policy.max_live_entries)]
         if not self.flushing:
             args.append("--no-flush")
         return args

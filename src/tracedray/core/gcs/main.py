@@ -35,6 +35,7 @@ def main() -> None:
     parser.add_argument("--flush-interval", type=float, default=None)
     parser.add_argument("--flush-max-hot-entries", type=int, default=None)
     parser.add_argument("--flush-min-age", type=float, default=None)
+    parser.add_argument("--flush-max-live-entries", type=int, default=None)
     args = parser.parse_args()
     setup_process("gcs", session_dir=args.session_dir,
                   config={"storage": args.storage, "port": args.port, "flush": not args.no_flush},
@@ -51,7 +52,9 @@ def main() -> None:
             interval_s=_or(args.flush_interval, config.GCS_FLUSH_INTERVAL_S.get()),
             max_hot_entries=_or(args.flush_max_hot_entries,
                                 config.GCS_FLUSH_MAX_HOT_ENTRIES.get()),
-            min_age_s=_or(args.flush_min_age, config.GCS_FLUSH_MIN_AGE_S.get()))
+            min_age_s=_or(args.flush_min_age, config.GCS_FLUSH_MIN_AGE_S.get()),
+            max_live_entries=_or(args.flush_max_live_entries,
+                                 config.GCS_FLUSH_MAX_LIVE_ENTRIES.get()))
         gcs = Gcs(session_dir=args.session_dir, storage_url=args.storage, port=args.port,
                   listen_host=args.host, flush_policy=policy, flushing=not args.no_flush)
     except Exception as exc:

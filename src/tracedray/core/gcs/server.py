@@ -116,10 +116,10 @@ class Gcs:
             verdict = job_tasks.verdict_for(gcs_pb2.JobInfo.FromString(raw))
             if verdict is not None:
                 self._verdicts[verdict.job_id] = verdict
-        # Only a write-through table's storage holds live entries (the embedded cold
-        # tier receives finished ones only).
+        # Unfinished records may be in the storage: a write-through table's, and the
+        # embedded cold tier's once a burst moved live records there (max_live_entries).
         tasks = self.tables["tasks"]
-        self._tasks_stored_before = tasks.write_through and len(tasks) > 0
+        self._tasks_stored_before = len(tasks) > 0
         if nodes or actors:
             log.info("gcs.recovered", nodes=len(nodes), actors=len(actors),
                      storage=self.storage.description)
@@ -343,14 +343,14 @@ class Gcs:
     # --- tasks
     def fail_unfinished_tasks(self, job_id: bytes) -> int:
         """Fail the tasks of the ended job ``job_id`` that have not ended (job_tasks);
-        returns how many. Unfinished records stay in memory (only ended ones are
-        flushed), so memory is searched, unless the storage held records before this
-        GCS started."""
+        returns how many. Unfinished records stay in memory up to the flush policy's
+        ``max_live_entries``, so memory is searched, and the storage too where a burst
+        moved some there or it held records before this GCS started."""
         try:
             table = self.tables["tasks"]
             # A record of the job holds its id verbatim: others are skipped unparsed.
             keys = [key for key, raw in table.live_items() if job_id in raw]
-            if self._tasks_stored_before:
+            if self._tasks_stored_before or table.live_flushed():
                 keys.extend(key for key, raw in table.scan() if job_id in raw)
             failed = self._fail_tasks(list(dict.fromkeys(keys)))
             if failed:

@@ -23,6 +23,9 @@ log = logs.get_logger(__name__)
 _KINDS = {common_pb2.NORMAL: "NORMAL_TASK", common_pb2.ACTOR_CREATION: "ACTOR_CREATION_TASK",
           common_pb2.ACTOR_METHOD: "ACTOR_TASK"}
 MAX_BUFFERED = 100_000
+# Events per AddTaskEvents call: a burst's backlog goes as several calls, so the GCS
+# parses and merges a bounded batch at a time (its memory under a burst: issue 23).
+SEND_BATCH = 2_000
 FIRST_STATE = "PENDING_ARGS_AVAIL"
 
 
@@ -69,15 +72,16 @@ class TaskEventBuffer:
             pending, self._pending = self._pending, []
             unsent, self._unsent = self._unsent, []
         events = unsent + coalesce(pending)
-        if not events:
-            return
-        try:
-            self._gcs.add_task_events(events)
-            self.sent += len(events)
-        except RaySystemError as exc:
-            log.warning("task_events.flush_failed", events=len(events), error=str(exc))
-            with self._lock:
-                self._unsent = events[:MAX_BUFFERED]
+        for start in range(0, len(events), SEND_BATCH):
+            try:
+                self._gcs.add_task_events(events[start:start + SEND_BATCH])
+            except RaySystemError as exc:
+                log.warning("task_events.flush_failed", events=len(events) - start,
+                            error=str(exc))
+                with self._lock:
+                    self._unsent = events[start:start + MAX_BUFFERED]
+                return
+            self.sent += min(SEND_BATCH, len(events) - start)
 
 
 def coalesce(transitions: list[_Transition]) -> list[gcs_pb2.TaskEvent]:

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 import psutil
 
+from tracedray.core.gcs.storage import allocator
 from tracedray.core.gcs.storage.policy import FlushPolicy
 from tracedray.core.gcs.storage.tiered import TableFlushResult, TieredTable
 from tracedray.logs import get_logger
@@ -95,6 +96,8 @@ class Flusher:
             per_table = {
                 name: table.flush(now, self._policy) for name, table in self._tables.items()
             }
+            if allocator.trim_due(sum(r.entries for r in per_table.values())):
+                allocator.release_free_memory()
             rss_after = self._process.memory_info().rss
             report = FlushReport(
                 entries=sum(r.entries for r in per_table.values()),

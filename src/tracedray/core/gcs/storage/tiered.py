@@ -31,6 +31,8 @@ from tracedray.core.gcs.storage.policy import FlushPolicy, HotEntry, select_flus
 _Slot = tuple[bytes, float | None]
 
 _COUNT_BATCH = 1000
+# Entries one flush writes to the storage and drops from memory at a time.
+FLUSH_BATCH = 2_000
 
 
 @dataclass(frozen=True)
@@ -52,6 +54,7 @@ class TableStatistics:
     flushed_entries: int  # moved out of memory since the table was created
     flushed_bytes: int
     rebuilds: int  # times the hot dict was rebuilt to give memory back
+    live_flushed: int  # unfinished entries moved out (the policy's max_live_entries)
 
 
 class TieredTable:
@@ -83,6 +86,7 @@ class TieredTable:
         self._flushed_entries = 0
         self._flushed_bytes = 0
         self._rebuilds = 0
+        self._live_flushed = 0
 
     # --- writes ------------------------------------------------------------------------
 
@@ -179,9 +183,10 @@ class TieredTable:
         yield from hot[i:]
 
     def live_items(self) -> list[tuple[str, bytes]]:
-        """The entries last put live (``finished=False``), unordered. Only finished
-        entries are flushed, so these are in memory, unless the storage held them when
-        this table was created (a GCS restarted on Redis): ``scan`` finds those."""
+        """The entries in memory last put live (``finished=False``), unordered. Live
+        entries stay in memory up to the policy's ``max_live_entries`` (``live_flushed``
+        counts those that left), and a table made on a storage that held entries (a GCS
+        restarted on Redis) may have more there: ``scan`` finds those."""
         with self._lock:
             return [(key, slot[0]) for key, slot in self._hot.items() if slot[1] is None]
 
@@ -215,38 +220,53 @@ class TieredTable:
     # --- flushing ----------------------------------------------------------------------
 
     def flush(self, now: float, policy: FlushPolicy) -> TableFlushResult:
-        """Move the entries ``select_flush`` picks to the storage and out of memory."""
+        """Move the entries ``select_flush`` picks to the storage and out of memory, in
+        batches of ``FLUSH_BATCH`` (each one write, then dropped from memory: a big flush
+        never holds a second copy of the whole hot set, nor the memory lock for long)."""
         with self._storage_lock:
             with self._lock:
                 slots = list(self._hot.items())
             chosen = select_flush(
                 [HotEntry(key, len(slot[0]), slot[1]) for key, slot in slots], now, policy
             )
-            if not chosen:
-                return TableFlushResult(0, 0, self.hot_count())
-            with self._lock:
-                # Re-read: a put since the snapshot may have made an entry live again.
-                moving = {
-                    key: slot
-                    for key in chosen
-                    if (slot := self._hot.get(key)) is not None and slot[1] is not None
-                }
-            if not self.write_through:  # write-through entries are in the storage already
-                self.storage.put_many(self.name, {key: slot[0] for key, slot in moving.items()})
+            del slots
             moved = nbytes = 0
+            for start in range(0, len(chosen), FLUSH_BATCH):
+                batch_moved, batch_bytes = self._flush_batch(chosen[start:start + FLUSH_BATCH])
+                moved += batch_moved
+                nbytes += batch_bytes
             with self._lock:
-                for key, slot in moving.items():
-                    # Only drop the exact slot we wrote; a newer put stays hot.
-                    if self._hot.get(key) is slot:
-                        del self._hot[key]
-                        moved += 1
-                        nbytes += len(slot[0])
-                self._hot_bytes -= nbytes
-                self._flushed_entries += moved
-                self._flushed_bytes += nbytes
                 self._maybe_rebuild()
                 hot_after = len(self._hot)
         return TableFlushResult(moved, nbytes, hot_after)
+
+    def _flush_batch(self, keys: list[str]) -> tuple[int, int]:
+        """Called with ``_storage_lock`` held."""
+        with self._lock:
+            # Re-read: a put since the snapshot wrote a newer value, which is what goes.
+            moving = {key: slot for key in keys if (slot := self._hot.get(key)) is not None}
+        if not self.write_through:  # write-through entries are in the storage already
+            self.storage.put_many(self.name, {key: slot[0] for key, slot in moving.items()})
+        moved = nbytes = 0
+        with self._lock:
+            for key, slot in moving.items():
+                # Only drop the exact slot we wrote; a newer put stays hot.
+                if self._hot.get(key) is slot:
+                    del self._hot[key]
+                    moved += 1
+                    nbytes += len(slot[0])
+                    if slot[1] is None:
+                        self._live_flushed += 1
+            self._hot_bytes -= nbytes
+            self._flushed_entries += moved
+            self._flushed_bytes += nbytes
+        return moved, nbytes
+
+    def live_flushed(self) -> int:
+        """Live entries moved to the storage (``max_live_entries``) since this table was
+        created: while non-zero, ``live_items`` does not see every live entry."""
+        with self._lock:
+            return self._live_flushed
 
     def _maybe_rebuild(self) -> None:
         # Called with self._lock held.  Copying into a fresh dict sized for the live
@@ -271,6 +291,7 @@ class TieredTable:
                 flushed_entries=self._flushed_entries,
                 flushed_bytes=self._flushed_bytes,
                 rebuilds=self._rebuilds,
+                live_flushed=self._live_flushed,
             )
 
     def __repr__(self) -> str:
