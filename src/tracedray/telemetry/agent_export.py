@@ -46,7 +46,7 @@ from pathlib import Path
 from tracedray.exceptions import SessionFileCorruptError
 from tracedray.telemetry import otlp_requests
 from tracedray.telemetry.export_config import LOGS, ExportConfig, OtlpTarget
-from tracedray.telemetry.line_file import LineFile, file_size, line_files
+from tracedray.telemetry.line_file import LineFile, file_size, follow_rotations, line_files
 from tracedray.telemetry.otlp_transport import Outcome, SendResult, Transport
 from tracedray.telemetry.trace_index import pid_of
 
@@ -157,7 +157,11 @@ class _Stream:
         files and rotated parts (a part compressed before it was all exported is read
         uncompressed, by its plain name: line_file.py), a file's parts first."""
         found = []
-        for path in line_files(self.folder):
+        files = line_files(self.folder)
+        # A file that rotated: what was seen of it was seen of its part (its cursor
+        # file moved too: rotation_io.py); the new current file starts from its own.
+        follow_rotations(self.known, files)
+        for path in files:
             if self.only_pid and pid_of(path.name) != self.only_pid:
                 continue
             try:

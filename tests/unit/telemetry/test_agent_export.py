@@ -197,6 +197,40 @@ def test_every_line_goes_once_even_across_a_restart(tmp_path: Path) -> None:
             f"{i:016x}" for i in (1, 2, 3, 4, 5)]
 
 
+def test_every_line_goes_once_across_a_rotation_and_a_compression(tmp_path: Path) -> None:
+    from tracedray.telemetry.rotation import Limits
+    from tracedray.telemetry.rotation_io import Rotator
+
+    session = _session(tmp_path)
+    current = session / "traces" / "worker-1.jsonl"
+    _append(current, _trace_line([1, 2]) + b"\n")
+    rotate_now = Limits(rotation_bytes=1, backup_count=10, compress_delay_s=1e9,
+                        session_max_bytes=1 << 40)
+    with otlp_sink() as sink:
+        exporter = _exporter(session, sink.port)
+        assert exporter.export_once()
+        _append(current, _trace_line([3]) + b"\n")  # not exported before it rotates
+        rotator = Rotator(session, rotate_now)
+        assert rotator.run_once().rotated == 1
+        rotator.close()
+        _append(current, _trace_line([4]) + b"\n")  # the new current file
+        assert exporter.export_once()
+        assert sorted(span.span_id for span in sink.spans) == [
+            f"{i:016x}" for i in (1, 2, 3, 4)]
+        # Compressed before it was all sent (the endpoint was down): read uncompressed.
+        _append(current, _trace_line([5]) + b"\n")
+        rotator = Rotator(session, rotate_now)
+        assert rotator.run_once().rotated == 1
+        rotator.close()
+        compress_now = Rotator(session, Limits(1 << 30, 10, 0.0, 1 << 40))
+        assert compress_now.run_once().compressed == 2
+        compress_now.close()
+        assert exporter.export_once()
+        exporter.close()
+        assert sorted(span.span_id for span in sink.spans) == [
+            f"{i:016x}" for i in (1, 2, 3, 4, 5)]
+
+
 def test_a_dead_endpoint_loses_nothing_and_backs_off(tmp_path: Path) -> None:
     session = _session(tmp_path)
     _append(session / "traces" / "worker-1.jsonl", _trace_line([1]) + b"\n")
