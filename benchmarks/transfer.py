@@ -7,7 +7,11 @@ Figures, in GB/s (higher is better), each sample one fresh object:
 * ``transfer_1gb``: the driver puts 1 GB; a task on node b consumes it: the time
   from submission to the task's (tiny) result, the pull included;
 * ``put_1mb`` and ``put_100mb``: ``put`` of a numpy array of that size, on the
-  driver (the serialization, the copy into shared memory and the seal).
+  driver (the serialization, the copy into shared memory and the seal); each put's
+  object is released before the next, as a loop that puts and drops does;
+* ``memcpy_100mb``: this machine's copy limit, the reference for ``put_100mb``: a
+  ``memcpy`` of 100 MB into an already-touched buffer (malloc'd, so no huge pages),
+  measured in each engine's child process between its puts.
 
 Each round starts a fresh two-node cluster per engine, in its own interpreter, and
 the engines alternate (which goes first alternates too), so that the load of a
@@ -41,7 +45,7 @@ STORE = 2_500 * MB
 ENGINES = ("before", "tracedray", "ray")
 # workload -> (bytes, samples per round)
 WORKLOADS = {"transfer_100mb": (100 * MB, 5), "transfer_1gb": (GB, 3),
-             "put_1mb": (MB, 40), "put_100mb": (100 * MB, 5)}
+             "put_1mb": (MB, 40), "put_100mb": (100 * MB, 5), "memcpy_100mb": (100 * MB, 5)}
 
 
 # --------------------------------------------------------------------------- child side
@@ -122,8 +126,18 @@ def _run_child(engine: str, only: Sequence[str]) -> dict[str, list[float]]:
             del ref
             return size / elapsed / 1e9
 
+        def memcpy(size: int, seed: int) -> float:
+            source = np.full(size, seed % 251, dtype=np.uint8)
+            target = bytearray(size)  # touched: every page is there before the copy
+            view = memoryview(target)
+            start = time.perf_counter()
+            view[:] = source.data
+            elapsed = time.perf_counter() - start
+            assert target[-1] == seed % 251
+            return size / elapsed / 1e9
+
         measures = {"transfer_100mb": transfer_100mb, "transfer_1gb": transfer_1gb,
-                    "put_1mb": put, "put_100mb": put}
+                    "put_1mb": put, "put_100mb": put, "memcpy_100mb": memcpy}
         ray.get(consume.remote(ray.put(np.ones(10 * MB, dtype=np.uint8))))  # warm up
         samples: dict[str, list[float]] = {}
         for name in only:
@@ -137,7 +151,7 @@ def _run_child(engine: str, only: Sequence[str]) -> dict[str, list[float]]:
 
 # --------------------------------------------------------------------------- parent side
 def _measure(engine: str, python: str, only: Sequence[str], telemetry: bool,
-             baseline_src: str | None = None) -> dict[str, Any]:
+             baseline_src: str | None = None, ray_path: str | None = None) -> dict[str, Any]:
     """One engine's samples from a fresh cluster. ``before`` is tracedray from
     ``baseline_src`` (a checkout of the commit to compare with)."""
     env = dict(os.environ)
@@ -149,6 +163,8 @@ def _measure(engine: str, python: str, only: Sequence[str], telemetry: bool,
         env["OTEL_SDK_DISABLED"] = "true"
     if engine == "ray":
         env.pop("PYTHONPATH", None)
+        if ray_path:
+            env["PYTHONPATH"] = ray_path
     child = "ray" if engine == "ray" else "tracedray"
     out = subprocess.run([python, __file__, "--child", child, "--only", *only], env=env,
                          capture_output=True, text=True, timeout=1800)
@@ -216,11 +232,28 @@ def report(saved: Sequence[dict[str, Any]]) -> str:
             low, high = ratio_interval(per_engine["tracedray"], per_engine["ray"])
             row += f"{ours / theirs:>8.2f} [{low:.2f}, {high:.2f}]"
         lines.append(row)
+    lines.extend(_put_to_memcpy(rounds, engines))
     runs_count = sum(len(run["rounds"]) for run in saved)
     lines.append(f"{len(saved)} saved run(s), {runs_count} rounds; load average (1 min) "
                  f"{min(loads):.1f}-{max(loads):.1f} on {os.cpu_count()} CPUs: a shared, busy "
                  "machine skews every figure; intervals are 95% bootstrap")
     return "\n".join(lines)
+
+
+def _put_to_memcpy(rounds: dict[str, dict[str, list[list[float]]]],
+                   engines: Sequence[str]) -> list[str]:
+    """Each engine's 100 MB put as a share of this machine's memcpy (its own children's
+    memcpy samples), with the bootstrap interval of that ratio."""
+    puts, copies = rounds.get("put_100mb", {}), rounds.get("memcpy_100mb", {})
+    lines = []
+    for engine in engines:
+        if puts.get(engine) and copies.get(engine):
+            ours = statistics.median([v for r in puts[engine] for v in r])
+            limit = statistics.median([v for r in copies[engine] for v in r])
+            low, high = ratio_interval(puts[engine], copies[engine])
+            lines.append(f"put 100 MB / memcpy, {engine}: {ours / limit:.2f} [{low:.2f}, "
+                         f"{high:.2f}] ({ours:.2f} of {limit:.2f} GB/s)")
+    return lines
 
 
 def main() -> None:
@@ -232,6 +265,9 @@ def main() -> None:
     parser.add_argument("--baseline-src", help="the src folder of tracedray for 'before'")
     parser.add_argument("--ray-python", default=sys.executable,
                         help="an interpreter where ray is installed")
+    parser.add_argument("--ray-pythonpath",
+                        help="PYTHONPATH for the Ray interpreter (a folder with numpy, where "
+                        "its environment lacks it)")
     parser.add_argument("--telemetry", choices=("on", "off"), default="on")
     parser.add_argument("--save", help="write the samples to this JSON file")
     parser.add_argument("--pool", nargs="+", help="report these saved runs together")
@@ -252,7 +288,7 @@ def main() -> None:
         for engine in order:
             saved["loads"].append(_load_1m())
             entry[engine] = _measure(engine, pythons[engine], args.only, args.telemetry == "on",
-                                     args.baseline_src)
+                                     args.baseline_src, args.ray_pythonpath)
             print(f"round {index + 1} {engine}: " + ", ".join(
                 f"{k} {statistics.median(v):.3f}" for k, v in entry[engine].items()),
                 flush=True)
