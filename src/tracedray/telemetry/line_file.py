@@ -22,7 +22,7 @@ from tracedray.telemetry.rotated_file import SeekableReader
 LINES_SUFFIX = ".jsonl"
 PART_DIGITS = 6
 _TO_THE_END = 1 << 40  # a length this large or larger reads to the end
-_PART = re.compile(r"^(?P<stem>.+)\.(?P<number>\d{6})\.jsonl$")
+_PART = re.compile(r"^(?P<stem>.+)\.(?P<number>\d{6,})\.jsonl$")
 
 
 @dataclass(frozen=True, order=True)

@@ -19,11 +19,12 @@ A file that is not in that form, or whose table does not add up to its size, rai
 from __future__ import annotations
 
 import contextlib
+import io
 import os
 import struct
 from bisect import bisect_right
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, BinaryIO
 
 from tracedray.exceptions import SessionFileCorruptError
 
@@ -40,20 +41,27 @@ _ENTRY = struct.Struct("<II")  # compressed size, decompressed size
 _FOOTER = struct.Struct("<IBI")  # frames, descriptor, seekable magic
 
 
+def frame_cut(data: bytes, frame_bytes: int, *, at_end: bool) -> int:
+    """Where the first frame of ``data`` ends: after the last newline within
+    ``frame_bytes`` (a line longer than that is a frame of its own, never cut); 0 when
+    more data is needed to decide (``at_end``: none comes, the rest is the frame)."""
+    if len(data) <= frame_bytes and (at_end or len(data) < frame_bytes):
+        return len(data) if at_end else 0
+    cut = data.rfind(b"\n", 0, frame_bytes) + 1
+    if cut:
+        return cut
+    newline = data.find(b"\n", frame_bytes)
+    if newline >= 0:
+        return newline + 1
+    return len(data) if at_end else 0
+
+
 def frame_bounds(data: bytes, frame_bytes: int = FRAME_BYTES) -> list[tuple[int, int]]:
-    """(start, end) of each frame of ``data``: about ``frame_bytes`` each, cut after a
-    newline (a line longer than that is a frame of its own, never cut)."""
+    """(start, end) of each frame of ``data`` (see frame_cut)."""
     bounds = []
     start = 0
     while start < len(data):
-        end = min(start + frame_bytes, len(data))
-        if end < len(data):
-            cut = data.rfind(b"\n", start, end)
-            if cut < 0:
-                cut = data.find(b"\n", end)
-                end = len(data) if cut < 0 else cut + 1
-            else:
-                end = cut + 1
+        end = start + frame_cut(data[start:], frame_bytes, at_end=True)
         bounds.append((start, end))
         start = end
     return bounds
@@ -61,17 +69,34 @@ def frame_bounds(data: bytes, frame_bytes: int = FRAME_BYTES) -> list[tuple[int,
 
 def compress(data: bytes, *, level: int = LEVEL, frame_bytes: int = FRAME_BYTES) -> bytes:
     """``data`` in the seekable format (see the module doc)."""
+    out = io.BytesIO()
+    _write_frames(io.BytesIO(data), out, level=level, frame_bytes=frame_bytes)
+    return out.getvalue()
+
+
+def _write_frames(source: BinaryIO, out: BinaryIO, *, level: int, frame_bytes: int) -> None:
+    """Compress ``source`` into ``out`` a frame at a time: memory holds about two frames,
+    whatever the size of the part."""
     import zstandard  # here: 20 ms to import, which no process that never compresses pays
 
     compressor = zstandard.ZstdCompressor(level=level, write_content_size=True)
-    frames = []
     entries = []
-    for start, end in frame_bounds(data, frame_bytes):
-        frame = compressor.compress(data[start:end])
-        frames.append(frame)
-        entries.append(_ENTRY.pack(len(frame), end - start))
-    table = b"".join(entries) + _FOOTER.pack(len(frames), 0, SEEKABLE_MAGIC)
-    return b"".join(frames) + _FRAME_HEADER.pack(SKIPPABLE_MAGIC, len(table)) + table
+    pending = b""
+    at_end = False
+    while not at_end:
+        chunk = source.read(frame_bytes)
+        at_end = not chunk
+        pending += chunk
+        while pending:
+            cut = frame_cut(pending, frame_bytes, at_end=at_end)
+            if not cut:
+                break  # a frame's last line is still to be read
+            frame = compressor.compress(pending[:cut])
+            out.write(frame)
+            entries.append(_ENTRY.pack(len(frame), cut))
+            pending = pending[cut:]
+    table = b"".join(entries) + _FOOTER.pack(len(entries), 0, SEEKABLE_MAGIC)
+    out.write(_FRAME_HEADER.pack(SKIPPABLE_MAGIC, len(table)) + table)
 
 
 def compress_file(source: Path, *, level: int = LEVEL) -> Path:
@@ -80,12 +105,12 @@ def compress_file(source: Path, *, level: int = LEVEL) -> Path:
     Returns the compressed path. OSError propagates (the source is then left as it was).
     """
     target = source.with_name(source.name + SUFFIX)
-    data = source.read_bytes()
     temporary = source.with_name(f".{source.name}{SUFFIX}.tmp")
     try:
-        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "wb") as out:
-            out.write(compress(data, level=level))
+        with open(source, "rb") as data:
+            fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "wb") as out:
+                _write_frames(data, out, level=level, frame_bytes=FRAME_BYTES)
         os.replace(temporary, target)
     except BaseException:
         with contextlib.suppress(OSError):

@@ -107,6 +107,18 @@ def test_a_compressed_part_reads_any_range_by_uncompressed_offset(tmp_path: Path
     assert whole == data
 
 
+def test_a_line_longer_than_a_frame_is_never_cut(tmp_path: Path) -> None:
+    long_line = b'{"big": "' + b"y" * (3 * rotated_file.FRAME_BYTES) + b'"}\n'
+    data = lines(3000) + long_line + lines(3000) + b'{"last": 1}'  # and no final newline
+    part = tmp_path / "worker-7.000001.jsonl"
+    part.write_bytes(data)
+    rotated_file.compress_file(part)
+    assert line_file.read_all(part) == data
+    start = data.index(long_line)
+    assert line_file.read_range(part, start, len(long_line)) == long_line
+    assert rotated_file.frame_bounds(data, 100)[0] == (0, data.rfind(b"\n", 0, 100) + 1)
+
+
 def test_a_damaged_compressed_part_is_a_clear_error(tmp_path: Path) -> None:
     part = tmp_path / "worker-7.000001.jsonl"
     part.write_bytes(lines(5000))
