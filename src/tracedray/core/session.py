@@ -5,8 +5,8 @@
     <TRACEDRAY_TEMP_DIR>/session_<UTC time>_<pid>/   (session_latest → newest)
       address        the GCS address (host:port) of the head
       session.json   session id, start time, head node id
-      logs/<component>-<pid>.jsonl
-      traces/<component>-<pid>.jsonl
+      logs/<component>-<pid>.jsonl     and its rotated parts, .000001.jsonl[.zst], …
+      traces/<component>-<pid>.jsonl   (docs/trace-store.md)
       spill/
       auth_token     the cluster's token (``core/auth.py``)
 
