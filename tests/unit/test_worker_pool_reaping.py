@@ -14,42 +14,44 @@ from typing import Any
 import pytest
 
 from tracedray import config
+from tracedray.core.raylet import idle_reaping as ir
 from tracedray.core.raylet import worker_pool as wp
+from tracedray.core.raylet import worker_states as ws
 from tracedray.core.worker.exit_blockers import WorkState, exit_blockers
-from tracedray.exceptions import ConfigError, RaySystemError
+from tracedray.exceptions import ConfigError
 
-W = wp.IdleWorker
+W = ir.IdleWorker
 
 
 def test_nothing_is_reaped_at_or_below_the_soft_limit() -> None:
     idle = [W("a", 0.0), W("b", 1.0)]
-    assert wp.workers_to_reap(idle, live_workers=2, soft_limit=2, now=100.0,
+    assert ir.workers_to_reap(idle, live_workers=2, soft_limit=2, now=100.0,
                               threshold_s=1.0) == []
-    assert wp.workers_to_reap(idle, live_workers=1, soft_limit=4, now=100.0,
+    assert ir.workers_to_reap(idle, live_workers=1, soft_limit=4, now=100.0,
                               threshold_s=1.0) == []
 
 
 def test_only_the_excess_goes_oldest_idle_first() -> None:
     idle = [W("new", 8.0), W("old", 1.0), W("mid", 5.0)]
     # 5 live (2 of them leased or blocked), soft limit 3: two must go, the oldest two.
-    assert wp.workers_to_reap(idle, live_workers=5, soft_limit=3, now=10.0,
+    assert ir.workers_to_reap(idle, live_workers=5, soft_limit=3, now=10.0,
                               threshold_s=1.0) == ["old", "mid"]
     # An excess larger than the idle workers stops only idle ones.
-    assert wp.workers_to_reap(idle, live_workers=9, soft_limit=1, now=10.0,
+    assert ir.workers_to_reap(idle, live_workers=9, soft_limit=1, now=10.0,
                               threshold_s=1.0) == ["old", "mid", "new"]
 
 
 def test_only_workers_idle_for_the_threshold_go() -> None:
     idle = [W("a", 9.5), W("b", 9.0), W("c", 8.99)]
-    assert wp.workers_to_reap(idle, live_workers=4, soft_limit=1, now=10.0,
+    assert ir.workers_to_reap(idle, live_workers=4, soft_limit=1, now=10.0,
                               threshold_s=1.0) == ["c", "b"]  # idle 1.01 s and exactly 1 s
-    assert wp.workers_to_reap(idle, live_workers=4, soft_limit=1, now=9.5,
+    assert ir.workers_to_reap(idle, live_workers=4, soft_limit=1, now=9.5,
                               threshold_s=1.0) == []
 
 
 def test_a_busy_worker_is_kept_and_the_next_oldest_goes_instead() -> None:
     idle = [W("owner", 1.0, busy=True), W("b", 2.0), W("c", 3.0)]
-    assert wp.workers_to_reap(idle, live_workers=3, soft_limit=2, now=10.0,
+    assert ir.workers_to_reap(idle, live_workers=3, soft_limit=2, now=10.0,
                               threshold_s=1.0) == ["b"]
 
 
@@ -59,18 +61,18 @@ def test_answers_count_only_for_the_idle_spell_they_were_given_in() -> None:
     now_idle = [W("free", 1.0), W("owner", 1.0), W("silent", 1.0),
                 W("leased-since", 4.0),  # leased and idle again after it answered
                 W("not-asked", 1.0)]
-    marked = {w.worker_id: w.busy for w in wp.with_answers(now_idle, asked)}
+    marked = {w.worker_id: w.busy for w in ir.with_answers(now_idle, asked)}
     assert marked == {"free": False, "owner": True, "silent": True, "leased-since": True,
                       "not-asked": True}
-    assert wp.workers_to_reap(wp.with_answers(now_idle, asked), live_workers=9, soft_limit=1,
+    assert ir.workers_to_reap(ir.with_answers(now_idle, asked), live_workers=9, soft_limit=1,
                               now=10.0, threshold_s=1.0) == ["free"]
 
 
 def test_soft_limit_defaults_to_the_cpu_count_and_is_at_least_one() -> None:
-    assert wp.soft_limit(4.0, None) == 4
-    assert wp.soft_limit(2.5, None) == 2
-    assert wp.soft_limit(0.0, None) == 1
-    assert wp.soft_limit(4.0, 6) == 6
+    assert ir.soft_limit(4.0, None) == 4
+    assert ir.soft_limit(2.5, None) == 2
+    assert ir.soft_limit(0.0, None) == 1
+    assert ir.soft_limit(4.0, 6) == 6
 
 
 def test_exit_blockers_name_what_would_be_lost() -> None:
@@ -128,15 +130,13 @@ class _Pool:
     def _on_exit(self, worker: wp.WorkerProcess) -> None:
         self.gate.wait(30)
         with self.exited:
-            worker.state = wp.DEAD
             self.exits.append(worker)
             self.exited.notify_all()
 
     def start_idle(self) -> wp.WorkerProcess:
-        worker = self.pool.start_worker()
+        worker = self.pool.start_worker(f"w{len(self.pool.workers)}")
         assert worker.process.stdout is not None
         assert worker.process.stdout.readline() == b"ready\n"  # its SIGTERM handler is set
-        self.pool.mark_idle(worker)
         return worker
 
     def wait_exit(self, count: int, timeout_s: float) -> None:
@@ -158,81 +158,48 @@ def pool(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[_Pool]:
 
 def test_stop_idle_terminates_and_counts_it_as_an_intended_idle_exit(pool: _Pool) -> None:
     kept, reaped = pool.start_idle(), pool.start_idle()
-    assert pool.pool.live_task_workers() == 2
-    assert pool.pool.idle_worker() is reaped  # the most recently idle one is reused first
     pool.gate.clear()
-    pool.pool.stop_idle(reaped, "reaped as idle by the raylet: idle 1.2s")
-    assert reaped.state == wp.STOPPING and reaped.kill_intended
-    assert reaped.stop_reason == wp.STOP_IDLE
-    # A stopping worker is neither leasable nor counted against the soft limit.
-    assert pool.pool.idle_worker() is kept and pool.pool.live_task_workers() == 1
-    assert [w.worker_id for w in pool.pool.idle_task_workers()] == [kept.worker_id]
-    stats = pool.pool.statistics()
-    assert (stats.reaped_total, stats.stopping, stats.idle) == (1, 1, 1)
+    pool.pool.stop_idle(reaped.worker_id, "reaped as idle by the raylet: idle 1.2s")
+    assert reaped.kill_intended and reaped.stop_reason == ws.STOP_IDLE
+    assert pool.pool.reaped_total == 1 and pool.pool.started_total == 2
     pool.gate.set()
     pool.wait_exit(1, timeout_s=10)
     assert pool.exits == [reaped] and kept.process.poll() is None
     assert reaped.exit_signal == "SIGTERM"
     assert reaped.exit_meaning.startswith("reaped as idle by the raylet: idle 1.2s; ")
-    assert pool.pool.statistics().reaped_total == 1
+    assert pool.pool.exited() == [reaped]
 
 
 def test_a_worker_ignoring_sigterm_is_killed_after_the_grace(pool: _Pool) -> None:
     pool.script = _STUBBORN
     worker = pool.start_idle()
     started = time.monotonic()
-    pool.pool.stop_idle(worker, "reaped as idle by the raylet")
+    pool.pool.stop_idle(worker.worker_id, "reaped as idle by the raylet")
     pool.wait_exit(1, timeout_s=wp.STOP_GRACE_S + 10)
     assert time.monotonic() - started >= wp.STOP_GRACE_S - 0.1
     assert worker.exit_signal == "SIGKILL" and worker.kill_intended
 
 
-def test_only_idle_workers_can_be_stopped(pool: _Pool) -> None:
+def test_a_kill_records_why_before_the_signal(pool: _Pool) -> None:
     worker = pool.start_idle()
-    worker.state = wp.LEASED
-    with pytest.raises(RaySystemError, match="LEASED, not IDLE"):
-        pool.pool.stop_idle(worker, "reaped")
-    assert worker.process.poll() is None and pool.pool.statistics().reaped_total == 0
-
-
-def process_less(worker_id: str, **fields: Any) -> wp.WorkerProcess:
-    """A worker's record without a process: what the pool's pure functions read."""
-    return wp.WorkerProcess(worker_id=worker_id, process=None, **fields)
-
-
-# --- actor workers the GCS does not use (a restarted GCS releases them)
-def actor_worker(worker_id: str, state: str = wp.ACTOR, actor_id: bytes = b"a",
-                 kill_intended: bool = False, stop_reason: str = "") -> wp.WorkerProcess:
-    return process_less(worker_id, state=state, actor_id=actor_id, kill_intended=kill_intended,
-                        stop_reason=stop_reason)
-
-
-def test_unused_actor_workers_are_the_live_ones_the_gcs_does_not_name() -> None:
-    workers = [actor_worker("used"), actor_worker("unused"),
-               actor_worker("dying", kill_intended=True), actor_worker("dead", state=wp.DEAD),
-               actor_worker("task", state=wp.LEASED, actor_id=b""),
-               actor_worker("idle", state=wp.IDLE, actor_id=b"")]
-    assert [w.worker_id for w in wp.unused_actor_workers(workers, {"used"})] == ["unused"]
-    assert wp.unused_actor_workers(workers, {"used", "unused"}) == []
+    pool.pool.kill(worker.worker_id, True, reason=ws.STOP_NOT_REGISTERED,
+                   meaning="killed by the raylet: it did not register")
+    pool.wait_exit(1, timeout_s=10)
+    assert worker.kill_intended and worker.stop_reason == ws.STOP_NOT_REGISTERED
+    assert worker.exit_signal == "SIGKILL"
+    assert worker.exit_meaning.startswith("killed by the raylet: it did not register; ")
 
 
 def test_the_gcs_hears_of_an_actor_workers_exit_unless_it_asked_for_it() -> None:
-    assert wp.exit_concerns_the_gcs(actor_worker("w"))  # crashed: the actor fails
-    assert wp.exit_concerns_the_gcs(actor_worker("w", stop_reason=wp.STOP_KILLED))  # kill()
-    for stop in wp.STOPS_FOR_THE_GCS:
-        assert not wp.exit_concerns_the_gcs(actor_worker("w", stop_reason=f"{stop}: why"))
-    assert not wp.exit_concerns_the_gcs(actor_worker("w", actor_id=b"", state=wp.LEASED))
+    assert ws.exit_concerns_the_gcs(b"a", "")  # crashed: the actor fails
+    assert ws.exit_concerns_the_gcs(b"a", ws.STOP_KILLED)  # kill()
+    for stop in ws.STOPS_FOR_THE_GCS:
+        assert not ws.exit_concerns_the_gcs(b"a", f"{stop}: why")
+    assert not ws.exit_concerns_the_gcs(b"", "")
 
 
 # --- workers stuck at start
 def test_only_workers_still_starting_after_the_timeout_are_stuck() -> None:
-    def started(worker_id: str, at: float, state: str = wp.STARTING,
-                kill_intended: bool = False) -> wp.WorkerProcess:
-        return process_less(worker_id, state=state, kill_intended=kill_intended,
-                            started_monotonic=at)
-
-    workers = [started("stuck", 0.0), started("young", 50.0), started("idle", 0.0, wp.IDLE),
-               started("dying", 0.0, kill_intended=True), started("edge", 40.0)]
-    assert [w.worker_id for w in wp.not_registered_in_time(workers, 100.0, 60.0)] == [
-        "stuck", "edge"]
-    assert wp.not_registered_in_time(workers, 30.0, 60.0) == []
+    started = [("stuck", 0.0), ("young", 50.0), ("edge", 40.0)]
+    assert ir.not_registered_in_time(started, 100.0, 60.0) == ["stuck", "edge"]
+    assert ir.not_registered_in_time(started, 30.0, 60.0) == []

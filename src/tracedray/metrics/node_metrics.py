@@ -83,7 +83,7 @@ class NodeCollector:
                                     labels=[*labels, "reason"])
         reasons = Counter(exit_reason(w.exit_code, w.exit_signal, w.exit_cause,
                                       w.kill_intended)
-                          for w in list(raylet.pool.workers.values()) if w.state == "DEAD")
+                          for w in raylet.pool.exited())
         for reason in EXIT_REASONS:
             exits.add_metric([*ids, reason], reasons.get(reason, 0))
         yield exits

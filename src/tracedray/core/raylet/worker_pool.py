@@ -1,4 +1,4 @@
-"""The raylet's worker processes: start, register, lease, reap.
+"""The raylet's worker processes: spawn, signal, and describe each exit.
 
 The raylet is the parent of every worker, so it is the one that sees each exit
 code and signal; it records them (span + log) even when the worker could not. For a
@@ -6,10 +6,8 @@ SIGKILL it also tells whether the OOM killer sent it, and for which limit, from 
 kernel's OOM kill counts read at the worker's start and at its death
 (memory_evidence.py, exit_meaning.explain_sigkill).
 
-Idle workers beyond a soft limit (the node's CPU count) are stopped once they have
-been idle long enough: a task blocked in ``get`` lends its CPU out, so a burst of
-nested work can start many more workers than CPUs, and without this they would sit
-idle, holding memory, until the node stops. ``workers_to_reap`` decides which.
+The pool holds process facts only; which worker is idle, leased or stopping is the lease
+book's (``leasing.py``), and only the pool's own methods change its records.
 """
 
 from __future__ import annotations
@@ -20,14 +18,13 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import psutil
 
-from tracedray.core import ids
 from tracedray.core.address import Address
 from tracedray.core.raylet import memory_evidence
 from tracedray.core.raylet.exit_meaning import (
@@ -36,28 +33,10 @@ from tracedray.core.raylet.exit_meaning import (
     explain_sigkill,
     new_oom_kills,
 )
+from tracedray.core.raylet.worker_states import STOP_IDLE, STOP_KILLED, STOP_SHUTDOWN
 from tracedray.exceptions import RaySystemError
 from tracedray.telemetry import attributes as A
 
-STARTING, IDLE, LEASED, BLOCKED, ACTOR, DEAD = (
-    "STARTING", "IDLE", "LEASED", "BLOCKED", "ACTOR", "DEAD")
-# Chosen for reaping and sent SIGTERM: never leased again, DEAD once the process is gone.
-STOPPING = "STOPPING"
-# Why the raylet meant a worker to exit (``WorkerProcess.stop_reason``; "" = it did not).
-# A reclaimed lease's reason goes on to name the lessee that died; an abandoned one's,
-# the lessee that shut down while the worker still ran its tasks; a dead actor's, why
-# the GCS declared the actor dead while its creation was under way; an unused actor
-# worker's, why the GCS does not use it (a restarted GCS did not know it, or the GCS that
-# asked for it went away before the grant).
-STOP_IDLE, STOP_SHUTDOWN, STOP_KILLED = "idle", "shutdown", "killed"
-STOP_LESSEE_DIED = "lessee died"
-STOP_LESSEE_LEFT = "lessee left its tasks running"
-STOP_ACTOR_DEAD = "actor dead"
-STOP_ACTOR_UNUSED = "actor worker unused"
-STOP_NOT_REGISTERED = "did not register"
-# Actor workers stopped because the GCS does not want them: it is not told of their exit
-# (it knows; and a restarted GCS creating the actor again would count it as a failure).
-STOPS_FOR_THE_GCS = (STOP_ACTOR_DEAD, STOP_ACTOR_UNUSED)
 # A reaped worker that ignores SIGTERM this long is killed (as at shutdown).
 STOP_GRACE_S = 2.0
 
@@ -66,15 +45,8 @@ STOP_GRACE_S = 2.0
 class WorkerProcess:
     worker_id: str
     process: subprocess.Popen[bytes]
-    state: str = STARTING
     port: int = 0
     task_port: int = 0  # where callers open task streams to it
-    lease_id: str = ""
-    # Who holds its task lease (the lessee); None when idle, and for an actor's lease,
-    # whose lifetime the GCS decides.
-    lessee: Address | None = None
-    resources: dict[str, float] = field(default_factory=dict)
-    actor_id: bytes = b""
     started_at: float = field(default_factory=time.time)
     started_monotonic: float = field(default_factory=time.monotonic)
     ended_at: float = 0.0
@@ -91,7 +63,6 @@ class WorkerProcess:
     # The node's memory use at its exit, kept only where that memory is (or may be)
     # what killed it.
     node_memory_percent: float | None = None
-    idle_since: float = 0.0  # time.monotonic() when it last became IDLE
     registered: threading.Event = field(default_factory=threading.Event)
 
     @property
@@ -110,82 +81,6 @@ class WorkerPoolStatistics:
     dead: int
     started_total: int
     reaped_total: int  # idle workers stopped beyond the soft limit
-
-
-@dataclass(frozen=True)
-class IdleWorker:
-    """What the reaping decision needs to know about one IDLE task worker."""
-
-    worker_id: str
-    idle_since: float  # same clock as ``now`` in workers_to_reap
-    # It still holds something other processes need (objects it owns or borrows,
-    # tasks it submitted): stopping it would lose them. Unknown counts as busy.
-    busy: bool = False
-
-
-def not_registered_in_time(workers: Iterable[WorkerProcess], now: float,
-                           timeout_s: float) -> list[WorkerProcess]:
-    """The workers still STARTING ``timeout_s`` after they were started (``now`` on the
-    monotonic clock), not already being killed (pure)."""
-    return [w for w in workers if w.state == STARTING and not w.kill_intended
-            and now - w.started_monotonic >= timeout_s]
-
-
-def workers_to_reap(idle: Sequence[IdleWorker], live_workers: int, soft_limit: int,
-                    now: float, threshold_s: float) -> list[str]:
-    """Ids of the idle workers to stop now, oldest-idle first.
-
-    ``live_workers`` counts the node's task workers that are alive and not already
-    stopping (starting, idle, leased, blocked; actor workers are not in the pool's
-    budget). Only as many as it exceeds ``soft_limit`` by are stopped, and only
-    workers idle for at least ``threshold_s`` that are not busy, as Ray's
-    ``idle_worker_killing_time_threshold_ms``: a short pause between two bursts
-    keeps its warm workers.
-    """
-    excess = live_workers - soft_limit
-    if excess <= 0:
-        return []
-    ready = sorted((w for w in idle_longer_than(idle, now, threshold_s) if not w.busy),
-                   key=lambda w: (w.idle_since, w.worker_id))
-    return [w.worker_id for w in ready[:excess]]
-
-
-def with_answers(idle: Sequence[IdleWorker],
-                 answers: Mapping[IdleWorker, list[str] | None]) -> list[IdleWorker]:
-    """``idle`` (as it is now) with ``busy`` set from what the workers answered when
-    asked what they still hold (``answers``, keyed by the worker as it was then). Free
-    means: asked during its current idle spell (same ``idle_since``: not leased since)
-    and answered "nothing". Not asked, not answering or holding something: busy."""
-    free = {(w.worker_id, w.idle_since) for w, reasons in answers.items() if reasons == []}
-    return [IdleWorker(w.worker_id, w.idle_since, busy=(w.worker_id, w.idle_since) not in free)
-            for w in idle]
-
-
-def idle_longer_than(idle: Sequence[IdleWorker], now: float,
-                     threshold_s: float) -> list[IdleWorker]:
-    return [w for w in idle if now - w.idle_since >= threshold_s]
-
-
-def unused_actor_workers(workers: Iterable[WorkerProcess],
-                         in_use: Collection[str]) -> list[WorkerProcess]:
-    """The live workers granted to an actor that the GCS does not use (``in_use``: the
-    ids of its ALIVE actors' workers), leaving those being killed already."""
-    return [w for w in workers if w.state == ACTOR and w.actor_id and not w.kill_intended
-            and w.worker_id not in in_use]
-
-
-def exit_concerns_the_gcs(worker: WorkerProcess) -> bool:
-    """Whether the GCS is told of this worker's exit: an actor's worker, unless it was
-    stopped because the GCS does not want it."""
-    return bool(worker.actor_id) and not worker.stop_reason.startswith(STOPS_FOR_THE_GCS)
-
-
-def soft_limit(cpus: float, configured: int | None) -> int:
-    """How many task workers a node keeps alive when idle: the configured number, or
-    its CPU count; at least 1 (a node with no CPUs still runs zero-CPU tasks)."""
-    if configured is not None:
-        return max(1, configured)
-    return max(1, int(cpus))
 
 
 class WorkerPool:
@@ -207,8 +102,8 @@ class WorkerPool:
         self._oom_kills_counted: dict[str, int] = {}
         self._oom_lock = threading.Lock()
 
-    def start_worker(self) -> WorkerProcess:
-        worker_id = ids.new_worker_id()
+    def start_worker(self, worker_id: str) -> WorkerProcess:
+        """Spawn a worker process (never under the raylet's lock: it forks)."""
         command = [sys.executable, "-m", "tracedray.core.worker.main",
                    "--gcs", self._gcs_address, "--raylet", f"{self._ip}:{self._raylet_port}",
                    "--node-id", self._node_id, "--worker-id", worker_id,
@@ -275,34 +170,39 @@ class WorkerPool:
         return Address(self._node_id, self._ip, worker.port, worker.worker_id, worker.pid,
                        worker.task_port)
 
-    # Callers hold the raylet's lock for everything below that reads or changes
-    # states: a lease is granted under it, so a worker cannot be both leased and reaped.
-    def mark_idle(self, worker: WorkerProcess) -> None:
-        worker.state = IDLE
-        worker.idle_since = time.monotonic()
+    def registered(self, worker_id: str, port: int, task_port: int) -> WorkerProcess:
+        worker = self.workers.get(worker_id)
+        if worker is None:
+            raise RaySystemError(f"unknown worker {worker_id}")
+        worker.port, worker.task_port = port, task_port
+        worker.registered.set()
+        return worker
 
-    def idle_worker(self) -> WorkerProcess | None:
-        """The most recently idle worker: reusing it keeps a warm one busy and lets the
-        others age towards reaping."""
-        idle = [w for w in self.workers.values() if w.state == IDLE]
-        return max(idle, key=lambda w: w.idle_since) if idle else None
+    def kill(self, worker_id: str, force: bool, *, reason: str = "", meaning: str = "") -> None:
+        """Stop a worker on purpose. ``reason`` (its exit's stop reason) and ``meaning``
+        (what its exit meant) are set before the signal, so that the exit handler, which
+        may run at once, records why the raylet killed it."""
+        worker = self.workers.get(worker_id)
+        if worker is None:
+            return
+        if reason:
+            worker.stop_reason = reason
+        if meaning:
+            worker.exit_meaning = meaning
+        if worker.process.poll() is not None:
+            return
+        worker.kill_intended = True
+        worker.stop_reason = worker.stop_reason or STOP_KILLED
+        if force:
+            worker.process.kill()
+        else:
+            worker.process.terminate()
 
-    def idle_task_workers(self) -> list[IdleWorker]:
-        return [IdleWorker(w.worker_id, w.idle_since) for w in self.workers.values()
-                if w.state == IDLE and not w.actor_id]
-
-    def live_task_workers(self) -> int:
-        return sum(1 for w in self.workers.values()
-                   if w.state in (STARTING, IDLE, LEASED, BLOCKED) and not w.actor_id)
-
-    def stop_idle(self, worker: WorkerProcess, meaning: str) -> None:
-        """Stop an IDLE worker as the node's shutdown does (SIGTERM: it ends its log
-        with process.exit and flushes its spans), then SIGKILL if it ignores that.
-        Its exit is recorded as intended, with ``meaning`` saying why."""
-        if worker.state != IDLE:  # the caller's lock makes this impossible: a bug if seen
-            raise RaySystemError(f"worker {worker.worker_id} is {worker.state}, not IDLE: "
-                                 "only idle workers are reaped")
-        worker.state = STOPPING
+    def stop_idle(self, worker_id: str, meaning: str) -> None:
+        """Stop a worker the lease book marked STOPPING as the node's shutdown does
+        (SIGTERM: it ends its log with process.exit and flushes its spans), then SIGKILL
+        if it ignores that. Its exit is recorded as intended, with ``meaning`` saying why."""
+        worker = self.workers[worker_id]
         worker.kill_intended = True
         worker.stop_reason = STOP_IDLE
         worker.exit_meaning = meaning  # the exit's own meaning is appended by _reap
@@ -313,8 +213,9 @@ class WorkerPool:
         timer.daemon = True
         timer.start()
 
-    def count(self, state: str) -> int:
-        return sum(1 for w in self.workers.values() if w.state == state)
+    def exited(self) -> list[WorkerProcess]:
+        """The workers whose exit was recorded."""
+        return [w for w in list(self.workers.values()) if w.ended_at]
 
     def kill_all(self, timeout_s: float = STOP_GRACE_S) -> None:
         live = [w for w in self.workers.values() if w.process.poll() is None]
@@ -331,11 +232,13 @@ class WorkerPool:
                 worker.process.kill()
                 worker.process.wait()
 
-    def statistics(self) -> WorkerPoolStatistics:
-        return WorkerPoolStatistics(self.count(STARTING), self.count(IDLE), self.count(LEASED),
-                                    self.count(BLOCKED), self.count(ACTOR),
-                                    self.count(STOPPING), self.count(DEAD),
-                                    self._started_total, self._reaped_total)
+    @property
+    def started_total(self) -> int:
+        return self._started_total
+
+    @property
+    def reaped_total(self) -> int:
+        return self._reaped_total
 
 
 def exit_memory_attributes(worker: WorkerProcess) -> dict[str, Any]:
