@@ -1,25 +1,28 @@
 """How long the trace-store commands take as a session grows (issue 24), before and after.
 
-One cluster (``tracedray start --head``) gets tasks from drivers until the session holds
-each size in turn (default 1,000 then 20,000 tasks; each task prints a line, every
-hundredth one also puts 200 KB into the object store). At each size every command runs
-``--repeat`` times as a user runs it (a fresh ``tracedray`` process) and the median wall
-time is kept:
+Each size (default 1,000 and 20,000 tasks) gets a cluster of its own (``tracedray start
+--head``, 2 CPUs), given that many tasks by a driver (each task prints a line, every
+hundredth one also puts 200 KB into the object store). Timing starts once each node's
+agent (nice 19) has converted and indexed the burst ("agent_caught_up_s"). Then, with
+every cluster up, each command runs as a user runs it (a fresh ``tracedray`` process):
+once per size to warm the page cache, then ``--repeat`` rounds, each round running it on
+every size back to back, so the sizes compared see the same moment's load on a shared
+machine:
 
     trace ID, logs --task ID, get task ID, list tasks --limit 10, memory --timeline,
-    timeline --task ID, summary tasks
+    timeline --task ID, summary tasks, --version (the floor: Python and the CLI start)
+
+Kept per size and command: the median wall and CPU time (of the command's process) with
+the range of the runs; per command, the largest size's median CPU over the smallest's
+and the range of that ratio over the rounds. On a loaded machine the wall time of the
+same command moves by tens of percent, its CPU time much less.
 
 "after" is this checkout. "before" is the same commands from another commit's code
 (``--before REV``, default the commit before the index: its ``src`` from ``git archive``,
-first on PYTHONPATH) against the same live cluster and session; that code ignores the
-index and reads every file, and its ``list``/``get`` pull every task from the GCS.
-Timing starts once the node's agent (nice 19) has converted and indexed the burst
-("agent_caught_up_s"); each command runs once before it is timed. Wall and CPU time
-(of the command's process) are both kept, with the range of the runs: on a loaded
-shared machine the wall time of the same command moves by tens of percent, its CPU
-time much less.
+first on PYTHONPATH) against the same clusters, alternated with "after"; that code ignores
+the index and reads every file, and its ``list``/``get`` pull every task from the GCS.
 
-Also printed: the session's bytes on disk per task (spans, logs, GCS tables, index).
+Also printed: each session's bytes on disk per task (spans, logs, GCS tables, index).
 
 Usage: python benchmarks/trace_store.py [--sizes 1000 20000] [--repeat 3]
                                         [--before REV | --no-before] [--save DIR]
@@ -143,17 +146,49 @@ COMMANDS = {
     "memory --timeline": lambda task: ("memory", "--timeline", "--format", "json"),
     "timeline --task": lambda task: ("timeline", "--task", task, "--output", "-"),
     "summary tasks": lambda task: ("summary", "tasks", "--format", "json"),
+    # the floor: starting Python and the CLI, reading nothing
+    "--version": lambda task: ("--version",),
 }
 
 
-def _time(env: dict[str, str], args: tuple[str, ...], repeat: int) -> dict[str, float]:
-    _cli(env, *args)  # warm: the page cache
-    runs = [_cli(env, *args) for _ in range(repeat)]
+def _run_once(env: dict[str, str], args: tuple[str, ...]) -> tuple[float, float]:
+    return _cli(env, *args)
+
+
+def _summary(runs: list[tuple[float, float]]) -> dict[str, Any]:
     return {"wall_s": round(statistics.median(r[0] for r in runs), 3),
             "cpu_s": round(statistics.median(r[1] for r in runs), 3),
             # the spread of the runs: on a shared machine a median alone hides it
             "wall_range_s": [round(min(r[0] for r in runs), 3), round(max(r[0] for r in runs), 3)],
-            "cpu_range_s": [round(min(r[1] for r in runs), 3), round(max(r[1] for r in runs), 3)]}
+            "cpu_range_s": [round(min(r[1] for r in runs), 3), round(max(r[1] for r in runs), 3)],
+            "runs": len(runs)}
+
+
+def _ratio_interval(small: list[float], large: list[float]) -> list[float]:
+    """The range of large/small over the pairs run back to back (the same moment's load)."""
+    ratios = sorted(b / a for a, b in zip(small, large, strict=True) if a > 0)
+    return [round(ratios[0], 2), round(ratios[-1], 2)] if ratios else []
+
+
+def _build(folder: Path, size: int, driver: Path) -> dict[str, Any]:
+    """A cluster of its own (one head, 2 CPUs) given ``size`` tasks; returns its env, the
+    task picked and what building it took."""
+    temp_root = folder / f"root-{size}"
+    env = {**os.environ, "TRACEDRAY_TEMP_DIR": str(temp_root)}
+    env.pop("TRACEDRAY_ADDRESS", None)
+    _cli(env, "start", "--head", "--port", "0", "--num-cpus", "2")
+    started = time.perf_counter()
+    out = subprocess.run([sys.executable, str(driver), str(size)], env=env,
+                         capture_output=True, text=True, timeout=3600, check=True)
+    made_s = time.perf_counter() - started
+    task = json.loads(out.stdout.strip().splitlines()[-1])["task"]
+    quiet_s = _wait_quiet(_session(temp_root))
+    disk = _disk(_session(temp_root))
+    print(f"{size:>7} tasks made in {made_s:.0f} s, agent caught up in {quiet_s:.0f} s, "
+          f"{round(sum(disk.values()) / size)} B/task {disk}", flush=True)
+    return {"env": env, "task": task, "row": {
+        "tasks_made_s": round(made_s, 1), "agent_caught_up_s": round(quiet_s, 1),
+        "disk_bytes": disk, "disk_bytes_per_task": round(sum(disk.values()) / size)}}
 
 
 def main() -> None:
@@ -170,49 +205,57 @@ def main() -> None:
                                    ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
                                    capture_output=True, text=True).stdout.strip(),
                                "date": datetime.datetime.now(datetime.timezone.utc).isoformat(),
-                               "cpus": os.cpu_count()}
+                               "cpus": os.cpu_count(), "design": "paired"}
+    sizes = sorted(args.sizes)
     with tempfile.TemporaryDirectory(prefix="td-bench-store-") as folder:
-        temp_root = Path(folder) / "root"
-        env = {**os.environ, "TRACEDRAY_TEMP_DIR": str(temp_root)}
-        env.pop("TRACEDRAY_ADDRESS", None)
-        before_env = {**env, "PYTHONPATH": str(_before_tree(args.before, Path(folder)))}
         driver = Path(folder) / "driver.py"
         driver.write_text(DRIVER)
-        _cli(env, "start", "--head", "--port", "0", "--num-cpus", "2")
+        before_path = None if args.no_before else str(_before_tree(args.before, Path(folder)))
+        clusters: dict[int, dict[str, Any]] = {}
         try:
-            done = 0
-            for size in sorted(args.sizes):
-                started = time.perf_counter()
-                out = subprocess.run([sys.executable, str(driver), str(size - done)], env=env,
-                                     capture_output=True, text=True, timeout=3600, check=True)
-                made_s = time.perf_counter() - started
-                done = size
-                task = json.loads(out.stdout.strip().splitlines()[-1])["task"]
-                quiet_s = _wait_quiet(_session(temp_root))
-                row: dict[str, Any] = {"tasks_made_s": round(made_s, 1),
-                                       "agent_caught_up_s": round(quiet_s, 1),
-                                       "disk_bytes": _disk(_session(temp_root))}
-                row["disk_bytes_per_task"] = round(sum(row["disk_bytes"].values()) / size)
-                for name, command in COMMANDS.items():
-                    row[name] = {"after": _time(env, command(task), args.repeat),
-                                 "before": {"wall_s": 0.0, "cpu_s": 0.0} if args.no_before
-                                 else _time(before_env, command(task), args.repeat)}
-                    after, before = row[name]["after"], row[name]["before"]
-                    print(f"{size:>7} tasks  {name:<24} after {after['wall_s']:7.3f} s "
-                          f"(cpu {after['cpu_s']:6.3f})   before {before['wall_s']:7.3f} s "
-                          f"(cpu {before['cpu_s']:6.3f})", flush=True)
-                print(f"{size:>7} tasks  disk {row['disk_bytes_per_task']} B/task "
-                      f"{row['disk_bytes']}  (made in {made_s:.0f} s)", flush=True)
-                results["sizes"][str(size)] = row
+            for size in sizes:
+                clusters[size] = _build(Path(folder), size, driver)
+                results["sizes"][str(size)] = clusters[size]["row"]
+            # Every size's cluster is up: each command runs on each size in turn, so the
+            # sizes compared see the same moment's load on this shared machine.
+            engines = {"after": None} if before_path is None else {"after": None,
+                                                                   "before": before_path}
+            for name, command in COMMANDS.items():
+                runs: dict[tuple[int, str], list[tuple[float, float]]] = {}
+                for size in sizes:
+                    for engine, path in engines.items():
+                        env = clusters[size]["env"] if path is None else \
+                            {**clusters[size]["env"], "PYTHONPATH": path}
+                        _run_once(env, command(clusters[size]["task"]))  # warm: page cache
+                        runs[(size, engine)] = []
+                for _ in range(args.repeat):
+                    for size in sizes:
+                        for engine, path in engines.items():
+                            env = clusters[size]["env"] if path is None else \
+                                {**clusters[size]["env"], "PYTHONPATH": path}
+                            runs[(size, engine)].append(
+                                _run_once(env, command(clusters[size]["task"])))
+                for size in sizes:
+                    row = results["sizes"][str(size)]
+                    row[name] = {engine: _summary(runs[(size, engine)]) for engine in engines}
+                    after = row[name]["after"]
+                    print(f"{size:>7} tasks  {name:<24} wall {after['wall_s']:7.3f} s "
+                          f"{after['wall_range_s']}  cpu {after['cpu_s']:6.3f} s "
+                          f"{after['cpu_range_s']}", flush=True)
+                if len(sizes) > 1:
+                    small, large = runs[(sizes[0], "after")], runs[(sizes[-1], "after")]
+                    results.setdefault("growth_after", {})[name] = {
+                        "cpu_s": round(statistics.median(r[1] for r in large)
+                                       / statistics.median(r[1] for r in small), 2),
+                        "cpu_pair_range": _ratio_interval([r[1] for r in small],
+                                                          [r[1] for r in large]),
+                        "wall_s": round(statistics.median(r[0] for r in large)
+                                        / statistics.median(r[0] for r in small), 2)}
+                    print(f"         {name}: cpu {sizes[-1]}/{sizes[0]} = "
+                          f"{results['growth_after'][name]}", flush=True)
         finally:
-            _cli(env, "stop", check=False)
-    sizes = sorted(results["sizes"], key=int)
-    if len(sizes) > 1:
-        small, large = results["sizes"][sizes[0]], results["sizes"][sizes[-1]]
-        results["growth_after"] = {
-            name: {unit: round(large[name]["after"][unit] / small[name]["after"][unit], 2)
-                   for unit in ("wall_s", "cpu_s")} for name in COMMANDS}
-        print(f"after, {sizes[-1]} vs {sizes[0]} tasks:", results["growth_after"])
+            for cluster in clusters.values():
+                _cli(cluster["env"], "stop", check=False)
     if args.save:
         args.save.mkdir(parents=True, exist_ok=True)
         name = "trace_store_after_only.json" if args.no_before else "trace_store.json"

@@ -75,6 +75,31 @@ class NodeReplay:
     restored_bytes: int = 0
     last_event_ns: int = 0
     frees_after_owner_end: int = 0  # frees not counted: see replay_store's held_until
+    # call site -> [bytes, objects] of what is in shm now, kept with ``live``: a peak's
+    # top call sites cost O(call sites), not O(objects)
+    site_totals: dict[str, list[int]] = field(default_factory=dict)
+
+    def enter(self, object_id: str, size: int, site: str) -> None:
+        """``object_id`` is in shared memory now (again, or with its call site known)."""
+        old = self.live.get(object_id)
+        if old is not None:
+            self._count(old[1], -old[0], -1)
+        self.live[object_id] = (size, site)
+        self._count(site, size, 1)
+
+    def leave(self, object_id: str) -> tuple[int, str] | None:
+        """``object_id`` left shared memory; what it was, or None if it was not there."""
+        old = self.live.pop(object_id, None)
+        if old is not None:
+            self._count(old[1], -old[0], -1)
+        return old
+
+    def _count(self, site: str, size: int, objects: int) -> None:
+        entry = self.site_totals.setdefault(site, [0, 0])
+        entry[0] += size
+        entry[1] += objects
+        if entry[1] <= 0:
+            del self.site_totals[site]
 
     @property
     def used(self) -> int:
@@ -122,7 +147,7 @@ def replay_store(spans: Iterable[SpanRecord], top: int = 5,
         node.last_event_ns = max(node.last_event_ns, span.end_ns)
         if node.peak is None or used > node.peak.used_bytes:
             node.peak = NodePeak(span.node_id, span.end_ns, used, node.capacity,
-                                 _top_call_sites(node.live.values(), top))
+                                 _top_call_sites(node.site_totals, top))
     return nodes
 
 
@@ -136,11 +161,11 @@ def _apply(node: NodeReplay, span: SpanRecord, object_id: str, size: int, site: 
         elif object_id in node.live:
             # The same entry seen twice (the owner's object.put and the raylet's
             # object.seal): only the call site may be news.
-            node.live[object_id] = (node.live[object_id][0], site)
+            node.enter(object_id, node.live[object_id][0], site)
             if object_id in node.held:
                 node.held[object_id].call_site = site
             return 0
-        node.live[object_id] = (size, site)
+        node.enter(object_id, size, site)
         held = node.held.get(object_id)
         if held is not None:
             held.spilled = False
@@ -149,7 +174,7 @@ def _apply(node: NodeReplay, span: SpanRecord, object_id: str, size: int, site: 
             node.held[object_id] = HeldObject(object_id, size, site, secondary=secondary,
                                               since_ns=span.end_ns)
         return size
-    in_shm = node.live.pop(object_id, None)
+    in_shm = node.leave(object_id)
     if span.name == "object.spill":
         node.spilled_count += 1
         node.spilled_bytes += size or (in_shm[0] if in_shm else 0)
@@ -173,12 +198,9 @@ def _freed_for_owner_end(span: SpanRecord) -> bool:
     return bool(reason) and reason != _FREE_RELEASED
 
 
-def _top_call_sites(live: Iterable[tuple[int, str]], top: int) -> tuple[CallSiteUsage, ...]:
-    totals: dict[str, list[int]] = {}
-    for size, site in live:
-        entry = totals.setdefault(site, [0, 0])
-        entry[0] += size
-        entry[1] += 1
+def _top_call_sites(totals: Mapping[str, list[int]], top: int) -> tuple[CallSiteUsage, ...]:
+    if top <= 0:
+        return ()
     ranked = sorted(totals.items(), key=lambda item: (-item[1][0], item[0]))
     return tuple(CallSiteUsage(site, total, count) for site, (total, count) in ranked[:top])
 

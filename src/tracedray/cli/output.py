@@ -131,13 +131,16 @@ def print_json(data: Any) -> None:
     typer.echo(json.dumps(data, indent=2, sort_keys=False, default=str))
 
 
-def print_data(data: Any, fmt: OutputFormat) -> None:
-    """``data`` as JSON or YAML (the same document: what JSON would hold, as YAML)."""
+def print_data(data: Any, fmt: OutputFormat, *, compact: bool = False) -> None:
+    """``data`` as JSON or YAML (the same document: what JSON would hold, as YAML).
+    ``compact``: JSON on one line (large data: the C encoder, ten times faster)."""
     if fmt is OutputFormat.yaml:
         import yaml
 
         plain = json.loads(json.dumps(data, default=str))  # the JSON form's types
         typer.echo(yaml.safe_dump(plain, sort_keys=False, allow_unicode=True).rstrip("\n"))
+    elif compact:
+        typer.echo(json.dumps(data, default=str))
     else:
         print_json(data)
 

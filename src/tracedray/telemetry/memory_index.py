@@ -74,18 +74,13 @@ class StoreEvent:
 
     def attributes(self) -> dict[str, Any]:
         """The span's attributes the replay reads (as the span carried them)."""
-        found: dict[str, Any] = {attr.OBJECT_ID: self.object_id, attr.NODE_ID: self.node_id}
-        for name, value in ((attr.OBJECT_SIZE, self.size),
-                            (attr.OBJECT_CALL_SITE, self.call_site),
-                            (attr.STORE_USED, self.store_used),
-                            (attr.STORE_CAPACITY, self.capacity),
-                            (attr.OBJECT_COPY, self.copy),
-                            (attr.OBJECT_FREE_REASON, self.free_reason)):
-            if value is not None:
-                found[name] = value
-        if self.name == "object.put":
-            found[attr.OBJECT_LOCATION] = "shm"  # others are never kept
-        return found
+        found = {attr.OBJECT_ID: self.object_id, attr.NODE_ID: self.node_id,
+                 attr.OBJECT_SIZE: self.size, attr.OBJECT_CALL_SITE: self.call_site,
+                 attr.STORE_USED: self.store_used, attr.STORE_CAPACITY: self.capacity,
+                 attr.OBJECT_COPY: self.copy, attr.OBJECT_FREE_REASON: self.free_reason,
+                 # an object.put is kept only when it went to shm
+                 attr.OBJECT_LOCATION: "shm" if self.name == "object.put" else None}
+        return {name: value for name, value in found.items() if value is not None}
 
 
 def _int(value: Any) -> int | None:

@@ -143,12 +143,7 @@ def _timeline(address: str | None, session_path: str | None, output: str | None,
     from pathlib import Path
 
     from tracedray.cli.commands.trace import resolve_session
-    from tracedray.cli.memory_timeline import (
-        render_terminal_chart,
-        save_png,
-        store_peaks,
-        store_usage_series,
-    )
+    from tracedray.cli.memory_timeline import render_terminal_chart, replay_store, save_png
     from tracedray.cli.output import note, print_data, warn
     from tracedray.cli.postmortem import session_at
     from tracedray.cli.tracestore.sources import SessionFileSource
@@ -157,13 +152,15 @@ def _timeline(address: str | None, session_path: str | None, output: str | None,
     batch = SessionFileSource(session).store_events()
     for warning in batch.warnings:
         warn(warning)
-    series = store_usage_series(batch.spans)
-    peaks = store_peaks(batch.spans)
+    nodes = replay_store(batch.spans)  # once: the series and the peaks
+    series = {node: replay.series for node, replay in nodes.items()}
+    peaks = {node: replay.peak for node, replay in nodes.items() if replay.peak is not None}
     spin.stop()
     if output_format.structured:
+        # A point per store event: JSON on one line (the C encoder), not indented.
         print_data({node: {"series": [{"time_ns": t, "used": u} for t, u in points],
                            "peak": _peak_json(peaks.get(node))}
-                    for node, points in series.items()}, output_format)
+                    for node, points in series.items()}, output_format, compact=True)
     else:
         typer.echo(render_terminal_chart(series, peaks))
     if output:

@@ -132,17 +132,22 @@ class SessionFileSource:
             index.close()
         self.used_index = True
         warnings.extend(synced.warnings)
+        seen: set[tuple[str, str]] | None = None  # the index's rows are unique already
         for raw in [*tails, *(line.encode() for line in synced.lines)]:
             more, warning = memory_index.events_of_line(raw)
-            events.extend(more)
             if warning:
                 warnings.append(f"{self.session.traces_dir}: {warning}")
+            if seen is None and more:
+                seen = {(e.trace_id, e.span_id) for e in events}
+            for event in more:  # a span converted twice (a killed converter) counts once
+                if seen is not None and (event.trace_id, event.span_id) not in seen:
+                    seen.add((event.trace_id, event.span_id))
+                    events.append(event)
         self.lines_parsed = len(tails) + len(synced.lines)
-        unique = {(e.trace_id, e.span_id): e for e in reversed(events)}  # the first kept
         spans = tuple(SpanRecord(trace_id=e.trace_id, span_id=e.span_id, parent_id="",
                                  name=e.name, start_ns=e.start_ns, end_ns=e.end_ns,
                                  attributes=MappingProxyType(e.attributes()))
-                      for e in unique.values())
+                      for e in events)
         return SpanBatch(spans, tuple(warnings), self.label)
 
     def spans_in_window(self, since_ns: int | None, until_ns: int | None,
