@@ -9,7 +9,9 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
+from tracedray.core.api import global_runtime
 from tracedray.telemetry.append_file import read_data
 
 DRIVER = textwrap.dedent("""
@@ -52,3 +54,25 @@ def test_calls_keep_their_order_and_shutdown_records_every_submission(
         if line["event"] == "task.submit":
             submitted[line["function"]] += 1
     assert submitted == {"Log.__init__": 1, "Log.add": 300, "Log.read": 1, "__main__.f": 200}
+
+
+def test_calls_to_an_actor_made_together_go_out_in_one_write(ray: Any) -> None:
+    @ray.remote
+    class Counter:
+        def __init__(self) -> None:
+            self.count = 0
+
+        def add(self) -> int:
+            self.count += 1
+            return self.count
+
+    counter = Counter.remote()
+    assert ray.get(counter.add.remote()) == 1  # connected: later calls go straight out
+    worker = global_runtime().worker  # type: ignore[attr-defined]
+    before = worker.actor_submitter.statistics()
+    with worker.inbox._handing:  # the inbox takes nothing meanwhile: one batch of 50
+        refs = [counter.add.remote() for _ in range(50)]
+    assert ray.get(refs) == list(range(2, 52))
+    after = worker.actor_submitter.statistics()
+    assert after["calls_sent"] - before["calls_sent"] == 50
+    assert after["writes"] - before["writes"] == 1

@@ -74,12 +74,20 @@ class WorkerConnection:
 
     # --- caller side
     def send(self, spec: common_pb2.TaskSpec) -> None:
-        data = task_stream.one_item_frame(spec)
+        self._send(task_stream.one_item_frame(spec), 1)
+
+    def send_many(self, specs: list[common_pb2.TaskSpec]) -> None:
+        """Send several tasks in one write (frames as ``send`` would send them one by one)."""
+        if specs:
+            self._send(b"".join([task_stream.one_item_frame(spec) for spec in specs]),
+                       len(specs))
+
+    def _send(self, data: bytes, frames: int) -> None:
         with self._cond:
             if self._closed or self._ended or self._failure is not None:
                 return  # on_broken (or the caller's own close) accounts for the task
             results_due = self._frames_sent > self._results_received  # one result per task
-            self._frames_sent += 1
+            self._frames_sent += frames
             if self._deferring or results_due:
                 self._deferring = True
                 self._defer(data)

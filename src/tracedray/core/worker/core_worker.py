@@ -548,18 +548,27 @@ class CoreWorker:
         self.inbox.put(Submission(task, line, actor_retries))
 
     def _submit_batch(self, batch: list[Submission]) -> None:
+        calls: list[tuple[PendingTask, int]] = []  # actor calls: they go out together
         for item in batch:
             if item.line is not None:
                 item.line.write()
+            if item.actor_retries is not None:
+                calls.append((item.task, item.actor_retries))
+                continue
             try:
-                if item.actor_retries is None:
-                    self.submitter.submit(item.task)
-                else:
-                    self.actor_submitter.submit(item.task, item.actor_retries)
+                self.submitter.submit(item.task)
             except Exception as exc:  # noqa: BLE001 - fail this task, submit the others
-                log.error("task.submit_failed", task_id=item.task.task_id.hex(), error=repr(exc))
-                self.finish_task(item.task, [error_value(oid, exc) for oid in item.task.return_ids],
-                                 "FAILED")
+                self._submit_failed([item.task], exc)
+        if calls:
+            try:
+                self.actor_submitter.submit_many(calls)
+            except Exception as exc:  # noqa: BLE001
+                self._submit_failed([task for task, _ in calls], exc)
+
+    def _submit_failed(self, tasks: list[PendingTask], exc: Exception) -> None:
+        for task in tasks:
+            log.error("task.submit_failed", task_id=task.task_id.hex(), error=repr(exc))
+            self.finish_task(task, [error_value(oid, exc) for oid in task.return_ids], "FAILED")
 
     def shutdown(self) -> None:
         if self._stopped.is_set():
