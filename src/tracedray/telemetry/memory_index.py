@@ -23,6 +23,7 @@ and says so.
 from __future__ import annotations
 
 import json
+import re
 import sqlite3
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -35,7 +36,9 @@ from tracedray.telemetry.otlp_json import decode_attributes
 STORE_EVENT_NAMES = frozenset({"object.put", "object.seal", "object.restore", "object.free",
                                "object.spill", "object.evict"})
 META_FLAG = "store_events"  # meta row: "1" when every indexed line's events are in the table
-_MARKER = b'"object.'  # a line without it holds no store event: not parsed
+# A line without such a span name holds no store event and is not parsed (most lines
+# keyed "object." hold only object.get spans); whitespace allowed as trace_index.py does.
+_STORE_NAME = re.compile(rb'"name"\s*:\s*"object\.(?:put|seal|restore|free|spill|evict)"')
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS store_events(
@@ -118,7 +121,7 @@ def _event(span: Mapping[str, Any], resource_node: str) -> StoreEvent | None:
 def events_of_line(raw: bytes) -> tuple[list[StoreEvent], str]:
     """The store events of one OTLP JSON line of ``traces/*.jsonl``, and a warning ("" if
     none: a line that does not parse yields none, and says so)."""
-    if _MARKER not in raw:
+    if _STORE_NAME.search(raw) is None:
         return [], ""
     try:
         data = json.loads(raw)
