@@ -108,6 +108,9 @@ def test_trace_and_logs_read_lines_that_live_in_compressed_parts(
         story = json.loads(_cli("trace", middle_id, "--format", "json").stdout)
         assert story["task_id"] == middle_id and story["final_state"] == "FINISHED"
         assert [a["outcome"] for a in story["attempts"]] and story["trace_id"]
+        timeline = _cli("timeline", "--task", middle_id, "--output", "-").stdout
+        assert "task.execute" in timeline and middle_id in timeline
+        assert _cli("memory", "--timeline", "--format", "json").exit_code == 0
         # Reading every file (a session without its index) finds the same line.
         scanned = read_logs(session.logs_dir, task_id=middle_id)
         assert "middle-marker" in {r.get("line") for r in scanned.records}, scanned.warnings
