@@ -15,7 +15,9 @@ import psutil
 import pytest
 from test_gcs_restart import gcs_pids, wait_for_new_gcs
 
+import tracedray.core.api
 from tracedray.core.gcs.client import GcsClient
+from tracedray.core.gcs.reconnect import ReconnectWindow
 from tracedray.exceptions import GcsUnavailableError
 
 pytestmark = pytest.mark.integration
@@ -42,7 +44,6 @@ def cluster(no_leaks: None, monkeypatch: pytest.MonkeyPatch
     import tracedray
 
     monkeypatch.delenv("TRACEDRAY_GCS_STORAGE", raising=False)  # the default, SQLite
-    monkeypatch.setenv("TRACEDRAY_GCS_RECONNECT_TIMEOUT_S", str(RECONNECT_TIMEOUT_S))
     info = tracedray.init(num_cpus=1, object_store_memory=64 << 20)
     try:
         yield tracedray, info
@@ -52,7 +53,7 @@ def cluster(no_leaks: None, monkeypatch: pytest.MonkeyPatch
 
 @pytest.mark.timeout(120)
 def test_get_actor_waits_out_a_gcs_restart_then_an_outage_past_the_timeout_raises(
-        cluster: tuple[Any, dict[str, Any]]) -> None:
+        cluster: tuple[Any, dict[str, Any]], monkeypatch: pytest.MonkeyPatch) -> None:
     ray, info = cluster
     session_dir = info["session_dir"]
 
@@ -75,7 +76,11 @@ def test_get_actor_waits_out_a_gcs_restart_then_an_outage_past_the_timeout_raise
     assert new_gcs != old_gcs
 
     # An outage longer than the timeout: nothing restarts the GCS while its supervisor
-    # (the head raylet) is stopped.
+    # (the head raylet) is stopped. The driver's client gets the window that
+    # TRACEDRAY_GCS_RECONNECT_TIMEOUT_S=2 would give it (the restart above, on a busy
+    # machine, may take longer than that).
+    monkeypatch.setattr(tracedray.core.api.global_worker().gcs, "_window",
+                        ReconnectWindow(RECONNECT_TIMEOUT_S))
     raylet = head_raylet_pid(session_dir)
     os.kill(raylet, signal.SIGSTOP)
     try:
@@ -88,6 +93,7 @@ def test_get_actor_waits_out_a_gcs_restart_then_an_outage_past_the_timeout_raise
         assert RECONNECT_TIMEOUT_S - 0.3 <= waited <= RECONNECT_TIMEOUT_S + 5, waited
         message = str(caught.value)
         assert info["address"] in message and "TRACEDRAY_GCS_RECONNECT_TIMEOUT_S" in message
+        assert "for 2.0s" in message or "for 2.1s" in message, message
         assert caught.value.waited_s >= RECONNECT_TIMEOUT_S
         # Any GCS call, not only get_actor.
         with pytest.raises(GcsUnavailableError):
@@ -97,7 +103,7 @@ def test_get_actor_waits_out_a_gcs_restart_then_an_outage_past_the_timeout_raise
 
     # Once the supervisor runs again the GCS is back, and so is the actor.
     wait_for_new_gcs(session_dir, new_gcs)
-    GcsClient(info["address"]).get_nodes()  # answers
+    GcsClient(info["address"], reconnect_s=60).get_nodes()  # answers
     again = ray.get_actor("kept")
     assert ray.get(again.ping.remote()) == pid
     ray.kill(again)
