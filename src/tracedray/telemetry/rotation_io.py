@@ -105,6 +105,7 @@ class Rotator:
         self._index = IndexWriter(session_root, timeout_s=2.0)
         self._lock = threading.Lock()
         self._stats = RotationStatistics(0, 0, 0, 0, 0, 0)
+        self._said_no_zstd = False
 
     def close(self) -> None:
         self._index.close()
@@ -144,6 +145,12 @@ class Rotator:
                 stored = rotated_file.compress_file(plain)
             except FileNotFoundError:
                 return  # another agent compressed or dropped it first
+            except ImportError as exc:  # an install without the zstandard wheel
+                if not self._said_no_zstd:
+                    self._said_no_zstd = True
+                    result.warnings.append(f"rotated parts stay uncompressed: {exc} "
+                                           "(pip install zstandard)")
+                return
             result.compressed += 1
             result.bytes_saved += step.file.size - stored.stat().st_size
         else:
