@@ -41,27 +41,22 @@ MICRO = r"""
 import os, pathlib, sys, tempfile
 from tracedray import telemetry
 from tracedray.core import ids, trace_context
+from tracedray.telemetry import instruments
 from tracedray.v1 import common_pb2
 telemetry.configure("driver", session_dir=pathlib.Path(tempfile.mkdtemp()))
 which, n = sys.argv[1], int(sys.argv[2])
 attributes = {"tracedray.task.id": "ab" * 12, "tracedray.task.function": "empty",
               "tracedray.task.kind": "normal", "tracedray.task.call_site": "bench.py:3",
               "tracedray.job.id": "0100", "tracedray.task.max_retries": 3}
-submit_shapes = telemetry.ShapeCache(
-    "task.submit", ("tracedray.task.id",),
-    ("tracedray.task.function", "tracedray.task.kind", "tracedray.task.call_site",
-     "tracedray.job.id", "tracedray.task.max_retries"), packing=ids.TASK_ID_PACKING)
-lease_shape = telemetry.SpanShape(
-    "task.dispatch", ("tracedray.task.id", "tracedray.task.attempt"),
+lease_shape = instruments.dispatch_shape(
     {"tracedray.node.id": "ab" * 14, "tracedray.node.ip": "127.0.0.1",
      "tracedray.worker.id": "cd" * 14, "tracedray.worker.pid": 4242,
-     "tracedray.lease.id": "ef" * 8, "tracedray.scheduling.reason": "reused lease"},
-    packing=ids.TASK_ID_PACKING + "q")
+     "tracedray.lease.id": "ef" * 8, "tracedray.scheduling.reason": "reused lease"})
 task_id = ids.new_task_id()  # ids go into shaped spans as bytes, as the runtime passes them
+job_id = ids.new_job_id()
 if which == "task.submit (shape, as the runtime)":
     for _ in range(n):
-        span = telemetry.open_shaped_span(
-            submit_shapes.get(("empty", "normal", "bench.py:3", "0100", 3)), (task_id,))
+        span = instruments.task_submitted(task_id, "empty", "normal", "bench.py:3", job_id, 3)
         trace_context.stamp(common_pb2.TaskSpec(), span)
         telemetry.finish_span(span)
 elif which == "task.submit (attribute dict)":
@@ -74,7 +69,7 @@ elif which.startswith("task.dispatch (shape, batch of "):
     parent = telemetry.open_span("task.submit", {})  # a PendingSpan, as the runtime's
     for _ in range(n // batch):
         telemetry.finish_spans([
-            telemetry.pending_shaped_span(lease_shape, (task_id, 0), parent=parent)
+            instruments.task_dispatched(lease_shape, task_id, 0, parent=parent)
             for _ in range(batch)])
 elif which == "record_span":
     for _ in range(n):

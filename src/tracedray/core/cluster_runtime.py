@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
-from tracedray import logs, telemetry
+from tracedray import logs
 from tracedray.core import ids
 from tracedray.core import options as opts
 from tracedray.core.actor import (
@@ -29,7 +29,7 @@ from tracedray.core.submission import TaskPlan, build_task, plan_task
 from tracedray.core.worker.memory_store import is_error
 from tracedray.core.worker.retry_policy import RetryExceptions
 from tracedray.exceptions import GetTimeoutError, OwnerDiedError
-from tracedray.telemetry import attributes as A
+from tracedray.telemetry import instruments
 from tracedray.v1 import common_pb2, gcs_pb2
 
 if TYPE_CHECKING:
@@ -37,14 +37,7 @@ if TYPE_CHECKING:
 
 log = logs.get_logger("tracedray.core.api")  # the API's events, whichever module logs them
 
-# object.put and object.get spans (span_shape.py): a put's call site, where it went and
-# its node are shared by every put from that line; a get's attributes are all its own.
-# Ids go in as bytes (shown as hex): packed records (span_shape.py).
-_PUT_SHAPES = telemetry.ShapeCache("object.put", (A.OBJECT_ID, A.OBJECT_SIZE),
-                                   (A.OBJECT_CALL_SITE, A.OBJECT_LOCATION, A.NODE_ID),
-                                   packing=ids.OBJECT_ID_PACKING + "q")
-_GET_SHAPE = telemetry.SpanShape("object.get", (A.OBJECT_COUNT, A.OBJECT_ID, A.OBJECT_SIZE),
-                                 packing="q" + ids.OBJECT_ID_PACKING + "q")
+_instruments = instruments.Instruments(log)
 
 
 
@@ -72,9 +65,8 @@ class ClusterRuntime:
         worker = self.worker
         site = user_call_site(2)
         object_id = ids.object_id_for(ids.new_task_id(), ids.PUT_INDEX_BASE)
-        object_hex = object_id.hex()
-        # A span recorded whole at the end, not span(): nothing below needs it as the
-        # current context, and the SDK path costs ~3x as much (see telemetry._record).
+        # object.put is recorded whole at the end: nothing below needs it as the current
+        # span.
         start_ns = time.time_ns()
         try:
             serialized = serialize(value, what="put() value")
@@ -84,25 +76,16 @@ class ClusterRuntime:
             for inner in stored.contained_refs:
                 worker.add_captured(inner, object_id)
         except BaseException as exc:
-            telemetry.record_span("object.put",
-                                  {A.OBJECT_ID: object_hex, A.OBJECT_CALL_SITE: site},
-                                  start_ns=start_ns, error=exc)
-            log.info("object.put", object_id=object_hex, call_site=site,
-                     error_type=type(exc).__qualname__)
+            _instruments.object_put_failed(object_id, site, start_ns, exc)
             raise
-        location = "shm" if stored.store_node_id else "inline"
-        if telemetry.enabled():
-            telemetry.record_shaped_span(_PUT_SHAPES.get((site, location, worker.node_id)),
-                                         (object_id, stored.size), start_ns=start_ns)
-        log.info("object.put", object_id=object_hex, size=stored.size, location=location,
-                 call_site=site)
+        _instruments.object_put(object_id, stored.size, "shm" if stored.store_node_id else "inline",
+                                site, worker.node_id, start_ns)
         return ref
 
     def get(self, refs: Sequence[ObjectRef], timeout: float | None) -> list[Any]:
         worker = self.worker
         self._refuse_stale(refs)
         ids_ = [r.binary() for r in refs]
-        first_hex = refs[0].hex() if refs else ""
         size: int | None = None  # known once every value is in
         start_ns = time.time_ns()  # object.get recorded whole at the end: see put()
         try:
@@ -125,17 +108,9 @@ class ClusterRuntime:
             size = sum(value.size for value in stored)
             values = [worker.objects.load(value) for value in stored]
         except BaseException as exc:
-            attributes: dict[str, Any] = {A.OBJECT_COUNT: len(refs), A.OBJECT_ID: first_hex}
-            if size is not None:
-                attributes[A.OBJECT_SIZE] = size
-            telemetry.record_span("object.get", attributes, start_ns=start_ns, error=exc)
-            log.info("object.get", object_id=first_hex, count=len(refs), size=size or 0,
-                     error_type=type(exc).__qualname__)
+            _instruments.object_get_failed(ids_, size, start_ns, exc)
             raise
-        if telemetry.enabled():
-            telemetry.record_shaped_span(_GET_SHAPE, (len(refs), ids_[0] if ids_ else b"", size),
-                                         start_ns=start_ns)
-        log.info("object.get", object_id=first_hex, count=len(refs), size=size)
+        _instruments.object_got(ids_, size, start_ns)
         return values
 
     def wait(self, refs: Sequence[ObjectRef], num_returns: int, timeout: float | None

@@ -13,10 +13,6 @@ TASK_ID_BYTES = 16
 OBJECT_ID_BYTES = TASK_ID_BYTES + 4
 ACTOR_ID_BYTES = 16
 JOB_ID_BYTES = 4
-# An id's field in a PACKED span record (telemetry/span_shape.py): a length byte, then
-# the id; ``struct`` would cut a longer one short, so each is sized for its id.
-TASK_ID_PACKING = f"{TASK_ID_BYTES + 1}p"
-OBJECT_ID_PACKING = f"{OBJECT_ID_BYTES + 1}p"
 
 # Return index for objects created by put() (high bit set, like Ray's put index space).
 PUT_INDEX_BASE = 0x80000000

@@ -17,21 +17,13 @@ from tracedray.core.serialization import serialize
 from tracedray.core.worker.pending_task import PendingTask
 from tracedray.core.worker.retry_policy import RetryExceptions
 from tracedray.core.worker.task_submitter import resource_shape
-from tracedray.telemetry import attributes as A
+from tracedray.telemetry import instruments
 from tracedray.v1 import common_pb2
 
 if TYPE_CHECKING:
     from tracedray.core.worker.core_worker import CoreWorker
 
 log = logs.get_logger(__name__)
-# task.submit: what the submissions from one call site share, recorded once
-# (span_shape.py); an actor's calls also share the actor.
-_SUBMIT_KEYS = (A.TASK_FUNCTION, A.TASK_KIND, A.TASK_CALL_SITE, A.JOB_ID, A.TASK_MAX_RETRIES)
-_SUBMIT_SHAPES = telemetry.ShapeCache("task.submit", (A.TASK_ID,), _SUBMIT_KEYS,
-                                      packing=ids.TASK_ID_PACKING)
-_ACTOR_SUBMIT_SHAPES = telemetry.ShapeCache("task.submit", (A.TASK_ID,),
-                                            (*_SUBMIT_KEYS, A.ACTOR_ID),
-                                            packing=ids.TASK_ID_PACKING)
 NO_RETRY = RetryExceptions()
 DEFAULT_MAX_RETRIES = 3  # a normal task's, as in Ray
 _KIND_LABEL: dict[int, str] = {common_pb2.NORMAL: "normal",
@@ -96,15 +88,9 @@ def build_task(worker: CoreWorker, *, kind: int, function_id: str, function_name
     if actor_options is not None:
         spec.actor_options.CopyFrom(actor_options)
     task_hex = task_id.hex()
-    span: Any = INVALID_SPAN
-    if telemetry.enabled():
-        job_hex = spec.job_id.hex()
-        shape = (_ACTOR_SUBMIT_SHAPES.get((function_name, _KIND_LABEL[kind], site, job_hex,
-                                           max_retries, actor_id.hex())) if actor_id else
-                 _SUBMIT_SHAPES.get((function_name, _KIND_LABEL[kind], site, job_hex,
-                                     max_retries)))
-        # Not made current: its context goes into the spec and the log line directly.
-        span = telemetry.open_shaped_span(shape, (task_id,))
+    # Not made current: its context goes into the spec and the log line directly.
+    span: Any = instruments.task_submitted(task_id, function_name, _KIND_LABEL[kind], site,
+                                           spec.job_id, max_retries, actor_id)
     try:
         hex_ids = None if span is INVALID_SPAN else trace_context.stamp(spec, span)
         trace_ids = {} if hex_ids is None else {"trace_id": hex_ids[0], "span_id": hex_ids[1]}

@@ -16,7 +16,7 @@ import pytest
 from fork_support import run_in_forked_child
 
 from tracedray.core import ids
-from tracedray.telemetry import otlp_json
+from tracedray.telemetry import instruments, otlp_json
 from tracedray.telemetry import spool_format as fmt
 from tracedray.telemetry.span_shape import SpanShape
 from tracedray.telemetry.spool_convert import convert_spool, jsonl_path
@@ -31,7 +31,7 @@ BOTH_MODES = pytest.mark.parametrize("mapped", [True, False], ids=["mapped", "pw
 def _get_shape() -> SpanShape:
     return SpanShape("object.get", ("tracedray.object.count", "tracedray.object.id",
                                     "tracedray.object.size"),
-                     {"tracedray.node.id": "n1"}, packing="q" + ids.OBJECT_ID_PACKING + "q")
+                     {"tracedray.node.id": "n1"}, packing="q" + instruments.OBJECT_ID_PACKING + "q")
 
 
 def _record(writer: SpoolWriter, shape: SpanShape, number: int, values: tuple[object, ...],
@@ -193,8 +193,8 @@ def test_packings_must_describe_the_values() -> None:
 
 
 def test_the_id_packings_hold_whole_ids() -> None:
-    for packing, length in [(ids.TASK_ID_PACKING, ids.TASK_ID_BYTES),
-                            (ids.OBJECT_ID_PACKING, ids.OBJECT_ID_BYTES)]:
+    for packing, length in [(instruments.TASK_ID_PACKING, ids.TASK_ID_BYTES),
+                            (instruments.OBJECT_ID_PACKING, ids.OBJECT_ID_BYTES)]:
         whole = os.urandom(length)
         assert struct.unpack("<" + packing, struct.pack("<" + packing, whole)) == (whole,)
 
@@ -210,7 +210,7 @@ def test_shape_attributes_show_ids_as_hex() -> None:
 def test_every_number_of_values_packs(tmp_path: Path, arity: int) -> None:
     """The writer passes one, two and three values by hand and more as ``*values``."""
     keys = [f"k{n}" for n in range(arity)]
-    shape = SpanShape("s", keys, packing=ids.TASK_ID_PACKING + "q" * (arity - 1))
+    shape = SpanShape("s", keys, packing=instruments.TASK_ID_PACKING + "q" * (arity - 1))
     values = (OBJECT[:ids.TASK_ID_BYTES], *range(10, 10 + arity - 1))
     spool = tmp_path / "driver-8.spool"
     writer = SpoolWriter(spool, PREFIX)

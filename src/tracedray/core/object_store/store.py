@@ -47,7 +47,7 @@ from tracedray.core.object_store.pool import FilePool, PoolStatistics
 from tracedray.exceptions import ConfigError, ObjectLostError, ObjectStoreFullError, RaySystemError
 from tracedray.logs import get_logger
 from tracedray.telemetry import attributes as attr
-from tracedray.telemetry import record_span, span
+from tracedray.telemetry import instruments, span
 
 remove_orphans = files.remove_orphans
 
@@ -741,12 +741,8 @@ class ObjectStore:
         copy). Recorded once the lock is released, stamped with the use and time read under
         it, so the timeline orders it with the frees and spills around it."""
         used, end_ns = entered
-        record_span("object.seal", {
-            attr.OBJECT_ID: object_id, attr.OBJECT_SIZE: size, attr.NODE_ID: self._node_id,
-            attr.STORE_USED: used, attr.STORE_CAPACITY: self._capacity,
-            attr.OBJECT_CALL_SITE: call_site,
-            attr.OBJECT_COPY: "primary" if primary else "secondary"},
-            start_ns=start_ns, end_ns=end_ns)
+        instruments.object_sealed(object_id, size, call_site, primary, self._node_id, used,
+                                  self._capacity, start_ns, end_ns)
 
     def _notify_evicted(self, object_ids: list[str]) -> None:
         if object_ids and self._on_evict is not None:

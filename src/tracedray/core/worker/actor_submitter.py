@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from tracedray import logs, telemetry
-from tracedray.core import ids, trace_context
+from tracedray.core import trace_context
 from tracedray.core.address import Address
 from tracedray.core.protocol.connection import WorkerConnection
 from tracedray.core.worker.pending_task import PendingTask, end_dispatch_spans, stored_error
@@ -28,6 +28,7 @@ from tracedray.exceptions import (
     TaskCancelledError,
 )
 from tracedray.telemetry import attributes as A
+from tracedray.telemetry import instruments
 from tracedray.v1 import common_pb2
 
 if TYPE_CHECKING:
@@ -59,11 +60,10 @@ class ActorChannel:
         actor at ``address``: their task id and attempt, then the actor's place."""
         shape = self.shape
         if shape is None or self.shape_address is not address:
-            shape = self.shape = telemetry.SpanShape(
-                "task.dispatch", (A.TASK_ID, A.TASK_ATTEMPT),
+            shape = self.shape = instruments.dispatch_shape(
                 {A.ACTOR_ID: self.actor_id.hex(), A.NODE_ID: address.node_id,
                  A.NODE_IP: address.ip, A.WORKER_ID: address.worker_id,
-                 A.WORKER_PID: address.pid}, packing=ids.TASK_ID_PACKING + "q")
+                 A.WORKER_PID: address.pid})
             self.shape_address = address
         return shape
 
@@ -142,8 +142,8 @@ class ActorSubmitter:
             channel.inflight[task.task_id] = task
             address = channel.address
             if telemetry.enabled() and address is not None:
-                task.dispatch_span = telemetry.pending_shaped_span(
-                    channel.dispatch_shape(address), (task.task_id, task.spec.attempt),
+                task.dispatch_span = instruments.task_dispatched(
+                    channel.dispatch_shape(address), task.task_id, task.spec.attempt,
                     parent=task.trace_parent or trace_context.parent_of(task.spec))
             specs.append(task.spec)
         if specs:

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from tracedray import logs, telemetry
-from tracedray.core import code_source, ids, trace_context
+from tracedray.core import code_source, trace_context
 from tracedray.core.process import exit_now
 from tracedray.core.serialization import serialize
 from tracedray.core.worker import remote_debugger
@@ -33,7 +33,7 @@ from tracedray.core.worker.pending_task import error_value
 from tracedray.core.worker.slow_tasks import FunctionDurations
 from tracedray.core.worker.stack_dump import LiveTask
 from tracedray.exceptions import ActorDiedError, RayError, RayTaskError, TaskCancelledError
-from tracedray.telemetry import attributes as A
+from tracedray.telemetry import instruments
 from tracedray.v1 import common_pb2
 
 if TYPE_CHECKING:
@@ -54,14 +54,6 @@ class TaskInterrupt(KeyboardInterrupt):
     """
 
 
-# task.execute: what a worker's runs of one function share, recorded once (span_shape.py).
-_EXECUTE_SHAPES = telemetry.ShapeCache(
-    "task.execute", (A.TASK_ID, A.TASK_ATTEMPT),
-    (A.TASK_FUNCTION, A.TASK_KIND, A.NODE_ID, A.WORKER_ID), packing=ids.TASK_ID_PACKING + "q")
-_ACTOR_EXECUTE_SHAPES = telemetry.ShapeCache(
-    "task.execute", (A.TASK_ID, A.TASK_ATTEMPT),
-    (A.TASK_FUNCTION, A.TASK_KIND, A.NODE_ID, A.WORKER_ID, A.ACTOR_ID),
-    packing=ids.TASK_ID_PACKING + "q")
 _KIND_NAMES = {common_pb2.NORMAL: "normal", common_pb2.ACTOR_CREATION: "actor_creation",
                common_pb2.ACTOR_METHOD: "actor_method"}
 
@@ -178,9 +170,8 @@ class TaskExecutor:
                                        node_id=worker.node_id)
         actor_hex = (spec.actor_id or self.actor_id).hex()
         kind = _KIND_NAMES.get(spec.kind, "normal")
-        shape = (_ACTOR_EXECUTE_SHAPES.get((name, kind, worker.node_id, worker.worker_id,
-                                            actor_hex)) if actor_hex else
-                 _EXECUTE_SHAPES.get((name, kind, worker.node_id, worker.worker_id)))
+        shape = instruments.execution_shape(name, kind, worker.node_id, worker.worker_id,
+                                            actor_hex)
         span, parent_fields = trace_context.start_child(spec, shape, (spec.task_id, spec.attempt))
         # The raylet reads this slot if the process dies mid-task: the parent's trace
         # fields there, so it needs no spec to attach worker.exit to the task's trace.

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from opentelemetry import trace as otel_trace
 
 from tracedray import config, logs, telemetry
-from tracedray.core import ids, trace_context
+from tracedray.core import trace_context
 from tracedray.core.address import Address
 from tracedray.core.protocol.connection import WorkerConnection
 from tracedray.core.protocol.raylet_client import RayletClient
@@ -50,6 +50,7 @@ from tracedray.exceptions import (
     WorkerCrashedError,
 )
 from tracedray.telemetry import attributes as A
+from tracedray.telemetry import instruments
 from tracedray.v1 import common_pb2, raylet_pb2
 
 if TYPE_CHECKING:
@@ -102,13 +103,11 @@ class Lease:
         return self.reuse_attributes
 
     def reused_dispatch_shape(self) -> telemetry.SpanShape:
-        """The shape (span_shape.py) of the ``task.dispatch`` spans of this lease's
-        later tasks: their task id and attempt, then :meth:`reused_attributes`."""
+        """The shape of the ``task.dispatch`` spans of this lease's later tasks: their
+        task id and attempt, then :meth:`reused_attributes`."""
         shape = self.reuse_shape
         if shape is None:
-            shape = self.reuse_shape = telemetry.SpanShape(
-                "task.dispatch", (A.TASK_ID, A.TASK_ATTEMPT), self.reused_attributes(),
-                packing=ids.TASK_ID_PACKING + "q")
+            shape = self.reuse_shape = instruments.dispatch_shape(self.reused_attributes())
         return shape
 
 
@@ -285,9 +284,8 @@ class TaskSubmitter:
                     **common, **lease.reused_attributes(), A.SCHEDULING_REASON: reason},
                     parent=parent_context)
             else:
-                task.dispatch_span = telemetry.pending_shaped_span(
-                    lease.reused_dispatch_shape(), (spec.task_id, spec.attempt),
-                    parent=parent)
+                task.dispatch_span = instruments.task_dispatched(
+                    lease.reused_dispatch_shape(), spec.task_id, spec.attempt, parent=parent)
         self._worker.task_events.record(spec, "SUBMITTED_TO_WORKER", node_id=lease.worker.node_id,
                                         worker_id=lease.worker.worker_id,
                                         worker_pid=lease.worker.pid)
