@@ -154,3 +154,29 @@ def test_seal_mode_waits_only_when_the_store_might_refuse() -> None:
     assert seal_mode(10, room=100, capacity=100) is SealMode.SEND
     assert seal_mode(10, room=30, capacity=100) is SealMode.WAIT  # under a quarter left
     assert seal_mode(10, room=0, capacity=0) is SealMode.WAIT  # nothing known yet
+
+
+def test_frees_go_behind_the_seals_on_the_same_connection() -> None:
+    events: list[tuple[str, bytes]] = []
+
+    def seal(request: raylet_pb2.SealObjectRequest) -> raylet_pb2.SealObjectReply:
+        events.append(("seal", request.object_id))
+        return raylet_pb2.SealObjectReply(ok=True, store_capacity=100)
+
+    def free(request: raylet_pb2.FreeObjectsRequest) -> None:
+        events.extend(("free", object_id) for object_id in request.object_ids)
+
+    name = _name()
+    server = sc.SealChannelServer(name, seal, free=free)
+    channel = sc.SealChannel(name)
+    try:
+        channel.seal(raylet_pb2.SealObjectRequest(object_id=b"0"))
+        assert channel.send(raylet_pb2.SealObjectRequest(object_id=b"a")) is None
+        channel.free(raylet_pb2.FreeObjectsRequest(object_ids=[b"a", b"0"]))
+        assert server.settle()
+        assert events == [("seal", b"0"), ("seal", b"a"), ("free", b"a"), ("free", b"0")]
+        stats = server.statistics()
+        assert (stats.seals_total, stats.frees_total) == (2, 1)
+    finally:
+        channel.close()
+        server.close()

@@ -24,6 +24,7 @@ from pathlib import Path
 from tracedray.core.object_store.files import temp_path, unlink_quietly
 from tracedray.core.object_store.layout import BufferLike, segments
 from tracedray.core.object_store.pool import class_folder, size_class
+from tracedray.core.object_store.writer import MappedFiles
 from tracedray.exceptions import ObjectLostError, ObjectStoreFullError, RaySystemError
 
 _FILE_MODE = 0o600  # objects are private to the user who runs the cluster
@@ -36,18 +37,24 @@ def _pwrite_all(fd: int, view: memoryview, offset: int) -> None:
         done += os.pwrite(fd, view[done:], offset + done)
 
 
-def write_object(path: Path, inband: BufferLike, buffers: Sequence[BufferLike]) -> int:
+def write_object(path: Path, inband: BufferLike, buffers: Sequence[BufferLike],
+                 mappings: MappedFiles | None = None) -> int:
     """Create ``path`` exclusively and write the packed object into it; returns its size.
 
     The file is a freed object's file of a similar size taken from the store's pool
     (:mod:`.pool`) when one is there, whose pages need no allocating; every byte of
-    it is overwritten. Raises :class:`RaySystemError` when the file already exists
-    (an object is written once; a retried task finds its result already stored) and
-    :class:`ObjectStoreFullError` when the shared-memory file system itself is full.
+    it is overwritten, through this process's kept mapping of it when ``mappings`` has
+    one (:mod:`.writer`), else with ``pwrite``. Raises :class:`RaySystemError` when the
+    file already exists (an object is written once; a retried task finds its result
+    already stored) and :class:`ObjectStoreFullError` when the shared-memory file system
+    itself is full.
     A failed write leaves no file behind.
     """
     total, parts = segments(inband, buffers)
     fd = _claim_pooled(path, total)
+    if fd is not None and mappings is not None and mappings.write(fd, total, parts):
+        os.close(fd)  # releases the exclusive lock
+        return total
     if fd is None:
         try:
             fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_CLOEXEC, _FILE_MODE)
@@ -72,6 +79,8 @@ def write_object(path: Path, inband: BufferLike, buffers: Sequence[BufferLike]) 
         os.close(fd)
         unlink_quietly(path)
         raise
+    if mappings is not None:
+        mappings.keep(fd, total)
     os.close(fd)  # releases a pooled file's exclusive lock
     return total
 

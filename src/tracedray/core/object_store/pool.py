@@ -3,10 +3,12 @@
 A put that creates a fresh /dev/shm file pays for every 4 KiB page twice: the kernel
 allocates and zeroes it, then the writer copies over it. A freed object's file is
 instead renamed into the pool folder of its size class, ``<shm_dir>/<prefix>-pool-<class>/``
-(:func:`size_class`: sizes within a factor of two share one; at most
-:data:`FILES_PER_CLASS` files each). A writer of an object of that class lists that
-folder and claims a file by renaming it out (:func:`.client.write_object`), overwrites
-every byte of it and truncates it to its object's size; its pages are already there.
+(:func:`size_class`: sizes within a factor of two share one), as one of at most
+:data:`FILES_PER_CLASS` files named ``0`` to ``FILES_PER_CLASS - 1`` (a tmpfs folder's
+listing walks every name it ever held, so names are reused). A writer of an object of
+that class lists that folder and claims a file by renaming it out
+(:func:`.client.write_object`), overwrites every byte of it and truncates it to its
+object's size; its pages are already there.
 
 Safety across processes rests on ``flock``. Every reader of an object file holds a
 shared lock for as long as it maps the file (:func:`.client.map_object`, the data path's
@@ -28,7 +30,6 @@ from __future__ import annotations
 import contextlib
 import enum
 import fcntl
-import itertools
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -72,6 +73,7 @@ def decide(size: int, pooled_bytes: int, limit_bytes: int, class_files: int) -> 
 class _Pooled:
     path: Path
     klass: int
+    name: int
     inode: int
     size: int
 
@@ -95,8 +97,7 @@ class FilePool:
         self._prefix = name_prefix
         self._limit = max(0, limit_bytes)
         self._by_inode: dict[int, _Pooled] = {}
-        self._per_class: dict[int, int] = {}  # class -> files believed in its folder
-        self._names = itertools.count()
+        self._per_class: dict[int, set[int]] = {}  # class -> names believed in its folder
         self._bytes = 0
         self._kept = self._reused = self._trimmed = self._in_use = 0
 
@@ -108,12 +109,14 @@ class FilePool:
         """Move the freed object file ``path`` into a slot; ``False`` when it stays where
         it is (the caller deletes it)."""
         klass = size_class(size)
-        decision = decide(size, self._bytes, self._limit, self._per_class.get(klass, 0))
+        names = self._per_class.setdefault(klass, set())
+        decision = decide(size, self._bytes, self._limit, len(names))
         if decision is PoolDecision.CLASS_FULL:
             self._forget_missing(klass)
-            decision = decide(size, self._bytes, self._limit, self._per_class.get(klass, 0))
+            decision = decide(size, self._bytes, self._limit, len(names))
         if decision is not PoolDecision.KEEP:
             return False
+        name = min(set(range(FILES_PER_CLASS)) - names)
         try:
             fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
         except OSError:
@@ -126,7 +129,7 @@ class FilePool:
                 return False
             inode = os.fstat(fd).st_ino
             folder = class_folder(self._shm_dir, self._prefix, klass)
-            target = folder / str(next(self._names))
+            target = folder / str(name)
             try:
                 try:
                     os.rename(path, target)
@@ -137,8 +140,8 @@ class FilePool:
                 return False
         finally:
             os.close(fd)  # releases the lock
-        self._by_inode[inode] = _Pooled(target, klass, inode, size)
-        self._per_class[klass] = self._per_class.get(klass, 0) + 1
+        self._by_inode[inode] = _Pooled(target, klass, name, inode, size)
+        names.add(name)
         self._bytes += size
         self._kept += 1
         return True
@@ -179,7 +182,7 @@ class FilePool:
 
     def _drop(self, entry: _Pooled) -> None:
         del self._by_inode[entry.inode]
-        self._per_class[entry.klass] -= 1
+        self._per_class[entry.klass].discard(entry.name)
         self._bytes -= entry.size
 
     def _forget_missing(self, klass: int) -> None:

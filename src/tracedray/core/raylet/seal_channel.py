@@ -16,6 +16,11 @@ the length's top bit marks a request that wants no reply. Its seal is then on it
 way while the writer goes on, so the raylet makes every lookup of an object it does
 not hold wait for the seals already sent (:meth:`SealChannelServer.settle`): a seal
 is always sent before anything that names the object can reach the raylet.
+
+A writer's frees of objects on this node go the same way (:meth:`SealChannel.free`,
+the length's second bit marks a ``FreeObjectsRequest``; never answered): they arrive
+after the seals of their objects, and soon enough that the freed file is back in the
+store's pool for the writer's next put.
 """
 
 from __future__ import annotations
@@ -39,10 +44,14 @@ from tracedray.v1 import raylet_pb2
 log = logs.get_logger(__name__)
 
 Seal = Callable[[raylet_pb2.SealObjectRequest], raylet_pb2.SealObjectReply]
+Free = Callable[[raylet_pb2.FreeObjectsRequest], object]
 _LENGTH = struct.Struct("!I")
 _CREDENTIALS = struct.Struct("3i")  # struct ucred: pid, uid, gid
 _MAX_FRAME = 1 << 20
 _NO_REPLY = 1 << 31  # in the length prefix: the sender does not wait for a reply
+_FREE = 1 << 30  # in the length prefix: a FreeObjectsRequest (never answered)
+_FLAGS = _NO_REPLY | _FREE
+MAX_FREE_IDS = 4096  # more in one release go over gRPC
 _COUNT = struct.Struct("i")
 
 
@@ -67,13 +76,16 @@ class SealChannelStatistics:
     unanswered_total: int  # seals whose sender did not wait for the reply
     settles_total: int  # lookups that waited for the seals sent before them
     settle_timeouts_total: int
+    frees_total: int  # free requests (each of one or more objects)
 
 
 class SealChannelServer:
     """The raylet's end: answers each connection's seal requests in order."""
 
-    def __init__(self, name: bytes, seal: Seal, *, settle_timeout_s: float = 10.0) -> None:
+    def __init__(self, name: bytes, seal: Seal, *, free: Free | None = None,
+                 settle_timeout_s: float = 10.0) -> None:
         self._seal = seal
+        self._free = free
         self._settle_timeout_s = settle_timeout_s
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         listener.bind(name)
@@ -84,6 +96,7 @@ class SealChannelServer:
         # while it says so is what lets settle() see every seal sent before it.
         self._busy: dict[socket.socket, bool] = {}
         self._seals = self._unanswered = self._settles = self._settle_timeouts = 0
+        self._frees = 0
         # Only its own user's processes: only they can write the raylet's object files.
         self._server = ConnectionServer(listener, self._serve, name="tracedray-seal-channel",
                                         admit=lambda sock: peer_uid(sock) == os.getuid())
@@ -93,7 +106,8 @@ class SealChannelServer:
 
     def statistics(self) -> SealChannelStatistics:
         with self._lock:
-            counts = (self._seals, self._unanswered, self._settles, self._settle_timeouts)
+            counts = (self._seals, self._unanswered, self._settles, self._settle_timeouts,
+                      self._frees)
         return SealChannelStatistics(self._server.open_connections(), self._server.accepted,
                                      self._server.refused, *counts)
 
@@ -131,7 +145,14 @@ class SealChannelServer:
                 try:
                     if (framed := _read_frame(sock)) is None:
                         return
-                    frame, wants_reply = framed
+                    frame, flags = framed
+                    wants_reply = not flags
+                    if flags & _FREE:
+                        if self._free is not None:
+                            self._free(raylet_pb2.FreeObjectsRequest.FromString(frame))
+                        with self._lock:
+                            self._frees += 1
+                        continue
                     request = raylet_pb2.SealObjectRequest.FromString(frame)
                     reply = self._seal(request)
                     with self._lock:  # counted before the caller can see the reply
@@ -191,11 +212,21 @@ class SealChannel:
                 return self._seal_locked(request)
             sock = self._connected_locked()
             try:
-                _write_frame(sock, request.SerializeToString(), wants_reply=False)
+                _write_frame(sock, request.SerializeToString(), flags=_NO_REPLY)
             except BaseException:
                 self._close_locked()
                 raise
         return None
+
+    def free(self, request: raylet_pb2.FreeObjectsRequest) -> None:
+        """Send a free of objects on this node; never waits. Raises as :meth:`seal` does."""
+        with self._lock:
+            sock = self._connected_locked()
+            try:
+                _write_frame(sock, request.SerializeToString(), flags=_FREE | _NO_REPLY)
+            except BaseException:
+                self._close_locked()
+                raise
 
     def _connected_locked(self) -> socket.socket:
         if self._sock is None:
@@ -219,23 +250,23 @@ class SealChannel:
             self._sock = None
 
 
-def _write_frame(sock: socket.socket, payload: bytes, *, wants_reply: bool = True) -> None:
-    sock.sendall(_LENGTH.pack(len(payload) | (0 if wants_reply else _NO_REPLY)) + payload)
+def _write_frame(sock: socket.socket, payload: bytes, *, flags: int = 0) -> None:
+    sock.sendall(_LENGTH.pack(len(payload) | flags) + payload)
 
 
-def _read_frame(sock: socket.socket) -> tuple[bytes, bool] | None:
-    """(payload, whether the sender waits for a reply); None at a clean end."""
+def _read_frame(sock: socket.socket) -> tuple[bytes, int] | None:
+    """(payload, its flags: 0 for a seal that waits for its reply); None at a clean end."""
     header = _recv_exactly(sock, _LENGTH.size)
     if header is None:
         return None
     (word,) = _LENGTH.unpack(header)
-    length = word & ~_NO_REPLY
+    length = word & ~_FLAGS
     if length > _MAX_FRAME:
         raise RaySystemError(f"a seal frame of {length} bytes is not a seal request")
     payload = _recv_exactly(sock, length)
     if payload is None:
         raise RaySystemError("the seal channel ended mid-frame")
-    return payload, not word & _NO_REPLY
+    return payload, word & _FLAGS
 
 
 def _wait_readable(sock: socket.socket) -> bool:

@@ -137,7 +137,10 @@ class Raylet:
         # Object bytes between nodes travel outside gRPC (object_data.py).
         self.object_data = ObjectDataServer(listen_host, self.store.open_for_transfer)
         # Local writers seal over a Unix socket, not gRPC (seal_channel.py).
-        self.seal_channel = SealChannelServer(socket_name(self.object_path_prefix), self.seal)
+        self.seal_channel = SealChannelServer(
+            socket_name(self.object_path_prefix), self.seal,
+            free=lambda r: self.frees.free([oid.hex() for oid in r.object_ids],
+                                           r.reason or FREE_RELEASED))
         self.frees = ObjectFrees(store=self.store, transfers=self.transfers, node_id=node_id,
                                  background=self._bg, local_alive=self._local_processes,
                                  dead_nodes=self._dead_nodes)

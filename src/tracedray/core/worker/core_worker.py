@@ -361,7 +361,12 @@ class CoreWorker:
         deleted = self.references.forget_unreferenced(deleted, self.memory_store.delete)
         self.lineage.forget(deleted)
         for raylet_address, object_ids in frees.items():
-            client = self.raylet if raylet_address is None else RayletClient(raylet_address.target)
+            local = raylet_address is None or raylet_address.target == self.raylet.address
+            # This node's frees go behind the seals on the seal socket: soon, in order.
+            if local and self.objects.free_local(object_ids):
+                continue
+            client = self.raylet if local or raylet_address is None \
+                else RayletClient(raylet_address.target)
             self.background(_free, client, object_ids)
         if notify_owners:
             # Not inline: this may run in a gRPC handler, which must never wait for
@@ -530,6 +535,17 @@ class CoreWorker:
     def _flush_loop(self) -> None:
         while not self._stopped.wait(FLUSH_INTERVAL_S):
             self.flush_background_work()
+
+    def release_dropped_refs(self) -> None:
+        """Free now what refs dropped since the last flush let go (a put does this first,
+        so that the store can give it back the file of the object it just dropped);
+        left to the flusher when it is at work."""
+        if not self.references.has_dropped_refs() or not self._flush_lock.acquire(False):
+            return
+        try:
+            self._run_release_actions(self.references.take_deferred_actions())
+        finally:
+            self._flush_lock.release()
 
     def flush_background_work(self) -> None:
         try:

@@ -17,7 +17,8 @@ import threading
 from typing import TYPE_CHECKING, Any
 
 from tracedray import config, logs
-from tracedray.core.raylet.seal_channel import SealChannel, socket_name
+from tracedray.core.object_store.writer import MappedFiles
+from tracedray.core.raylet.seal_channel import MAX_FREE_IDS, SealChannel, socket_name
 from tracedray.core.serialization import Serialized, deserialize
 from tracedray.exceptions import ObjectLostError, ObjectStoreFullError, RaySystemError
 from tracedray.v1 import common_pb2, raylet_pb2
@@ -53,6 +54,9 @@ class ObjectIO:
         # bytes sealed without waiting since (seal_mode).
         self._room_lock = threading.Lock()
         self._room = self._capacity = 0
+        # Mappings of the files this process wrote, to write them again (writer.py),
+        # within the pool's share of the store once its capacity is known.
+        self._mappings = MappedFiles()
 
     def to_value(self, object_id: bytes, serialized: Serialized, *, call_site: str,
                  is_error: bool = False, owner: common_pb2.Address | None = None
@@ -84,8 +88,10 @@ class ObjectIO:
         from tracedray.core.object_store import client as store_client
 
         worker = self._worker
+        worker.release_dropped_refs()  # its freed files may serve this put
         path = worker.object_path(object_id)
-        size = store_client.write_object(path, serialized.inband, serialized.buffers)
+        size = store_client.write_object(path, serialized.inband, serialized.buffers,
+                                         self._mappings)
         request = raylet_pb2.SealObjectRequest(
             object_id=object_id, size=size, owner=owner.worker_id, call_site=call_site,
             owner_address=owner)
@@ -94,7 +100,10 @@ class ObjectIO:
             return size
         with self._room_lock:
             self._room = reply.store_capacity - reply.store_used
+            learned = self._capacity != reply.store_capacity
             self._capacity = reply.store_capacity
+        if learned:
+            self._mappings.set_budget(reply.store_capacity // 4)
         if not reply.ok:
             raise ObjectStoreFullError(reply.error)
         return size
@@ -126,6 +135,19 @@ class ObjectIO:
                 self._channel_failed(channel, exc)
         return self._worker.raylet.seal_object(request)
 
+    def free_local(self, object_ids: list[bytes]) -> bool:
+        """Send a free of objects in this node's store over the seal channel, behind their
+        seals; ``False`` when it cannot go that way (the caller frees over gRPC)."""
+        channel = self._seals
+        if channel is None or len(object_ids) > MAX_FREE_IDS:
+            return False
+        try:
+            channel.free(raylet_pb2.FreeObjectsRequest(object_ids=object_ids))
+        except (OSError, RaySystemError) as exc:
+            self._channel_failed(channel, exc)
+            return False
+        return True
+
     def _channel_failed(self, channel: SealChannel, exc: BaseException) -> None:
         self._seals = None
         channel.close()
@@ -134,6 +156,7 @@ class ObjectIO:
     def close(self) -> None:
         if self._seals is not None:
             self._seals.close()
+        self._mappings.close()
 
     def load(self, value: common_pb2.ObjectValue) -> Any:
         """Deserialize a value; raises the stored error if the value is one."""

@@ -275,6 +275,11 @@ class ReferenceTable:
     def _drain_into_actions(self) -> None:
         self._deferred_actions.extend(self._drain_locked())
 
+    def has_dropped_refs(self) -> bool:
+        """Whether refs were dropped, or releases deferred, since the last take (no lock:
+        a hint)."""
+        return bool(self._pending) or bool(self._deferred_actions)
+
     def take_deferred_actions(self) -> list[ReleaseAction]:
         with self._lock:
             actions = self._drain_locked()
