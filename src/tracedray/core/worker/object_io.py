@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import enum
 import threading
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from tracedray import config, logs
-from tracedray.core.object_store.writer import MappedFiles
+from tracedray.core.object_store.writer import MappedFiles, MappedFilesStatistics
 from tracedray.core.raylet.seal_channel import MAX_FREE_IDS, SealChannel, socket_name
 from tracedray.core.serialization import Serialized, deserialize
 from tracedray.exceptions import ObjectLostError, ObjectStoreFullError, RaySystemError
@@ -27,6 +28,14 @@ if TYPE_CHECKING:
     from tracedray.core.worker.core_worker import CoreWorker
 
 log = logs.get_logger(__name__)
+
+
+@dataclass(frozen=True)
+class ObjectIOStatistics:
+    seals_waited: int  # seals that waited for the raylet's answer
+    seals_sent: int  # seals sent without waiting (seal_mode)
+    frees_sent: int  # frees of this node's objects sent over the seal socket
+    mappings: MappedFilesStatistics
 
 
 class SealMode(enum.Enum):
@@ -54,6 +63,7 @@ class ObjectIO:
         # bytes sealed without waiting since (seal_mode).
         self._room_lock = threading.Lock()
         self._room = self._capacity = 0
+        self._waited = self._sent = self._frees_sent = 0
         # Mappings of the files this process wrote, to write them again (writer.py),
         # within the pool's share of the store once its capacity is known.
         self._mappings = MappedFiles()
@@ -97,8 +107,11 @@ class ObjectIO:
             owner_address=owner)
         reply = self._send_or_seal(request)
         if reply is None:  # sent; the raylet applies it before any lookup of the object
+            with self._room_lock:
+                self._sent += 1
             return size
         with self._room_lock:
+            self._waited += 1
             self._room = reply.store_capacity - reply.store_used
             learned = self._capacity != reply.store_capacity
             self._capacity = reply.store_capacity
@@ -146,7 +159,14 @@ class ObjectIO:
         except (OSError, RaySystemError) as exc:
             self._channel_failed(channel, exc)
             return False
+        with self._room_lock:
+            self._frees_sent += 1
         return True
+
+    def statistics(self) -> ObjectIOStatistics:
+        with self._room_lock:
+            counts = (self._waited, self._sent, self._frees_sent)
+        return ObjectIOStatistics(*counts, mappings=self._mappings.statistics())
 
     def _channel_failed(self, channel: SealChannel, exc: BaseException) -> None:
         self._seals = None
