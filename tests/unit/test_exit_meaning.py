@@ -18,12 +18,12 @@ from tracedray.core.raylet.exit_meaning import (
     explain_sigkill,
     new_oom_kills,
 )
-from tracedray.core.raylet.worker_pool import (
-    WorkerProcess,
+from tracedray.core.raylet.worker_exits import (
     attempt_start_attributes,
     exit_memory_attributes,
     exit_memory_fields,
 )
+from tracedray.core.raylet.worker_pool import WorkerProcess
 from tracedray.telemetry import attributes as A
 
 MIB = 1 << 20

@@ -50,7 +50,7 @@ class NodeCollector:
         node = {"node_id": raylet.node_id}
         labels = ["node_id"]
         ids = [raylet.node_id]
-        stats = raylet.node_stats(raylet_pb2.GetNodeStatsRequest())
+        stats = raylet.reports.node_stats(raylet_pb2.GetNodeStatsRequest())
         statistics = raylet.statistics()
 
         yield gauge("tracedray_object_store_used_bytes", "Bytes of objects in the node's "

@@ -18,10 +18,9 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import psutil
 
@@ -35,7 +34,6 @@ from tracedray.core.raylet.exit_meaning import (
 )
 from tracedray.core.raylet.worker_states import STOP_IDLE, STOP_KILLED, STOP_SHUTDOWN
 from tracedray.exceptions import RaySystemError
-from tracedray.telemetry import attributes as A
 
 # A reaped worker that ignores SIGTERM this long is killed (as at shutdown).
 STOP_GRACE_S = 2.0
@@ -213,12 +211,17 @@ class WorkerPool:
         timer.daemon = True
         timer.start()
 
+    def snapshot(self) -> list[WorkerProcess]:
+        """Every worker started, in start order (a copy: workers are added outside the
+        raylet's lock)."""
+        return list(self.workers.values())
+
     def exited(self) -> list[WorkerProcess]:
         """The workers whose exit was recorded."""
-        return [w for w in list(self.workers.values()) if w.ended_at]
+        return [w for w in self.snapshot() if w.ended_at]
 
     def kill_all(self, timeout_s: float = STOP_GRACE_S) -> None:
-        live = [w for w in self.workers.values() if w.process.poll() is None]
+        live = [w for w in self.snapshot() if w.process.poll() is None]
         for worker in live:
             worker.kill_intended = True
             worker.stop_reason = worker.stop_reason or STOP_SHUTDOWN
@@ -239,34 +242,6 @@ class WorkerPool:
     @property
     def reaped_total(self) -> int:
         return self._reaped_total
-
-
-def exit_memory_attributes(worker: WorkerProcess) -> dict[str, Any]:
-    """The memory facts of a worker's exit, as worker.exit span attributes."""
-    return {_ATTRIBUTE_OF[name]: value for name, value in exit_memory_fields(worker).items()}
-
-
-def exit_memory_fields(worker: WorkerProcess) -> dict[str, Any]:
-    """The memory facts of a worker's exit that are known, as log fields."""
-    memory = worker.memory or MemoryEvidence()
-    found: dict[str, Any] = {"cause": worker.exit_cause, "cgroup": memory.cgroup,
-                             "memory_limit": memory.limit_bytes,
-                             "peak_rss": memory.peak_rss_bytes,
-                             "node_memory_percent": worker.node_memory_percent}
-    return {name: value for name, value in found.items() if value not in (None, "")}
-
-
-_ATTRIBUTE_OF = {"cause": A.EXIT_CAUSE, "cgroup": A.EXIT_CGROUP,
-                 "memory_limit": A.EXIT_MEMORY_LIMIT, "peak_rss": A.EXIT_PEAK_RSS,
-                 "node_memory_percent": A.NODE_MEMORY_PERCENT}
-
-
-def attempt_start_attributes(slot: Mapping[str, Any]) -> dict[str, Any]:
-    """When the attempt in a dead worker's flight recorder slot started (worker.exit)."""
-    started = slot.get("started_at")
-    if isinstance(started, int | float) and not isinstance(started, bool) and started > 0:
-        return {A.TASK_STARTED: int(started * 1e9)}
-    return {}
 
 
 def _counts_for(pid: int) -> memory_evidence.MemoryCounts | None:
