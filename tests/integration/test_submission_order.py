@@ -76,3 +76,20 @@ def test_calls_to_an_actor_made_together_go_out_in_one_write(ray: Any) -> None:
     after = worker.actor_submitter.statistics()
     assert after["calls_sent"] - before["calls_sent"] == 50
     assert after["writes"] - before["writes"] == 1
+
+
+def test_tasks_submitted_together_go_out_to_a_worker_in_one_write(ray: Any) -> None:
+    @ray.remote
+    def square(x: int) -> int:
+        return x * x
+
+    assert ray.get(square.remote(2)) == 4  # a lease now lingers: the next tasks pipeline
+    worker = global_runtime().worker  # type: ignore[attr-defined]
+    before = worker.submitter.statistics()
+    with worker.inbox._handing:  # the inbox takes nothing meanwhile: one batch of 40
+        refs = [square.remote(i) for i in range(40)]
+    assert ray.get(refs) == [i * i for i in range(40)]
+    after = worker.submitter.statistics()
+    assert after.sent_total - before.sent_total >= 40
+    # The lingering lease took its pipeline's worth in the batch's one write.
+    assert after.writes_total - before.writes_total < after.sent_total - before.sent_total

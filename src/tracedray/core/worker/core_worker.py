@@ -564,17 +564,20 @@ class CoreWorker:
         self.inbox.put(Submission(task, line, actor_retries))
 
     def _submit_batch(self, batch: list[Submission]) -> None:
-        calls: list[tuple[PendingTask, int]] = []  # actor calls: they go out together
+        tasks: list[PendingTask] = []
+        calls: list[tuple[PendingTask, int]] = []  # actor calls
         for item in batch:
             if item.line is not None:
                 item.line.write()
-            if item.actor_retries is not None:
+            if item.actor_retries is None:
+                tasks.append(item.task)
+            else:
                 calls.append((item.task, item.actor_retries))
-                continue
+        if tasks:
             try:
-                self.submitter.submit(item.task)
-            except Exception as exc:  # noqa: BLE001 - fail this task, submit the others
-                self._submit_failed([item.task], exc)
+                self.submitter.submit_many(tasks)
+            except Exception as exc:  # noqa: BLE001 - fail them, submit the calls
+                self._submit_failed(tasks, exc)
         if calls:
             try:
                 self.actor_submitter.submit_many(calls)
