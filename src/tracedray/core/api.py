@@ -203,6 +203,7 @@ def _connect_driver(gcs_address: str, paths: session.SessionPaths,
                     processes: node.NodeProcesses | None, namespace: str | None) -> _Cluster:
     from tracedray.core.cluster_runtime import ClusterRuntime
     from tracedray.core.gcs.client import connect
+    from tracedray.core.process import freeze_startup_objects
     from tracedray.core.protocol.raylet_client import RayletClient
     from tracedray.core.raylet.telemetry_agent import start_for_driver
     from tracedray.core.worker.core_worker import CoreWorker
@@ -245,6 +246,7 @@ def _connect_driver(gcs_address: str, paths: session.SessionPaths,
                         node_id=node_id)
     rt = ClusterRuntime(worker)
     runtime.set_current(rt)
+    freeze_startup_objects()
     log.info("driver.connected", gcs=gcs_address, raylet=raylet_address, job_id=job_id.hex(),
              session=str(paths.root))
     return _Cluster(rt, processes, paths, gcs_address, ns)

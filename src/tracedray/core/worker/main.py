@@ -6,7 +6,12 @@ import argparse
 import threading
 from pathlib import Path
 
-from tracedray.core.process import exit_on_sigterm, exit_with_parent, setup_process
+from tracedray.core.process import (
+    exit_on_sigterm,
+    exit_with_parent,
+    freeze_startup_objects,
+    setup_process,
+)
 
 
 def main() -> None:
@@ -38,6 +43,7 @@ def main() -> None:
     # spans flushed, like every other process (partial printed lines become records).
     exit_on_sigterm(logs.uninstall_output_capture)
     exit_with_parent(args.parent_pid)
+    freeze_startup_objects()
     worker.raylet.register_worker(args.worker_id, worker.address.port, worker.address.pid,
                                   task_port=worker.address.task_port)
     threading.Event().wait()
