@@ -13,8 +13,10 @@ For each kill and probe, the *pause* is how much longer than normal (the median 
 the first kill) the slowest call overlapping the outage took, failed attempts counting
 toward the call that followed them; the *restart time* is the supervisor's own
 ``downtime_s`` (death noticed -> new GCS answering, ``gcs.restarted`` in the raylet's log).
-Reported per probe: pause minus restart time (median and range over the kills), the normal
-call time, errors, and whether a call hung (no success for ``--hang-s`` after the GCS was
+Reported per probe: pause minus restart time (median and range over the kills); how long
+after the GCS answered again the calls that overlapped the outage were done (a call that
+was slow before the kill inflates the pause but not this); the normal call time, errors,
+and whether a call hung (no success for ``--hang-s`` after the GCS was
 back). The issue's goal: pause <= restart time + 1 s.
 
 Each storage runs in its own interpreter (``--child``) so that one run's threads or
@@ -77,6 +79,13 @@ def pause_over(calls: list[tuple[float, float]], killed_at: float, back_at: floa
     (``killed_at`` .. ``back_at``) took: the pause its caller saw (0: none)."""
     overlapping = [end - start for start, end in calls if end > killed_at and start < back_at]
     return max(0.0, max(overlapping, default=0.0) - normal_s)
+
+
+def resumed_after(calls: list[tuple[float, float]], killed_at: float, back_at: float) -> float:
+    """How long after the GCS answered again the last call that overlapped the outage
+    ended (0: every such call ended before): the wait the outage left once it was over."""
+    ends = [end for start, end in calls if end > killed_at and start < back_at]
+    return max(0.0, max(ends, default=back_at) - back_at)
 
 
 def spread(values: list[float]) -> dict[str, float]:
@@ -228,6 +237,7 @@ def run_child(storage: str, kills: int, warmup_s: float, settle_s: float,
         result["probes"][name] = {
             "pause_s": pauses,
             "excess_s": [p - o["restart_s"] for p, o in zip(pauses, outages, strict=True)],
+            "resumed_after_s": [resumed_after(calls, killed, back) for killed, back in windows],
             "normal_s": normal,
             "calls": len(calls),
             "errors": probe.errors,
@@ -274,12 +284,14 @@ def print_result(result: dict[str, Any]) -> None:
           f"{r['median']:.2f} s ({r['min']:.2f}-{r['max']:.2f}); hung: "
           f"{', '.join(result['hung']) or 'none'}")
     print(f"{'probe':12} {'pause median (range)':>22} {'pause - restart (range)':>25} "
-          f"{'normal call':>11}  errors")
+          f"{'done after GCS back':>22} {'normal call':>11}  errors")
     for name, probe in result["probes"].items():
         p, e = spread(probe["pause_s"]), spread(probe["excess_s"])
+        a = spread(probe["resumed_after_s"])
         errors = ", ".join(f"{k} x{v}" for k, v in probe["errors"].items()) or "-"
         print(f"{name:12} {p['median']:7.2f}s ({p['min']:.2f}-{p['max']:.2f}) "
               f"{e['median']:+9.2f}s ({e['min']:+.2f}..{e['max']:+.2f}) "
+              f"{a['median']:9.2f}s ({a['min']:.2f}-{a['max']:.2f}) "
               f"{probe['normal_s']:10.3f}s  {errors}")
 
 
