@@ -89,3 +89,29 @@ def test_a_backlog_goes_to_the_gcs_in_bounded_batches(tmp_path: Path) -> None:
         gcs.stop()
         rpc.close_all_channels()
         auth.reset()
+
+
+def test_events_a_gcs_outage_kept_back_reach_the_gcs_that_comes_back(tmp_path: Path) -> None:
+    auth.configure(auth.new_token())
+    first = Gcs(session_dir=tmp_path, storage_url="memory")
+    first.start()
+    port = first.port
+    try:
+        client = GcsClient(f"127.0.0.1:{port}", reconnect_s=0.3)
+        buffer = TaskEventBuffer(client)
+        first.stop()  # the GCS is gone: the flush fails after 0.3 s and keeps the events
+        for i in range(SEND_BATCH + 3):
+            buffer.record(_spec(i.to_bytes(8, "big")), FIRST_STATE)
+        buffer.flush()
+        assert buffer.sent == 0
+        again = Gcs(session_dir=tmp_path / "again", storage_url="memory", port=port)
+        again.start()
+        try:
+            buffer.flush()
+            assert buffer.sent == SEND_BATCH + 3
+            assert len(client.get_tasks().tasks) == SEND_BATCH + 3
+        finally:
+            again.stop()
+    finally:
+        rpc.close_all_channels()
+        auth.reset()

@@ -30,6 +30,7 @@ class GcsClient:
         self._stub = gcs_pb2_grpc.GcsServiceStub(rpc.channel(address))
 
     def _call(self, method: Callable[..., T], request: object, timeout: float | None = 30.0) -> T:
+        started: float | None = None
         while True:
             try:
                 reply = method(request, timeout=timeout)
@@ -37,10 +38,12 @@ class GcsClient:
                 if exc.code() != grpc.StatusCode.UNAVAILABLE:
                     with rpc.translate("GCS", self.address):
                         raise
-                decision, outage = self._window.failed()
+                if started is None:  # the clock is read only once a call fails
+                    started = self._window.now()
+                decision, outage = self._window.failed(started)
                 if decision is Verdict.GIVE_UP:
                     raise self._unavailable(exc, outage.lasted_s) from exc
-                time.sleep(self._window.pause())
+                time.sleep(self._window.pause(started))
                 continue
             self._window.succeeded()
             return reply

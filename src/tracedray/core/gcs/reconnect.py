@@ -6,6 +6,8 @@ The window is counted from the *first* failure of the outage, shared by every ca
 client, and reset by any call that gets through: successive calls during one long outage
 do not each start a fresh window (which made a dead GCS look like an endless wait), and a
 call made late in an outage gives up when the outage has lasted the window, not later.
+Each call still retries for ``CALL_GRACE_S``: once the window is over, a call made just as
+the GCS came back must not fail on a channel still waiting out its reconnect backoff.
 """
 
 from __future__ import annotations
@@ -20,6 +22,9 @@ from dataclasses import dataclass
 # resumes within a fraction of a second of the GCS coming back (grpc's own reconnect
 # backoff is capped too, in rpc.py).
 RETRY_INTERVAL_S = 0.1
+# How long any call retries, whatever the outage's window says: a few of gRPC's reconnect
+# backoffs (at most 0.25 s, rpc.py), so a GCS that is back is found.
+CALL_GRACE_S = 1.0
 
 
 class Verdict(enum.Enum):
@@ -27,14 +32,20 @@ class Verdict(enum.Enum):
     GIVE_UP = "give_up"
 
 
-def verdict(first_failure: float, now: float, window_s: float) -> Verdict:
-    """Retry while the outage that began at ``first_failure`` is shorter than the window."""
-    return Verdict.RETRY if now - first_failure < window_s else Verdict.GIVE_UP
+def verdict(first_failure: float, call_failed_at: float, now: float, window_s: float) -> Verdict:
+    """Retry while the outage that began at ``first_failure`` is shorter than the window,
+    or the call has retried for less than ``CALL_GRACE_S`` (since its own first failure)."""
+    if now - first_failure < window_s or now - call_failed_at < CALL_GRACE_S:
+        return Verdict.RETRY
+    return Verdict.GIVE_UP
 
 
-def retry_pause(first_failure: float, now: float, window_s: float) -> float:
-    """How long to wait before the next attempt: the retry interval, never past the window."""
-    return max(0.0, min(RETRY_INTERVAL_S, first_failure + window_s - now))
+def retry_pause(first_failure: float, call_failed_at: float, now: float,
+                window_s: float) -> float:
+    """How long to wait before the next attempt: the retry interval, never past the end of
+    the window or of the call's grace, whichever is later."""
+    end = max(first_failure + window_s, call_failed_at + CALL_GRACE_S)
+    return max(0.0, min(RETRY_INTERVAL_S, end - now))
 
 
 @dataclass(frozen=True)
@@ -52,20 +63,24 @@ class ReconnectWindow:
         self._lock = threading.Lock()
         self._first_failure: float | None = None
 
-    def failed(self) -> tuple[Verdict, Outage]:
-        """Note a failed attempt; says whether to try again and how long the outage lasts."""
+    def now(self) -> float:
+        return self._clock()
+
+    def failed(self, call_failed_at: float) -> tuple[Verdict, Outage]:
+        """Note a failed attempt of a call whose first attempt failed at ``call_failed_at``
+        (``now()``); says whether to try again and how long the outage has lasted."""
         now = self._clock()
         with self._lock:
             if self._first_failure is None:
                 self._first_failure = now
             first = self._first_failure
-        return verdict(first, now, self.window_s), Outage(first, now - first)
+        return verdict(first, call_failed_at, now, self.window_s), Outage(first, now - first)
 
-    def pause(self) -> float:
+    def pause(self, call_failed_at: float) -> float:
         with self._lock:
             first = self._first_failure
         return RETRY_INTERVAL_S if first is None else \
-            retry_pause(first, self._clock(), self.window_s)
+            retry_pause(first, call_failed_at, self._clock(), self.window_s)
 
     def succeeded(self) -> None:
         if self._first_failure is not None:  # the common case reads without the lock

@@ -78,8 +78,8 @@ class TaskEventBuffer:
             except RaySystemError as exc:
                 log.warning("task_events.flush_failed", events=len(events) - start,
                             error=str(exc))
-                with self._lock:
-                    self._unsent = events[start:start + MAX_BUFFERED]
+                with self._lock:  # ahead of any added meanwhile, which stay too
+                    self._unsent = (events[start:] + self._unsent)[:MAX_BUFFERED]
                 return
             self.sent += min(SEND_BATCH, len(events) - start)
 
