@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 import cloudpickle
 
 from tracedray.core.code_source import reduce_code
+from tracedray.core.serializability import describe_unserializable
 from tracedray.exceptions import SerializationError
 
 if TYPE_CHECKING:
@@ -102,8 +103,6 @@ def serialize_error(exc: BaseException) -> Serialized:
 
 def _describe_failure(value: Any, what: str, exc: BaseException) -> str:
     try:
-        from tracedray.util.serializability import describe_unserializable
-
         detail = describe_unserializable(value, what)
     except Exception:  # noqa: BLE001 - the description is best effort; the cause is kept
         detail = ""

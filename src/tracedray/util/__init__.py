@@ -1,5 +1,5 @@
 """Utilities: serializability inspection and the state API."""
 
-from tracedray.util.serializability import describe_unserializable, inspect_serializability
+from tracedray.core.serializability import describe_unserializable, inspect_serializability
 
 __all__ = ["describe_unserializable", "inspect_serializability"]

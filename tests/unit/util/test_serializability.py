@@ -4,7 +4,7 @@ import io
 import threading
 from collections.abc import Callable
 
-from tracedray.util.serializability import (
+from tracedray.core.serializability import (
     FailureTuple,
     describe_unserializable,
     inspect_serializability,
