@@ -82,8 +82,6 @@ KNOWN_BACK_EDGES: dict[tuple[str, str], str] = {
         "metrics/serve and gcs_metrics read the GCS server's statistics",
     ("tracedray.metrics", "tracedray.core.raylet"):
         "metrics/serve and node_metrics read the raylet's statistics and exit meanings",
-    ("tracedray.core.gcs", "tracedray.util"):
-        "gcs/task_query filters with util/_state_rows",
 }
 
 

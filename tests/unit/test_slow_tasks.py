@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from tracedray.core.protocol.state_rows import attempt_timing
 from tracedray.core.worker.slow_tasks import (
     HUNG_TASK_WARN_S,
     SLOW_MARK,
@@ -16,7 +17,6 @@ from tracedray.core.worker.slow_tasks import (
 )
 from tracedray.core.worker.stack_dump import LiveTask
 from tracedray.exceptions import ConfigError
-from tracedray.util._state_rows import attempt_timing
 from tracedray.v1 import common_pb2, gcs_pb2
 
 

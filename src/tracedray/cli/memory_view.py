@@ -1,6 +1,6 @@
 """Grouping, sorting and per-node store figures for ``tracedray memory`` (pure functions).
 
-Rows are the ``memory_rows`` of ``tracedray.util._state_rows``: one per (object,
+Rows are the ``memory_rows`` of ``tracedray.core.protocol.state_rows``: one per (object,
 holder). Group summaries count each object's bytes once per group, however many
 processes hold it.
 """

@@ -15,8 +15,8 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
-from tracedray.util import _state_rows as rows
-from tracedray.util._state_rows import Row, StateList
+from tracedray.core.protocol import state_rows as rows
+from tracedray.core.protocol.state_rows import Row, StateList
 
 if TYPE_CHECKING:
     from tracedray.core.cluster_client import NodeView

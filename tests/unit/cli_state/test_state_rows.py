@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from tracedray.core.protocol import state_rows as rows
 from tracedray.exceptions import ConfigError
-from tracedray.util import _state_rows as rows
 from tracedray.v1 import common_pb2, core_worker_pb2, gcs_pb2, raylet_pb2
 
 

@@ -181,7 +181,7 @@ def test_read_only_open_neither_creates_nor_writes(tmp_path: Path) -> None:
 
 
 def test_reference_table_rows_are_the_memory_rows(parse, tmp_path: Path) -> None:
-    from tracedray.util._state_rows import memory_rows
+    from tracedray.core.protocol.state_rows import memory_rows
 
     spans, records = parse(died_of_a_full_store(), tmp_path)
     state = postmortem.last_known_state(spans, records)

@@ -240,7 +240,7 @@ def _workers_by_state(view: NodeView) -> dict[str, int]:
 def status_rows(views: list[NodeView]) -> list[dict[str, Any]]:
     """One JSON-ready row per node: its state row plus load, workers and reachability."""
     from tracedray.core.gcs import node_health
-    from tracedray.util._state_rows import node_row
+    from tracedray.core.protocol.state_rows import node_row
 
     out = []
     for view in views:

@@ -78,9 +78,9 @@ def _references(address: str | None, session: str | None, group_by: str, sort_by
         report_left_out,
         stdout_console,
     )
+    from tracedray.core.protocol.state_rows import MEMORY_FIELDS
     from tracedray.exceptions import ConfigError
     from tracedray.util import state
-    from tracedray.util._state_rows import MEMORY_FIELDS
 
     unit = memory_view.check_units(units)
     if num_entries is not None and num_entries < 0:

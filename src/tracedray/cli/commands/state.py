@@ -75,7 +75,7 @@ _GET_SOURCE = {"task": ("tasks", "task_id"), "actor": ("actors", "actor_id"),
 
 
 def _fields(kind: str) -> tuple[str, ...]:
-    from tracedray.util import _state_rows as rows
+    from tracedray.core.protocol import state_rows as rows
 
     return {"tasks": rows.TASK_FIELDS, "actors": rows.ACTOR_FIELDS,
             "objects": rows.MEMORY_FIELDS, "nodes": rows.NODE_FIELDS,

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 def snapshot(client: ClusterClient, *, sort: str, node: str | None,
              job: str | None) -> Frame:
     from tracedray.cli import top_view
-    from tracedray.util._state_rows import task_row
+    from tracedray.core.protocol.state_rows import task_row
 
     views = client.node_views()
     now = time.time()

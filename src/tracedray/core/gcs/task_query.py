@@ -3,7 +3,7 @@ filters, order, a page and the total count, or a per-function summary.
 
 The client receives the page alone, never every record: `tracedray list tasks --limit 10`
 on a million tasks moves ten records. Filters mean what they mean on the client's rows
-(util/_state_rows.py: ``key=value``, ``key!=value`` on the row of ``list tasks``), so a
+(core/protocol/state_rows.py: ``key=value``, ``key!=value`` on the row of ``list tasks``), so a
 row is built only for a record that a filter has to look at. With no filter and the
 order by task id (the table's key), records are not parsed at all, except the page's.
 """
@@ -14,7 +14,7 @@ import heapq
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from tracedray.util import _state_rows as rows
+from tracedray.core.protocol import state_rows as rows
 from tracedray.v1 import gcs_pb2
 
 ORDERS = ("", "task_id", "time")
