@@ -13,7 +13,7 @@ from typing import Any
 
 import psutil
 import pytest
-from test_gcs_restart import gcs_pids, wait_for_new_gcs
+from test_gcs_restart import gcs_pids, log_events, wait_for_new_gcs
 
 import tracedray.core.api
 from tracedray.core.gcs.client import GcsClient
@@ -107,3 +107,14 @@ def test_get_actor_waits_out_a_gcs_restart_then_an_outage_past_the_timeout_raise
     again = ray.get_actor("kept")
     assert ray.get(again.ping.remote()) == pid
     ray.kill(again)
+
+    # The driver's log tells each outage: when it began, how long it lasted, the give-up.
+    events = [e for e in log_events(session_dir, "driver")
+              if e["event"] in ("gcs.unreachable", "gcs.reconnected", "gcs.unavailable")]
+    kinds = [e["event"] for e in events]
+    assert kinds[:2] == ["gcs.unreachable", "gcs.reconnected"], kinds
+    assert "gcs.unavailable" in kinds and kinds[-1] == "gcs.reconnected", kinds
+    assert all(e["address"] == info["address"] for e in events)
+    stats = tracedray.core.api.global_worker().gcs.statistics()  # the window set above
+    assert stats.outages == 1 and stats.gave_up >= 1 and stats.current_outage_s == 0.0
+    assert stats.longest_outage_s >= RECONNECT_TIMEOUT_S

@@ -74,3 +74,22 @@ def test_a_success_ends_the_outage() -> None:
     decision, outage = window.failed(window.now())  # a new outage: a new window
     assert decision is Verdict.RETRY and outage.lasted_s == 0.0
     assert window.pause(window.now()) == RETRY_INTERVAL_S
+
+
+def test_statistics_count_outages_and_give_ups() -> None:
+    clock = Clock()
+    window = ReconnectWindow(2.0, clock)
+    assert window.succeeded() is None  # no outage to end
+    call = window.now()
+    assert window.failed(call)[1].began
+    clock.now += 0.5
+    assert not window.failed(call)[1].began
+    assert window.statistics().current_outage_s == 0.5
+    assert window.succeeded() == 0.5
+    call = window.now()
+    window.failed(call)
+    clock.now += 3.0
+    assert window.failed(call)[0] is Verdict.GIVE_UP
+    stats = window.statistics()
+    assert (stats.outages, stats.gave_up, stats.longest_outage_s, stats.current_outage_s) == (
+        2, 1, 0.5, 3.0)

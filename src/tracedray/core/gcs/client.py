@@ -8,13 +8,19 @@ from typing import Any, TypeVar
 
 import grpc
 
-from tracedray import config
+from tracedray import config, logs
 from tracedray.core import rpc
-from tracedray.core.gcs.reconnect import RETRY_INTERVAL_S, ReconnectWindow, Verdict
+from tracedray.core.gcs.reconnect import (
+    RETRY_INTERVAL_S,
+    ReconnectStatistics,
+    ReconnectWindow,
+    Verdict,
+)
 from tracedray.exceptions import ClusterConnectionError, GcsUnavailableError, RaySystemError
 from tracedray.v1 import common_pb2, gcs_pb2, gcs_pb2_grpc
 
 T = TypeVar("T")
+log = logs.get_logger(__name__)
 
 
 class GcsClient:
@@ -41,20 +47,32 @@ class GcsClient:
                 if started is None:  # the clock is read only once a call fails
                     started = self._window.now()
                 decision, outage = self._window.failed(started)
+                if outage.began:
+                    log.warning("gcs.unreachable", address=self.address,
+                                error=exc.details(), retry_for_s=self.reconnect_s)
                 if decision is Verdict.GIVE_UP:
-                    raise self._unavailable(exc, outage.lasted_s) from exc
+                    error = self._unavailable(exc, outage.lasted_s)
+                    log.error("gcs.unavailable", address=self.address,
+                              outage_s=round(outage.lasted_s, 3), error=str(error))
+                    raise error from exc
                 time.sleep(self._window.pause(started))
                 continue
-            self._window.succeeded()
+            lasted = self._window.succeeded()
+            if lasted is not None:
+                log.info("gcs.reconnected", address=self.address, outage_s=round(lasted, 3))
             return reply
+
+    def statistics(self) -> ReconnectStatistics:
+        """Outages of the GCS as this client saw them."""
+        return self._window.statistics()
 
     def _unavailable(self, exc: grpc.RpcError, waited_s: float) -> GcsUnavailableError:
         return GcsUnavailableError(
             f"the GCS at {self.address} has been unreachable for {waited_s:.1f}s (retried "
-            f"every {RETRY_INTERVAL_S:g}s for up to {self.reconnect_s:g}s; last error: "
-            f"{exc.details()}). Is the head node up? `tracedray status --address "
-            f"{self.address}` says; the head restarts a GCS that died, and "
-            f"{config.GCS_RECONNECT_TIMEOUT_S.name} sets how long calls wait for it.",
+            f"every {RETRY_INTERVAL_S:g}s; last error: {exc.details()}). Is the head node up? "
+            f"`tracedray status --address {self.address}` says; the head restarts a GCS "
+            f"that died, and {config.GCS_RECONNECT_TIMEOUT_S.name} (now {self.reconnect_s:g}s) "
+            "sets how long calls wait for it.",
             address=self.address, waited_s=waited_s)
 
     # --- kv / functions

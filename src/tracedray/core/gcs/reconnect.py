@@ -52,6 +52,16 @@ def retry_pause(first_failure: float, call_failed_at: float, now: float,
 class Outage:
     started: float  # monotonic time of the first failure
     lasted_s: float
+    began: bool = False  # this failure began the outage
+
+
+@dataclass(frozen=True)
+class ReconnectStatistics:
+    window_s: float
+    outages: int  # outages seen (each began with a failed call)
+    gave_up: int  # calls that raised GcsUnavailableError
+    longest_outage_s: float  # of those that ended (a call got through again)
+    current_outage_s: float  # 0 while the GCS answers
 
 
 class ReconnectWindow:
@@ -62,6 +72,9 @@ class ReconnectWindow:
         self._clock = clock
         self._lock = threading.Lock()
         self._first_failure: float | None = None
+        self._outages = 0
+        self._gave_up = 0
+        self._longest_s = 0.0
 
     def now(self) -> float:
         return self._clock()
@@ -71,10 +84,14 @@ class ReconnectWindow:
         (``now()``); says whether to try again and how long the outage has lasted."""
         now = self._clock()
         with self._lock:
-            if self._first_failure is None:
-                self._first_failure = now
             first = self._first_failure
-        return verdict(first, call_failed_at, now, self.window_s), Outage(first, now - first)
+            began = first is None
+            if first is None:
+                first = self._first_failure = now
+                self._outages += 1
+            decision = verdict(first, call_failed_at, now, self.window_s)
+            self._gave_up += decision is Verdict.GIVE_UP
+        return decision, Outage(first, now - first, began)
 
     def pause(self, call_failed_at: float) -> float:
         with self._lock:
@@ -82,7 +99,23 @@ class ReconnectWindow:
         return RETRY_INTERVAL_S if first is None else \
             retry_pause(first, call_failed_at, self._clock(), self.window_s)
 
-    def succeeded(self) -> None:
-        if self._first_failure is not None:  # the common case reads without the lock
-            with self._lock:
-                self._first_failure = None
+    def succeeded(self) -> float | None:
+        """A call got through: the outage it ends lasted this long (None: there was none)."""
+        if self._first_failure is None:  # the common case reads without the lock
+            return None
+        now = self._clock()
+        with self._lock:
+            first, self._first_failure = self._first_failure, None
+            if first is None:
+                return None
+            self._longest_s = max(self._longest_s, now - first)
+        return now - first
+
+    def statistics(self) -> ReconnectStatistics:
+        now = self._clock()
+        with self._lock:
+            first = self._first_failure
+            return ReconnectStatistics(
+                window_s=self.window_s, outages=self._outages, gave_up=self._gave_up,
+                longest_outage_s=self._longest_s,
+                current_outage_s=0.0 if first is None else now - first)
