@@ -75,14 +75,7 @@ def test_telemetry_never_imports_the_logs_package() -> None:
 
 # Package edges that still point up a layer (``importer -> imported``). The list only
 # shrinks: a test fails when one of them is gone, so whoever removes one removes it here.
-KNOWN_BACK_EDGES: dict[tuple[str, str], str] = {
-    ("tracedray.metrics", "tracedray.core"):
-        "metrics/serve, snapshot, rpc_latency use core's process, runtime and rpc",
-    ("tracedray.metrics", "tracedray.core.gcs"):
-        "metrics/serve and gcs_metrics read the GCS server's statistics",
-    ("tracedray.metrics", "tracedray.core.raylet"):
-        "metrics/serve and node_metrics read the raylet's statistics and exit meanings",
-}
+KNOWN_BACK_EDGES: dict[tuple[str, str], str] = {}
 
 
 def package_of(module: str, modules: Mapping[str, Path]) -> str:

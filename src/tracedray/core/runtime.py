@@ -15,9 +15,13 @@ arguments, then make one call on the current runtime; they never ask which kind 
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
+
+from tracedray.metrics import snapshot as metrics_snapshot
 
 if TYPE_CHECKING:
     from tracedray.core.actor import ActorHandle
@@ -100,3 +104,17 @@ def set_current(rt: Runtime | None) -> None:
 
 def lock() -> threading.RLock:
     return _lock
+
+
+def _metrics_destination() -> Path | None:
+    """The file of a driver's or worker's metrics snapshot: in its node's folder of its
+    session (``metrics/snapshot.py``)."""
+    worker = current()
+    if worker is None or not getattr(worker, "node_id", ""):
+        return None
+    component = "driver" if getattr(worker, "mode", "") == "driver" else "worker"
+    return metrics_snapshot.snapshot_path(Path(worker.session_dir), worker.node_id, component,
+                                          os.getpid())
+
+
+metrics_snapshot.set_worker_destination(_metrics_destination)

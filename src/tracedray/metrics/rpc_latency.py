@@ -70,12 +70,16 @@ class RpcLatency(grpc.ServerInterceptor):
 _installed: RpcLatency | None = None
 
 
-def install() -> RpcLatency:
-    """Time the calls of every server this process makes from now on."""
+def install(add_server_interceptor: Callable[[Any], None]) -> RpcLatency:
+    """Time the calls of every server this process makes from now on
+    (``add_server_interceptor``: the core's ``rpc.add_server_interceptor``)."""
     global _installed
-    from tracedray.core import rpc
-
     if _installed is None:
         _installed = RpcLatency()
-        rpc.add_server_interceptor(_installed)
+        add_server_interceptor(_installed)
+    return _installed
+
+
+def installed() -> RpcLatency | None:
+    """The latencies :func:`install` times, if it was called."""
     return _installed

@@ -149,7 +149,7 @@ class ProcessMetrics:
         self._thread: threading.Thread | None = None
         self._writes = 0
         self._write_failures = 0
-        self._destination: Callable[[], Path | None] = _worker_destination
+        self._destination: Callable[[], Path | None] = lambda: _worker_destination()
         # The file last written: a driver's final write (at exit, after shutdown()) goes
         # there, though the process no longer knows its cluster.
         self._last_path: Path | None = None
@@ -257,15 +257,18 @@ def snapshot_path(session_dir: Path, node_id: str, component: str, pid: int) -> 
     return session_dir / METRICS_DIR / node_id / f"{component}-{pid}.json"
 
 
-def _worker_destination() -> Path | None:
-    """The file of a driver's or worker's snapshot: in its node's folder of its session."""
-    from tracedray.core import runtime
+def _no_destination() -> Path | None:
+    return None
 
-    worker = runtime.current()
-    if worker is None or not getattr(worker, "node_id", ""):
-        return None
-    component = "driver" if getattr(worker, "mode", "") == "driver" else "worker"
-    return snapshot_path(Path(worker.session_dir), worker.node_id, component, os.getpid())
+
+# Where a driver's or worker's snapshot goes (None: nowhere yet). The core registers it
+# (core/runtime.py: its node's folder of its session), so this package imports no core.
+_worker_destination: Callable[[], Path | None] = _no_destination
+
+
+def set_worker_destination(destination: Callable[[], Path | None]) -> None:
+    global _worker_destination
+    _worker_destination = destination
 
 
 _process_metrics: ProcessMetrics | None = None

@@ -21,6 +21,8 @@ from tracedray.metrics.discovery import SD_FILE
 ROOT = Path(__file__).resolve().parents[3]
 DEPLOY = ROOT / "deploy"
 METRICS_SOURCES = ROOT / "src" / "tracedray" / "metrics"
+COLLECTOR_SOURCES = [ROOT / "src" / "tracedray" / "core" / part / "metrics.py"
+                     for part in ("raylet", "gcs")]
 
 
 @pytest.fixture(scope="module")
@@ -38,9 +40,11 @@ def _exprs(dashboard: dict[str, Any]) -> list[str]:
 
 
 def _exported_names() -> set[str]:
-    """Every family name the metrics package declares, with the suffixes of its series."""
+    """Every family name the metrics package and the raylet's and GCS's collectors
+    declare, with the suffixes of its series."""
     names: set[str] = set()
-    for source in METRICS_SOURCES.glob("*.py"):
+    sources = [*METRICS_SOURCES.glob("*.py"), *COLLECTOR_SOURCES]
+    for source in sources:
         for name in re.findall(r'"(tracedray_[a-z_]+)"', source.read_text()):
             names |= {name, f"{name}_total", f"{name}_bucket", f"{name}_count", f"{name}_sum"}
     return names

@@ -69,9 +69,9 @@ def main() -> None:
     gcs.start()
     on_exit = gcs.stop
     if endpoint is not None:
-        from tracedray.metrics import serve as metrics
+        from tracedray.core.gcs import metrics as gcs_metrics
 
-        discovery = metrics.attach_gcs(endpoint, gcs, args.session_dir)
+        discovery = gcs_metrics.attach(endpoint, gcs, args.session_dir)
 
         def on_exit() -> None:
             gcs.stop()
@@ -87,10 +87,11 @@ def main() -> None:
 
 def _open_metrics(host: str) -> MetricsServer | None:
     """The GCS's /metrics (a free port); the GCS runs on without it."""
+    from tracedray.core import rpc
     from tracedray.metrics import serve as metrics
 
     try:
-        return metrics.open_endpoint(host, 0)
+        return metrics.open_endpoint(host, 0, rpc.add_server_interceptor)
     except Exception as exc:  # noqa: BLE001 - metrics never stop the cluster
         logs.get_logger(__name__).warning("metrics.start_failed", component="gcs",
                                           error=f"{type(exc).__name__}: {exc}")

@@ -43,14 +43,16 @@ def main() -> None:
                           "object_store_memory": args.object_store_memory,
                           "spilling": not args.no_spilling},
                   ip=args.ip)
-    from tracedray.core import auth
+    from tracedray.core import auth, rpc
+    from tracedray.core.raylet import metrics as raylet_metrics
     from tracedray.core.raylet.server import Raylet
     from tracedray.metrics import serve as metrics
 
     try:
         auth.configure_from_environment()  # no token: a ConfigError, reported below
         # Before the raylet: its port goes into the node's registration.
-        endpoint = metrics.open_endpoint(args.ip, args.metrics_export_port)
+        endpoint = metrics.open_endpoint(args.ip, args.metrics_export_port,
+                                         rpc.add_server_interceptor)
         raylet = Raylet(node_id=args.node_id, ip=args.ip, gcs_address=args.gcs,
                         session_dir=args.session_dir, resources=json.loads(args.resources),
                         object_store_memory=args.object_store_memory,
@@ -58,7 +60,7 @@ def main() -> None:
                         listen_host=args.ip,
                         metrics_export_port=endpoint.port if endpoint is not None else 0)
         if endpoint is not None:
-            metrics.attach_raylet(endpoint, raylet)
+            raylet_metrics.attach(endpoint, raylet)
         raylet.start(prestart_workers=args.prestart)
     except Exception as exc:
         logs.get_logger(__name__).error("raylet.start_failed", error=str(exc))

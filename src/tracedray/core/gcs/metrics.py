@@ -15,11 +15,14 @@ import time
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from prometheus_client.core import GaugeMetricFamily, Metric
 
-from tracedray.metrics.exposition import counter, gauge, to_prometheus
+from tracedray.metrics import rpc_latency, serve
+from tracedray.metrics.discovery import DiscoveryWriter, Target
+from tracedray.metrics.exposition import MetricsServer, counter, gauge, to_prometheus
 from tracedray.metrics.rpc_latency import RpcLatency
 from tracedray.v1 import gcs_pb2
 
@@ -130,3 +133,16 @@ class GcsCollector:
         if self._rpc is not None:
             yield from to_prometheus([self._rpc.family()],
                                      {"node_id": node_id, "component": "gcs"})
+
+
+def attach(server: MetricsServer, gcs: Gcs, session_dir: Path) -> DiscoveryWriter:
+    """Serve the GCS's metrics on ``server``, and keep ``prometheus_sd.json`` up to date."""
+    collector = GcsCollector(gcs, rpc_latency.installed())
+    writer = DiscoveryWriter(session_dir, gcs.node_list,
+                             lambda: Target(server.host, server.port, collector.node_id(),
+                                            "gcs"))
+    writer.update()
+    writer.start()
+    serve.attach(server, "gcs", collector.collect, node_id="", session_name=session_dir.name,
+                 discovery=str(writer.path))
+    return writer

@@ -11,10 +11,12 @@ from typing import TYPE_CHECKING
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
+from tracedray.core.process import process_alive
 from tracedray.core.raylet import exit_meaning
-from tracedray.metrics.exposition import counter, gauge, to_prometheus
+from tracedray.metrics import rpc_latency, serve
+from tracedray.metrics.exposition import MetricsServer, counter, gauge, to_prometheus
 from tracedray.metrics.rpc_latency import RpcLatency
-from tracedray.metrics.snapshot import SnapshotReader
+from tracedray.metrics.snapshot import METRICS_DIR, SnapshotReader
 from tracedray.v1 import raylet_pb2
 
 if TYPE_CHECKING:
@@ -112,3 +114,11 @@ class NodeCollector:
         yield from to_prometheus(self._reader.read().families.values(), node)
         if self._rpc is not None:
             yield from to_prometheus([self._rpc.family()], {**node, "component": "raylet"})
+
+
+def attach(server: MetricsServer, raylet: Raylet) -> None:
+    """Serve the raylet's metrics on ``server`` (opened before the raylet was built)."""
+    reader = SnapshotReader(raylet.session_dir / METRICS_DIR / raylet.node_id, process_alive)
+    collector = NodeCollector(raylet, reader, rpc_latency.installed())
+    serve.attach(server, "raylet", collector.collect, node_id=raylet.node_id,
+                 session_name=raylet.session_dir.name)
