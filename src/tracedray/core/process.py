@@ -67,9 +67,11 @@ def exit_with_parent(parent_pid: int, on_exit: Any = None, interval_s: float = 0
 
 def exit_now(code: int) -> NoReturn:
     """End this process at once (``os._exit``: no atexit, no thread joins), leaving the
-    record whole: its ``process.exit`` line, its spans and its metrics' last counts."""
-    logs.record_process_exit(code)
+    record whole: its ``process.exit`` line, its spans and its metrics' last counts.
+    The process ends even when recording fails (its session folder removed under it: a
+    GCS stopping with its parent while the folder went lingered for good)."""
     try:
+        logs.record_process_exit(code)
         telemetry.force_flush(1.0)
         flush_process_metrics()
     finally:
