@@ -16,8 +16,13 @@ from __future__ import annotations
 import functools
 import os
 import subprocess
+import threading
 from dataclasses import dataclass
 from pathlib import Path
+
+import psutil
+
+from tracedray.core.raylet.exit_meaning import MemoryEvidence, new_oom_kills
 
 # A v1 limit at least this high is "no limit" (the kernel shows PAGE_COUNTER_MAX pages).
 _V1_UNLIMITED = 1 << 62
@@ -127,6 +132,42 @@ def wait_with_peak_rss(process: subprocess.Popen[bytes]) -> tuple[int, int | Non
                 process.returncode = os.waitstatus_to_exitcode(status)
                 return process.returncode, usage.ru_maxrss * 1024  # Linux: KiB
     return process.wait(), None
+
+
+class OomKillLedger:
+    """The memory facts of SIGKILLed workers' exits, each OOM kill blamed once: the kills
+    already blamed, per cgroup directory ("" = the node), so that workers sharing a
+    cgroup do not each take the same kill."""
+
+    def __init__(self) -> None:
+        self._counted: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    def evidence(self, before: MemoryCounts | None, peak_rss: int | None) -> MemoryEvidence:
+        """What was read when a worker died of SIGKILL (``before``: at its start)."""
+        try:
+            node_percent: float | None = psutil.virtual_memory().percent
+        except (OSError, RuntimeError):
+            node_percent = None
+        if before is None:
+            return MemoryEvidence(peak_rss_bytes=peak_rss, node_memory_percent=node_percent)
+        try:
+            after = counts_again(before)
+            limit = memory_limit(before.cgroup)
+        except (OSError, ValueError):
+            return MemoryEvidence(peak_rss_bytes=peak_rss, node_memory_percent=node_percent)
+        cgroup = before.cgroup
+        with self._lock:
+            counted = self._counted
+            in_cgroup = node = None
+            if cgroup is not None:
+                key = str(cgroup.directory)
+                in_cgroup, counted[key] = new_oom_kills(
+                    before.cgroup_oom_kills, after.cgroup_oom_kills, counted.get(key))
+            node, counted[""] = new_oom_kills(before.node_oom_kills, after.node_oom_kills,
+                                              counted.get(""))
+        return MemoryEvidence(cgroup.name if cgroup is not None else "", in_cgroup, limit, node,
+                              peak_rss, node_percent)
 
 
 def _located(path: str, mount: _Mount, version: int) -> Cgroup | None:

@@ -22,16 +22,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import psutil
-
 from tracedray.core.address import Address
 from tracedray.core.raylet import memory_evidence
-from tracedray.core.raylet.exit_meaning import (
-    MemoryEvidence,
-    describe_exit,
-    explain_sigkill,
-    new_oom_kills,
-)
+from tracedray.core.raylet.exit_meaning import MemoryEvidence, describe_exit, explain_sigkill
 from tracedray.core.raylet.worker_states import STOP_IDLE, STOP_KILLED, STOP_SHUTDOWN
 from tracedray.exceptions import RaySystemError
 
@@ -61,7 +54,6 @@ class WorkerProcess:
     # The node's memory use at its exit, kept only where that memory is (or may be)
     # what killed it.
     node_memory_percent: float | None = None
-    registered: threading.Event = field(default_factory=threading.Event)
 
     @property
     def pid(self) -> int:
@@ -95,10 +87,7 @@ class WorkerPool:
         self.workers: dict[str, WorkerProcess] = {}
         self._started_total = 0
         self._reaped_total = 0
-        # OOM kills already blamed for a worker's death, per cgroup directory ("" = the
-        # node): workers sharing a cgroup must not each take the same kill.
-        self._oom_kills_counted: dict[str, int] = {}
-        self._oom_lock = threading.Lock()
+        self._oom_kills = memory_evidence.OomKillLedger()
 
     def start_worker(self, worker_id: str) -> WorkerProcess:
         """Spawn a worker process (never under the raylet's lock: it forks)."""
@@ -125,44 +114,17 @@ class WorkerPool:
         worker.exit_code, worker.exit_signal, worker.exit_meaning = describe_exit(returncode)
         worker.memory = MemoryEvidence(peak_rss_bytes=peak_rss)
         if worker.exit_signal == "SIGKILL":
-            worker.memory = self._memory_evidence(worker, peak_rss)
+            worker.memory = self._oom_kills.evidence(worker.memory_at_start, peak_rss)
             verdict = explain_sigkill(worker.memory)
             worker.exit_cause, worker.exit_meaning = verdict.cause, verdict.meaning
             worker.node_memory_percent = verdict.node_memory_percent
         if stopped_because:
             worker.exit_meaning = f"{stopped_because}; {worker.exit_meaning}"
         worker.ended_at = time.time()
-        worker.registered.set()  # wake anyone waiting for a registration that will never come
-        # on_exit marks the worker DEAD under the raylet's lock, together with releasing
-        # its lease's resources: a state change outside that lock could race a
+        # on_exit has the lease book mark the worker DEAD under the raylet's lock, together
+        # with releasing its lease's resources: a change outside that lock could race a
         # ReturnWorker and leak the lease's CPUs.
         self._on_exit(worker)
-
-    def _memory_evidence(self, worker: WorkerProcess, peak_rss: int | None) -> MemoryEvidence:
-        try:
-            node_percent: float | None = psutil.virtual_memory().percent
-        except (OSError, RuntimeError):
-            node_percent = None
-        before = worker.memory_at_start
-        if before is None:
-            return MemoryEvidence(peak_rss_bytes=peak_rss, node_memory_percent=node_percent)
-        try:
-            after = memory_evidence.counts_again(before)
-            limit = memory_evidence.memory_limit(before.cgroup)
-        except (OSError, ValueError):
-            return MemoryEvidence(peak_rss_bytes=peak_rss, node_memory_percent=node_percent)
-        cgroup = before.cgroup
-        with self._oom_lock:
-            counted = self._oom_kills_counted
-            in_cgroup = node = None
-            if cgroup is not None:
-                key = str(cgroup.directory)
-                in_cgroup, counted[key] = new_oom_kills(
-                    before.cgroup_oom_kills, after.cgroup_oom_kills, counted.get(key))
-            node, counted[""] = new_oom_kills(before.node_oom_kills, after.node_oom_kills,
-                                              counted.get(""))
-        return MemoryEvidence(cgroup.name if cgroup is not None else "", in_cgroup, limit, node,
-                              peak_rss, node_percent)
 
     def address_of(self, worker: WorkerProcess) -> Address:
         return Address(self._node_id, self._ip, worker.port, worker.worker_id, worker.pid,
@@ -173,7 +135,6 @@ class WorkerPool:
         if worker is None:
             raise RaySystemError(f"unknown worker {worker_id}")
         worker.port, worker.task_port = port, task_port
-        worker.registered.set()
         return worker
 
     def kill(self, worker_id: str, force: bool, *, reason: str = "", meaning: str = "") -> None:
