@@ -15,6 +15,7 @@ from tracedray.core.raylet.leasing import (
     LeaseBook,
     unused_actor_workers,
 )
+from tracedray.core.raylet.scheduler import Placement
 from tracedray.core.raylet.worker_states import WorkerSlot, WorkerState
 
 LESSEE = Address("n-caller", "10.0.0.9", 7000, "caller-worker", 4242)
@@ -91,7 +92,7 @@ def test_the_registered_worker_is_granted_to_the_waiting_request() -> None:
     (grant,) = answers(b.register("w1"))
     assert (grant.ticket, grant.outcome, grant.worker_id, grant.lease_id) == (
         ticket, ev.Outcome.GRANTED, "w1", "lease-1")
-    assert grant.decision is not None and grant.decision.action == "grant_here"
+    assert grant.decision is not None and grant.decision.action is Placement.GRANT_HERE
     slot = b.slot("w1")
     assert (slot.state, slot.lease_id, slot.lessee, slot.resources) == (
         WorkerState.LEASED, "lease-1", LESSEE, {"CPU": 1.0})

@@ -25,6 +25,7 @@ from tracedray.core.raylet import lease_events as ev
 from tracedray.core.raylet import scheduler
 from tracedray.core.raylet import worker_states as ws
 from tracedray.core.raylet.early_withdrawals import EarlyWithdrawals
+from tracedray.core.raylet.scheduler import Placement
 from tracedray.core.raylet.worker_states import WorkerSlot, WorkerState
 
 WITHDRAWN_UNNEEDED = "withdrawn by the requester: no task of it needs a worker any more"
@@ -143,10 +144,10 @@ class LeaseBook:
             return
         local, others = self._view(ask)
         decision = scheduler.decide(local, others, dict(ask.resources), may_spill=ask.may_spill)
-        if decision.action == "spillback":
+        if decision.action is Placement.SPILLBACK:
             out.append(self._spillback(event.ticket, decision))
             return
-        infeasible = decision.action == "infeasible"
+        infeasible = decision.action is Placement.INFEASIBLE
         pending = PendingLease(event.ticket, ask, decision,
                                LeaseState.INFEASIBLE if infeasible else LeaseState.QUEUED)
         if infeasible:
@@ -220,7 +221,7 @@ class LeaseBook:
             if rs.fits(self.available, resources):
                 continue  # _dispatch grants it here
             decision = scheduler.decide(local, others, resources, may_spill=True)
-            if decision.action != "spillback" or decision.node_id not in self._peers:
+            if decision.action is not Placement.SPILLBACK or decision.node_id not in self._peers:
                 continue
             self._pending.remove(pending)
             out.append(self._spillback(pending.ticket, decision))
@@ -237,7 +238,7 @@ class LeaseBook:
                 if not rs.feasible(self.total, resources):
                     local, others = self._view(pending.ask)
                     decision = scheduler.decide(local, others, resources, may_spill=True)
-                    if decision.action == "spillback":
+                    if decision.action is Placement.SPILLBACK:
                         self._pending.remove(pending)
                         out.append(self._spillback(pending.ticket, decision))
                     continue

@@ -9,6 +9,7 @@ is long and another node is idle.
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -28,9 +29,16 @@ class NodeView:
     input_bytes: int = 0
 
 
+class Placement(enum.Enum):
+    GRANT_HERE = "grant_here"
+    SPILLBACK = "spillback"
+    QUEUE_HERE = "queue_here"
+    INFEASIBLE = "infeasible"
+
+
 @dataclass(frozen=True)
 class Decision:
-    action: str  # "grant_here" | "spillback" | "queue_here" | "infeasible"
+    action: Placement
     node_id: str
     reason: str
     candidates: tuple[str, ...]
@@ -46,16 +54,16 @@ def decide(local: NodeView, others: Sequence[NodeView], request: Resources,
     local_bytes = tuple(n.input_bytes for n in candidates)
     queues = tuple(n.queue_length for n in candidates)
 
-    def make(action: str, node_id: str, reason: str) -> Decision:
+    def make(action: Placement, node_id: str, reason: str) -> Decision:
         return Decision(action, node_id, reason, ids, local_bytes, queues)
 
     if not candidates:
-        return make("infeasible", "", f"no node has {dict(request)} "
+        return make(Placement.INFEASIBLE, "", f"no node has {dict(request)} "
                     f"(cluster nodes: {len(nodes)}); waiting for one to join")
     local_ok = feasible(local.total, request)
     if local_ok and fits(local.available, request):
         held = f", holds {local.input_bytes} input bytes" if local.input_bytes else ""
-        return make("grant_here", local.node_id, f"resources available on this node{held}")
+        return make(Placement.GRANT_HERE, local.node_id, f"resources available on this node{held}")
     if may_spill:
         ready = [n for n in candidates if n.node_id != local.node_id and fits(n.available, request)]
         if ready:
@@ -65,13 +73,13 @@ def decide(local: NodeView, others: Sequence[NodeView], request: Resources,
             elif local.queue_length + 1 >= QUEUE_SPILL_MARGIN or not local.input_bytes:
                 why = f"this node is busy (queue {local.queue_length})"
             else:
-                return make("queue_here", local.node_id,
+                return make(Placement.QUEUE_HERE, local.node_id,
                             f"busy, but holds {local.input_bytes} input bytes; waiting here")
-            return make("spillback", best.node_id, f"{why}; node {best.node_id[:12]} has "
+            return make(Placement.SPILLBACK, best.node_id, f"{why}; node {best.node_id[:12]} has "
                         f"resources free")
     if local_ok:
-        return make("queue_here", local.node_id, "waiting for resources on this node")
+        return make(Placement.QUEUE_HERE, local.node_id, "waiting for resources on this node")
     best = min(candidates, key=lambda n: n.queue_length)
-    return make("spillback", best.node_id,
+    return make(Placement.SPILLBACK, best.node_id,
                 f"this node can never fit {dict(request)}; node {best.node_id[:12]} can")
 
