@@ -14,7 +14,7 @@ import collections
 import itertools
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -238,23 +238,13 @@ class TaskSubmitter:
             for task in tasks:
                 self._tasks[task.task_id] = task
             self._submitted += len(tasks)
-            outbox: dict[WorkerConnection, list[common_pb2.TaskSpec]] = {}
-            self._outbox = outbox
-            try:
-                keys: dict[str, None] = {}
-                for key, task in ready:
-                    if task.cancelled:
-                        continue
-                    self._queues.setdefault(key, collections.deque()).append(task)
-                    keys[key] = None
-                for key in keys:
-                    self._pump(key)
-            finally:
-                self._outbox = None
-                for conn, specs in outbox.items():
-                    conn.send_many(specs)
-                    self._sent += len(specs)
-                    self._writes += 1
+            keys: dict[str, None] = {}
+            for key, task in ready:
+                if task.cancelled:
+                    continue
+                self._queues.setdefault(key, collections.deque()).append(task)
+                keys[key] = None
+            self._pump_together(keys)
         for task in tasks:
             if task.unresolved:
                 self._worker.resolver.resolve(task, self._enqueue, self._fail_with_value)
@@ -272,6 +262,25 @@ class TaskSubmitter:
                 return
             self._queues.setdefault(key, collections.deque()).append(task)
             self._pump(key)
+
+    def _pump_together(self, keys: Iterable[str]) -> None:
+        """(Lock held) pump each key; the tasks they dispatch to one worker go out in one
+        write."""
+        if self._outbox is not None:  # already gathering: the outer call sends
+            for key in keys:
+                self._pump(key)
+            return
+        outbox: dict[WorkerConnection, list[common_pb2.TaskSpec]] = {}
+        self._outbox = outbox
+        try:
+            for key in keys:
+                self._pump(key)
+        finally:
+            self._outbox = None
+            for conn, specs in outbox.items():
+                conn.send_many(specs)
+                self._sent += len(specs)
+                self._writes += 1
 
     def _pump(self, key: str) -> None:
         queue = self._queues.setdefault(key, collections.deque())
@@ -619,9 +628,8 @@ class TaskSubmitter:
                     self._worker.background(self._retry_after_loss, task, True)
                     continue
                 finished.append((task, result))
-            for key in {t.scheduling_key for t, _ in finished} | {
-                    le.key for le in self._all_leases() if le.conn is conn}:
-                self._pump(key)
+            self._pump_together({t.scheduling_key for t, _ in finished} | {
+                le.key for le in self._all_leases() if le.conn is conn})
         end_dispatch_spans(task for task, result in finished if not result.is_application_error)
         for task, result in finished:
             _end_span(task, ok=not result.is_application_error)  # the failed ones
