@@ -93,3 +93,34 @@ def test_tasks_submitted_together_go_out_to_a_worker_in_one_write(ray: Any) -> N
     assert after.sent_total - before.sent_total >= 40
     # The lingering lease took its pipeline's worth in the batch's one write.
     assert after.writes_total - before.writes_total < after.sent_total - before.sent_total
+
+
+EXITING = textwrap.dedent("""
+    import sys
+    import tracedray as ray
+    ray.init(num_cpus=1)
+
+    @ray.remote
+    def child():
+        return 1
+
+    @ray.remote(max_retries=0)
+    def spawn_and_exit():
+        refs = [child.remote() for _ in range(30)]
+        sys.exit(3)
+
+    try:
+        ray.get(spawn_and_exit.remote())
+    except ray.exceptions.WorkerCrashedError:
+        pass
+""")
+
+
+def test_a_task_that_exits_right_after_submitting_leaves_every_submission_recorded(
+        tmp_path: Path, no_leaks: None) -> None:
+    done = subprocess.run([sys.executable, "-c", EXITING], capture_output=True, text=True,
+                          timeout=120, env={**os.environ, "TRACEDRAY_TEMP_DIR": str(tmp_path)})
+    assert done.returncode == 0, done.stderr
+    lines = [json.loads(line) for path in tmp_path.glob("session_2*/logs/worker-*.jsonl")
+             for line in read_data(path).decode().splitlines()]
+    assert sum(line["event"] == "task.submit" for line in lines) == 30

@@ -487,6 +487,7 @@ class CoreWorker:
         def _exit() -> None:
             time.sleep(0.05)  # let the reply go out
             log.info("worker.exit_requested", reason=reason)
+            self.inbox.drain()
             exit_now(code)
 
         threading.Thread(target=_exit, daemon=True).start()

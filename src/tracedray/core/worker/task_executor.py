@@ -275,6 +275,7 @@ class TaskExecutor:
                     attempt=spec.attempt, exit_code=code)
         telemetry.record_error(span, exc)
         span.end()
+        self._worker.inbox.drain()  # what it submitted before the exit is recorded, as sent
         exit_now(code)
 
     def _stop_interrupts(self, task_id: bytes) -> bool:
