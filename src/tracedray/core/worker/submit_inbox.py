@@ -6,12 +6,15 @@ has come in as one batch and hands it to the handler (write the deferred ``task.
 lines, give the tasks to the submitters, send their frames): in the order put, one
 batch at a time. ``drain()`` hands over what is waiting on the calling thread itself
 (``get``, ``wait``, ``cancel`` and the process's end call it), so a round trip does not
-wait for the inbox thread to wake up.
+wait for the inbox thread to wake up. A lone ``put`` (none in the ``LONE_AFTER_S``
+before it) is handed over at once by its caller, when no batch is being handed over:
+waking the thread for one call would slow a round trip down.
 """
 
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Generic, NamedTuple, TypeVar
@@ -23,6 +26,10 @@ if TYPE_CHECKING:
 
 log = logs.get_logger(__name__)
 T = TypeVar("T")
+# A put this long after the previous one is a lone call, handed over by its caller: an
+# actor round trip or a task per request takes longer; a submission loop puts every
+# ~20-40 µs (benchmarks/submission.py).
+LONE_AFTER_S = 200e-6
 
 
 class Submission(NamedTuple):
@@ -44,8 +51,11 @@ class InboxStatistics:
 
 
 class SubmitInbox(Generic[T]):
-    def __init__(self, handler: Callable[[list[T]], None], name: str) -> None:
+    def __init__(self, handler: Callable[[list[T]], None], name: str, *,
+                 lone_after_s: float = LONE_AFTER_S) -> None:
         self._handler = handler
+        self._lone_after_s = lone_after_s
+        self._last_put = float("-inf")
         self._name = name
         self._cond = threading.Condition(threading.Lock())
         # Held while a batch is taken and handed over: batches never overlap, so
@@ -57,6 +67,20 @@ class SubmitInbox(Generic[T]):
         self._submitted = self._batches = self._largest = self._by_caller = self._errors = 0
 
     def put(self, item: T) -> None:
+        now = time.monotonic()
+        lone, self._last_put = now - self._last_put > self._lone_after_s, now
+        if lone and not self._items and self._handing.acquire(blocking=False):
+            # A lone call (none just before it, none waiting) goes out at once on this
+            # thread, as before the inbox: waking the inbox thread would cost a round
+            # trip more than it saves. Calls in quick succession are batched by the thread.
+            try:
+                with self._cond:
+                    batch, self._items = self._items, []
+                batch.append(item)
+                self._hand(batch, by_caller=True)
+            finally:
+                self._handing.release()
+            return
         with self._cond:
             if self._closed:
                 closed = True
