@@ -258,6 +258,23 @@ def test_a_worker_given_back_while_running_its_lessees_tasks_is_killed() -> None
     assert b.book.available == {"CPU": 2.0}
 
 
+def test_a_worker_returned_as_failed_is_never_granted_again() -> None:
+    # Its lessee's connection broke (the worker died, say after a forced cancel) before
+    # the raylet saw the exit: granting it again would hand out a dead worker.
+    b = Book(cpus=1.0)
+    b.idle_workers(1)
+    grant = b.grant()
+    actions = b(ev.LeaseReturned(grant.lease_id, False, b.now, failed=True))
+    (kill,) = of(ev.KillWorker, actions)
+    assert kill.worker_id == grant.worker_id and kill.reason == ws.STOP_LESSEE_LOST_IT
+    assert b.slot(grant.worker_id).state is not WorkerState.IDLE
+    _, waiting = b.request()
+    assert answers(waiting) == []  # not the failed worker
+    assert b.book.available == {"CPU": 0.0}  # held until its exit
+    actions = b(ev.WorkerExited(grant.worker_id))
+    assert of(ev.StartWorker, actions)  # the waiting request gets a new worker
+
+
 def test_an_exit_releases_the_lease_and_starts_a_worker_for_waiting_work() -> None:
     b = Book(cpus=1.0)
     b.idle_workers(1)

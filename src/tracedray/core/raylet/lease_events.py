@@ -122,6 +122,9 @@ class LeaseReturned:
     lease_id: str
     disconnect: bool  # its lessee shuts down: a worker still running its tasks is killed
     now: float
+    # Its lessee's connection to the worker broke: the worker is dead or unreachable, and
+    # the raylet may not have seen its exit yet. It is stopped, never granted again.
+    failed: bool = False
 
 
 @dataclass(frozen=True)

@@ -139,7 +139,8 @@ class LeaseService:
         self._perform(self._handle(ev.AbandonedActorGrant(lease_id)))
 
     def return_worker(self, lease_id: str, failed: bool, disconnect: bool = False) -> None:
-        self._perform(self._handle(ev.LeaseReturned(lease_id, disconnect, time.monotonic())))
+        self._perform(self._handle(ev.LeaseReturned(lease_id, disconnect, time.monotonic(),
+                                                     failed=failed)))
 
     def notify_blocked(self, worker_id: str, blocked: bool) -> None:
         self._perform(self._handle(ev.WorkerBlocked(worker_id, blocked)))

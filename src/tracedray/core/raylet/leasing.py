@@ -53,6 +53,11 @@ class HeldTaskLease:
     lessee: Address
 
 
+# A worker whose lessee lost its connection to it; its exit releases the lease.
+KILLED_LESSEE_LOST_IT = ("killed by the raylet: the process holding its lease lost its "
+                         "connection to it")
+
+
 @dataclass(frozen=True)
 class LeaseBookStatistics:
     pending_leases: int
@@ -342,6 +347,9 @@ class LeaseBook:
         if event.disconnect:
             self._stop_abandoned(worker, out)
             return
+        if event.failed:  # dead or unreachable, its exit not seen yet: never grant it again
+            self._kill(worker, ws.STOP_LESSEE_LOST_IT, KILLED_LESSEE_LOST_IT, out)
+            return
         del self._leases[event.lease_id]
         if worker.state in (WorkerState.LEASED, WorkerState.BLOCKED):
             rs.release(self.available, worker.held())
@@ -400,9 +408,8 @@ class LeaseBook:
                    f"{event.why})", out)
 
     def _stop_abandoned(self, worker: WorkerSlot, out: list[ev.Action]) -> None:
-        """Kill a worker given back while it still runs tasks of its lessee, which is
-        shutting down. Nobody will read their results, and the next lessee would wait
-        behind them: as Ray kills the workers of a finished job."""
+        """Kill a worker given back running tasks of a lessee that shuts down (nobody
+        reads their results; the next lessee would wait behind them), as Ray does."""
         lessee = worker.lessee or Address("", "", 0)
         who = lessee_name(lessee)
         out.append(ev.Log("info", "lease.returned_running", {

@@ -60,6 +60,7 @@ class WorkerSlot:
 STOP_IDLE, STOP_SHUTDOWN, STOP_KILLED = "idle", "shutdown", "killed"
 STOP_LESSEE_DIED = "lessee died"
 STOP_LESSEE_LEFT = "lessee left its tasks running"
+STOP_LESSEE_LOST_IT = "lessee lost its connection"
 STOP_ACTOR_DEAD = "actor dead"
 STOP_ACTOR_UNUSED = "actor worker unused"
 STOP_NOT_REGISTERED = "did not register"
