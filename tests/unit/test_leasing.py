@@ -10,6 +10,7 @@ from tracedray.core.address import Address
 from tracedray.core.raylet import lease_events as ev
 from tracedray.core.raylet import worker_states as ws
 from tracedray.core.raylet.leasing import (
+    KILLED_LESSEE_LOST_IT,
     SHUTTING_DOWN,
     WITHDRAWN_UNNEEDED,
     LeaseBook,
@@ -265,9 +266,9 @@ def test_a_worker_returned_as_failed_is_never_granted_again() -> None:
     b.idle_workers(1)
     grant = b.grant()
     actions = b(ev.LeaseReturned(grant.lease_id, False, b.now, failed=True))
-    (kill,) = of(ev.KillWorker, actions)
-    assert kill.worker_id == grant.worker_id and kill.reason == ws.STOP_LESSEE_LOST_IT
-    assert b.slot(grant.worker_id).state is not WorkerState.IDLE
+    assert actions == [ev.StopUnlessExited(grant.worker_id, ws.STOP_LESSEE_LOST_IT,
+                                           KILLED_LESSEE_LOST_IT)]
+    assert b.slot(grant.worker_id).state is WorkerState.LEASED  # not idle, not killed
     _, waiting = b.request()
     assert answers(waiting) == []  # not the failed worker
     assert b.book.available == {"CPU": 0.0}  # held until its exit

@@ -201,6 +201,16 @@ class StopIdleWorker:
 
 
 @dataclass(frozen=True)
+class StopUnlessExited:
+    """A worker its lessee lost the connection to: if its exit is not seen within a
+    grace, kill it for ``reason``; an exit seen first keeps its own meaning (a SIGKILL
+    from elsewhere stays one)."""
+    worker_id: str
+    reason: str
+    meaning: str
+
+
+@dataclass(frozen=True)
 class ReportInfeasible:
     ask: LeaseAsk
     reason: str
@@ -213,4 +223,5 @@ class Log:
     fields: Mapping[str, object]
 
 
-Action = Answer | StartWorker | KillWorker | StopIdleWorker | ReportInfeasible | Log
+Action = (Answer | StartWorker | KillWorker | StopIdleWorker | StopUnlessExited
+          | ReportInfeasible | Log)

@@ -38,6 +38,10 @@ from tracedray.v1 import core_worker_pb2, core_worker_pb2_grpc, gcs_pb2, raylet_
 
 log = logs.get_logger(__name__)
 
+# How long a worker whose lessee lost its connection to it has to be seen exiting before
+# the raylet kills it (a worker that died on its own is seen within milliseconds).
+LOST_WORKER_GRACE_S = 1.0
+
 
 @dataclass(eq=False)
 class _Waiter:
@@ -334,10 +338,22 @@ class LeaseService:
                                meaning=action.meaning)
             elif isinstance(action, ev.StopIdleWorker):
                 self.pool.stop_idle(action.worker_id, action.meaning)
+            elif isinstance(action, ev.StopUnlessExited):
+                timer = threading.Timer(LOST_WORKER_GRACE_S, self._stop_unless_exited, (action,))
+                timer.daemon = True
+                timer.start()
             elif isinstance(action, ev.ReportInfeasible):
                 self._bg.submit(self._report_infeasible, action.ask, action.reason)
             else:
                 getattr(log, action.level)(action.event, **action.fields)
+
+    def _stop_unless_exited(self, action: ev.StopUnlessExited) -> None:
+        with self.lock:
+            slot = self.book.workers.get(action.worker_id)
+            exited = slot is None or slot.state is WorkerState.DEAD
+        if not exited:
+            self._perform(self._handle(ev.KillRequested(action.worker_id, True, action.reason,
+                                                        action.meaning)))
 
     def _answer(self, answer: ev.Answer) -> None:
         with self.lock:

@@ -53,9 +53,10 @@ class HeldTaskLease:
     lessee: Address
 
 
-# A worker whose lessee lost its connection to it; its exit releases the lease.
+# Stop reason and meaning of a worker whose lessee lost its connection to it.
 KILLED_LESSEE_LOST_IT = ("killed by the raylet: the process holding its lease lost its "
                          "connection to it")
+LESSEE_LOST_IT = (ws.STOP_LESSEE_LOST_IT, KILLED_LESSEE_LOST_IT)
 
 
 @dataclass(frozen=True)
@@ -347,8 +348,8 @@ class LeaseBook:
         if event.disconnect:
             self._stop_abandoned(worker, out)
             return
-        if event.failed:  # dead or unreachable, its exit not seen yet: never grant it again
-            self._kill(worker, ws.STOP_LESSEE_LOST_IT, KILLED_LESSEE_LOST_IT, out)
+        if event.failed:  # dead or unreachable, its exit not seen yet: still leased
+            out.append(ev.StopUnlessExited(worker.worker_id, *LESSEE_LOST_IT))
             return
         del self._leases[event.lease_id]
         if worker.state in (WorkerState.LEASED, WorkerState.BLOCKED):
