@@ -25,12 +25,11 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 ACTOR_CALLS = 2_000
 ROUND_TRIPS = 300
@@ -134,40 +133,15 @@ def serve(engine: str, tasks: int) -> None:
         rt.shutdown()
 
 
-class Side:
-    def __init__(self, engine: str, python: str, tasks: int, temp_root: str) -> None:
-        self.engine = engine
-        env = {**os.environ, "TRACEDRAY_TEMP_DIR": os.path.join(temp_root, engine)}
-        env.pop("OTEL_SDK_DISABLED", None)  # telemetry on: the default pipeline
-        self.process = subprocess.Popen(
-            [python, __file__, "--serve", engine, "--tasks", str(tasks)], env=env,
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+def _side(engine: str, python: str, tasks: int, temp_root: str) -> Any:
+    """The serving process of one engine, telemetry on (the default pipeline)."""
+    sys.path.insert(0, str(Path(__file__).parent))
+    from telemetry import ServingProcess
 
-    def answer(self) -> dict[str, float]:
-        stdout: IO[str] | None = self.process.stdout
-        assert stdout is not None
-        line = stdout.readline()
-        if not line:
-            raise SystemExit(f"the {self.engine} side ended early "
-                             f"(exit code {self.process.wait()}); see its stderr above")
-        answer: dict[str, float] = json.loads(line)
-        return answer
-
-    def run(self) -> dict[str, float]:
-        assert self.process.stdin is not None
-        self.process.stdin.write("go\n")
-        self.process.stdin.flush()
-        return self.answer()
-
-    def close(self) -> None:
-        try:
-            assert self.process.stdin is not None
-            self.process.stdin.write("\n")
-            self.process.stdin.close()
-            self.process.wait(timeout=60)
-        except (OSError, subprocess.TimeoutExpired):
-            self.process.kill()
-            self.process.wait()
+    env = {**os.environ, "TRACEDRAY_TEMP_DIR": os.path.join(temp_root, engine)}
+    env.pop("OTEL_SDK_DISABLED", None)
+    return ServingProcess([python, __file__, "--serve", engine, "--tasks", str(tasks)], env,
+                          engine)
 
 
 def summarize(rounds: list[dict[str, dict[str, float]]],
@@ -201,14 +175,14 @@ def main() -> None:
         serve(args.serve, args.tasks)
         return
     with tempfile.TemporaryDirectory(prefix="submission-bench-") as temp_root:
-        sides = [Side("tracedray", sys.executable, args.tasks, temp_root),
-                 Side("ray", args.ray_python, args.tasks, temp_root)]
+        sides = [_side("tracedray", sys.executable, args.tasks, temp_root),
+                 _side("ray", args.ray_python, args.tasks, temp_root)]
         try:
-            memory = {side.engine: side.answer() for side in sides}
+            memory = {side.label: side.answer() for side in sides}
             rounds = []
             for index in range(args.rounds):
                 order = sides if index % 2 == 0 else sides[::-1]
-                rounds.append({side.engine: side.run() for side in order})
+                rounds.append({side.label: side.ask("go") for side in order})
                 print(f"round {index + 1}: " + json.dumps(rounds[-1]), file=sys.stderr)
         finally:
             for side in sides:

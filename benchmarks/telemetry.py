@@ -167,41 +167,31 @@ def serve(tasks: int) -> None:
 # --------------------------------------------------------------------------- coordinator
 
 
-class Side:
-    """A serving driver process (telemetry on or off) and its cluster."""
+class ServingProcess:
+    """A benchmark process that serves workloads: one request line on its stdin, one JSON
+    answer line on its stdout; an empty line asks it to shut down."""
 
-    def __init__(self, telemetry_on: bool, tasks: int, temp_root: str,
-                 label: str | None = None) -> None:
-        self.label = label or ("on" if telemetry_on else "off")
-        env = {**os.environ, "TRACEDRAY_TEMP_DIR": os.path.join(temp_root, self.label)}
-        for key in ("OTEL_SDK_DISABLED", "OTEL_EXPORTER_OTLP_ENDPOINT",
-                    "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"):
-            env.pop(key, None)  # "on" means the default pipeline, with no network exporter
-        if not telemetry_on:
-            env["OTEL_SDK_DISABLED"] = "true"
-        self.process = subprocess.Popen(
-            [sys.executable, __file__, "--serve", "--tasks", str(tasks)], env=env,
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    def __init__(self, command: list[str], env: Mapping[str, str], label: str) -> None:
+        self.label = label
+        self.process = subprocess.Popen(command, env=dict(env), stdin=subprocess.PIPE,
+                                        stdout=subprocess.PIPE, text=True)
 
-    def _answer(self) -> dict[str, Any]:
+    def answer(self) -> dict[str, Any]:
         stdout: IO[str] | None = self.process.stdout
         assert stdout is not None
         line = stdout.readline()
         if not line:
-            raise SystemExit(f"the telemetry-{self.label} side ended early "
+            raise SystemExit(f"the {self.label} side ended early "
                              f"(exit code {self.process.wait()}); see its stderr above")
         answer: dict[str, Any] = json.loads(line)
         return answer
 
-    def wait_ready(self) -> None:
-        self._answer()
-
-    def run(self, workload: str) -> dict[str, float]:
+    def ask(self, request: str) -> dict[str, Any]:
         stdin = self.process.stdin
         assert stdin is not None
-        stdin.write(workload + "\n")
+        stdin.write(request + "\n")
         stdin.flush()
-        return self._answer()
+        return self.answer()
 
     def close(self) -> None:
         if self.process.stdin is not None:
@@ -215,6 +205,28 @@ class Side:
         except subprocess.TimeoutExpired:
             self.process.kill()
             self.process.wait()
+
+
+class Side(ServingProcess):
+    """A serving driver process (telemetry on or off) and its cluster."""
+
+    def __init__(self, telemetry_on: bool, tasks: int, temp_root: str,
+                 label: str | None = None) -> None:
+        label = label or ("on" if telemetry_on else "off")
+        env = {**os.environ, "TRACEDRAY_TEMP_DIR": os.path.join(temp_root, label)}
+        for key in ("OTEL_SDK_DISABLED", "OTEL_EXPORTER_OTLP_ENDPOINT",
+                    "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"):
+            env.pop(key, None)  # "on" means the default pipeline, with no network exporter
+        if not telemetry_on:
+            env["OTEL_SDK_DISABLED"] = "true"
+        super().__init__([sys.executable, __file__, "--serve", "--tasks", str(tasks)], env,
+                         label)
+
+    def wait_ready(self) -> None:
+        self.answer()
+
+    def run(self, workload: str) -> dict[str, float]:
+        return self.ask(workload)
 
 
 def cpu_ticks(stat_text: str) -> tuple[int, int] | None:
