@@ -123,7 +123,8 @@ class LeaseReturned:
     disconnect: bool  # its lessee shuts down: a worker still running its tasks is killed
     now: float
     # Its lessee's connection to the worker broke: the worker is dead or unreachable, and
-    # the raylet may not have seen its exit yet. It is stopped, never granted again.
+    # the raylet may not have seen its exit yet. It stays leased (never granted again)
+    # until its exit, and is killed if that is not seen within a grace.
     failed: bool = False
 
 

@@ -352,8 +352,7 @@ class LeaseService:
             slot = self.book.workers.get(action.worker_id)
             exited = slot is None or slot.state is WorkerState.DEAD
         if not exited:
-            self._perform(self._handle(ev.KillRequested(action.worker_id, True, action.reason,
-                                                        action.meaning)))
+            self.kill_worker(action.worker_id, True, reason=action.reason, meaning=action.meaning)
 
     def _answer(self, answer: ev.Answer) -> None:
         with self.lock:
