@@ -42,13 +42,20 @@ DRIVER = textwrap.dedent("""
 """)
 
 
-def test_calls_keep_their_order_and_shutdown_records_every_submission(
-        tmp_path: Path, no_leaks: None) -> None:
-    done = subprocess.run([sys.executable, "-c", DRIVER], capture_output=True, text=True,
+def log_lines_of_run(code: str, tmp_path: Path, process_kind: str) -> list[dict[str, Any]]:
+    """Run ``code`` as a driver with its sessions under ``tmp_path``; the JSON log lines
+    its ``process_kind`` processes (driver, worker) wrote."""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=120, env={**os.environ, "TRACEDRAY_TEMP_DIR": str(tmp_path)})
     assert done.returncode == 0, done.stderr
-    lines = [json.loads(line) for path in tmp_path.glob("session_2*/logs/driver-*.jsonl")
-             for line in read_data(path).decode().splitlines()]
+    return [json.loads(line)
+            for path in tmp_path.glob(f"session_2*/logs/{process_kind}-*.jsonl")
+            for line in read_data(path).decode().splitlines()]
+
+
+def test_calls_keep_their_order_and_shutdown_records_every_submission(
+        tmp_path: Path, no_leaks: None) -> None:
+    lines = log_lines_of_run(DRIVER, tmp_path, "driver")
     submitted = {line["function"]: 0 for line in lines if line["event"] == "task.submit"}
     for line in lines:
         if line["event"] == "task.submit":
@@ -118,9 +125,5 @@ EXITING = textwrap.dedent("""
 
 def test_a_task_that_exits_right_after_submitting_leaves_every_submission_recorded(
         tmp_path: Path, no_leaks: None) -> None:
-    done = subprocess.run([sys.executable, "-c", EXITING], capture_output=True, text=True,
-                          timeout=120, env={**os.environ, "TRACEDRAY_TEMP_DIR": str(tmp_path)})
-    assert done.returncode == 0, done.stderr
-    lines = [json.loads(line) for path in tmp_path.glob("session_2*/logs/worker-*.jsonl")
-             for line in read_data(path).decode().splitlines()]
+    lines = log_lines_of_run(EXITING, tmp_path, "worker")
     assert sum(line["event"] == "task.submit" for line in lines) == 30
