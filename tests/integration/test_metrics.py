@@ -15,15 +15,14 @@ from typing import Any
 
 import numpy as np
 import pytest
+from cli_support import run_json
+from multinode_support import started_nodes, wait_for
 from opentelemetry.proto.collector.metrics.v1 import (
     metrics_service_pb2,
     metrics_service_pb2_grpc,
 )
 from prometheus_client.parser import text_string_to_metric_families
-
-from tests.integration.cli_support import run_json
-from tests.integration.multinode_support import started_nodes, wait_for
-from tests.integration.prometheus_support import prometheus_binary, prometheus_scraping
+from prometheus_support import prometheus_binary, prometheus_scraping
 
 pytestmark = pytest.mark.integration
 

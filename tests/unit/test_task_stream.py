@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import select
 import signal
 import socket
 import struct
@@ -14,6 +15,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
+from tracedray.core import auth
 from tracedray.core.address import Address
 from tracedray.core.protocol import task_stream
 from tracedray.core.protocol.connection import WorkerConnection
@@ -89,10 +91,26 @@ TOKEN = "task-stream-test-token-0123456789"
 
 
 @pytest.fixture(autouse=True)
-def _token(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Callers and servers of these tests (subprocesses too) share this token."""
+def _token(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Callers and servers of these tests (subprocesses too) share this token. What this
+    process learned of earlier clusters is set aside: a token remembered for an address
+    that a server of these tests now reuses would be presented instead."""
     monkeypatch.setenv("TRACEDRAY_AUTH_TOKEN", TOKEN)
     monkeypatch.delenv("TRACEDRAY_AUTH_MODE", raising=False)
+    monkeypatch.setattr(auth, "_known", {})
+    auth.reset()
+    auth.forget()
+    yield
+    auth.reset()
+    auth.forget()
+
+
+def _read_line(process: subprocess.Popen[str], timeout_s: float = 20.0) -> str:
+    """The subprocess's next line, or a failure naming what it printed on stderr."""
+    assert process.stdout is not None
+    ready, _, _ = select.select([process.stdout], [], [], timeout_s)
+    assert ready, f"no line from the subprocess within {timeout_s} s"
+    return process.stdout.readline().strip()
 
 
 @pytest.fixture
@@ -292,10 +310,9 @@ def test_sigkilled_worker_surfaces_as_broken_promptly() -> None:
     process = subprocess.Popen([sys.executable, "-c", _KILLABLE_WORKER], stdout=subprocess.PIPE,
                                text=True)
     try:
-        assert process.stdout is not None
-        caller = Caller(int(process.stdout.readline()))
+        caller = Caller(int(_read_line(process)))
         caller.conn.send(_spec(1))
-        assert process.stdout.readline().strip() == "running"
+        assert _read_line(process) == "running", caller.broken
         os.kill(process.pid, signal.SIGKILL)
         started = time.monotonic()
         assert caller.broken_event.wait(5)

@@ -218,7 +218,10 @@ class ProcessMetrics:
             if path is None:
                 return False
             self._last_path = path
-            path.parent.mkdir(parents=True, exist_ok=True)
+            # metrics/<node>/ are made if missing, nothing above: a session folder removed
+            # under a process (its final write at exit) stays removed.
+            path.parent.parent.mkdir(exist_ok=True)
+            path.parent.mkdir(exist_ok=True)
             tmp = path.with_name(f".{path.name}.tmp")
             tmp.write_text(json.dumps(payload))
             tmp.replace(path)

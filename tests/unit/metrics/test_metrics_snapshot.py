@@ -4,6 +4,7 @@ process's exit."""
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -74,6 +75,22 @@ def test_a_process_writes_its_snapshot_only_when_it_changed(tmp_path: Path) -> N
     written = json.loads(path.read_text())
     assert [Family.from_json(f).series[()].value for f in written["families"]] == [2]
     assert not list(path.parent.glob(".*.tmp"))
+
+
+def test_a_write_after_the_session_was_removed_does_not_bring_it_back(tmp_path: Path) -> None:
+    session = tmp_path / "session"
+    path = session / "metrics" / "node" / "agent-1.json"
+    metrics = ProcessMetrics()
+    metrics.set_destination(lambda: path)
+    counter = metrics.declare("c", COUNTER, "", ())
+    metrics.add(counter, (), 1)
+    session.mkdir()
+    assert metrics.write() is True  # metrics/<node>/ are made inside an existing session
+    shutil.rmtree(session)
+    metrics.add(counter, (), 1)
+    assert metrics.write() is False
+    assert not session.exists()
+    assert metrics.statistics()["write_failures"] == 1
 
 
 def test_a_name_is_declared_once_per_process() -> None:
