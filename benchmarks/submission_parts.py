@@ -30,11 +30,11 @@ def _cpu_us(calls: int, part: Callable[[], Any]) -> float:
 def measure(calls: int, repeat: int) -> dict[str, float]:
     import tracedray
     from tracedray import logs, telemetry
+    from tracedray._proto.v1 import common_pb2
     from tracedray.core import ids
     from tracedray.core.api import global_runtime
     from tracedray.core.call_site import user_call_site
     from tracedray.core.submission import build_task
-    from tracedray.v1 import common_pb2
 
     tracedray.init(num_cpus=2)
     try:

@@ -42,7 +42,7 @@ import os, pathlib, sys, tempfile
 from tracedray import telemetry
 from tracedray.core import ids, trace_context
 from tracedray.telemetry import instruments
-from tracedray.v1 import common_pb2
+from tracedray._proto.v1 import common_pb2
 telemetry.configure("driver", session_dir=pathlib.Path(tempfile.mkdtemp()))
 which, n = sys.argv[1], int(sys.argv[2])
 attributes = {"tracedray.task.id": "ab" * 12, "tracedray.task.function": "empty",

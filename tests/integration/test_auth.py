@@ -21,9 +21,9 @@ import pytest
 from cli_support import isolated_root, run, start_head
 from multinode_support import log_events, wait_for
 
+from tracedray._proto.v1 import common_pb2, gcs_pb2, gcs_pb2_grpc, raylet_pb2, raylet_pb2_grpc
 from tracedray.core.protocol import task_stream
 from tracedray.exceptions import AuthenticationError
-from tracedray.v1 import common_pb2, gcs_pb2, gcs_pb2_grpc, raylet_pb2, raylet_pb2_grpc
 
 WRONG = "not-the-cluster-token-0123456789"
 

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
+from tracedray._proto.v1 import perfetto_trace_pb2 as pb
 from tracedray.cli.app import app
 from tracedray.cli.tracestore.sources import SessionFileSource
 from tracedray.cli.tracestore.timeline_filter import parse_moment
@@ -22,7 +23,6 @@ from tracedray.core.session import SessionPaths
 from tracedray.telemetry.otlp_json import trace_files
 from tracedray.telemetry.spool_convert import sync_traces_dir
 from tracedray.telemetry.trace_index import INDEX_NAME
-from tracedray.v1 import perfetto_trace_pb2 as pb
 
 
 def _cli(*args: str) -> Any:

@@ -22,11 +22,11 @@ import pytest
 from cli_support import isolated_root, run_json, start_head
 from multinode_support import log_events, wait_for
 
+from tracedray._proto.v1 import raylet_pb2
 from tracedray.core.address import Address
 from tracedray.core.gcs.client import GcsClient
 from tracedray.core.protocol.raylet_client import LeaseCall, RayletClient
 from tracedray.exceptions import RaySystemError
-from tracedray.v1 import raylet_pb2
 
 pytestmark = pytest.mark.integration
 

@@ -16,11 +16,11 @@ from pathlib import Path
 import grpc
 import pytest
 
+from tracedray._proto.v1 import common_pb2, gcs_pb2, gcs_pb2_grpc
 from tracedray.core.address import Address
 from tracedray.core.protocol import task_stream
 from tracedray.core.protocol.connection import WorkerConnection
 from tracedray.core.worker.task_stream_server import TaskStreamServer
-from tracedray.v1 import common_pb2, gcs_pb2, gcs_pb2_grpc
 
 pytestmark = pytest.mark.skipif(shutil.which("openssl") is None, reason="needs openssl")
 TOKEN = "tls-test-token-0123456789abcdef"

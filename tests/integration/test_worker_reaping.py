@@ -19,8 +19,8 @@ import pytest
 from multinode_support import log_events, spans_named, wait_for
 
 import tracedray
+from tracedray._proto.v1 import raylet_pb2
 from tracedray.util import state
-from tracedray.v1 import raylet_pb2
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 

@@ -190,11 +190,11 @@ KNOWN_LARGE_CLASSES = {
 
 
 def sizes() -> tuple[dict[str, int], dict[str, int]]:
-    """Lines per module and per class, of every module but the generated ``v1``."""
+    """Lines per module and per class, of every module but the generated ``_proto``."""
     modules, classes = {}, {}
     for path in sorted(PACKAGE.rglob("*.py")):
         name = str(path.relative_to(PACKAGE.parent))
-        if name.startswith("tracedray/v1/"):
+        if name.startswith("tracedray/_proto/"):
             continue
         source = path.read_text()
         modules[name] = len(source.splitlines())

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from tracedray._proto.v1 import common_pb2, gcs_pb2
 from tracedray.core.protocol.state_rows import attempt_timing
 from tracedray.core.worker.slow_tasks import (
     HUNG_TASK_WARN_S,
@@ -17,7 +18,6 @@ from tracedray.core.worker.slow_tasks import (
 )
 from tracedray.core.worker.stack_dump import LiveTask
 from tracedray.exceptions import ConfigError
-from tracedray.v1 import common_pb2, gcs_pb2
 
 
 @pytest.mark.parametrize(("running", "median", "slow"), [

@@ -7,10 +7,10 @@ import threading
 
 import pytest
 
+from tracedray._proto.v1 import common_pb2, debug_pb2
 from tracedray.cli import stack_view
 from tracedray.core.raylet import stack_dumps
 from tracedray.core.worker import stack_dump
-from tracedray.v1 import common_pb2, debug_pb2
 
 
 def _parked(event: threading.Event) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from tracedray._proto.v1 import common_pb2, gcs_pb2
 from tracedray.core import auth, rpc
 from tracedray.core.gcs.client import GcsClient
 from tracedray.core.gcs.server import Gcs
@@ -14,7 +15,6 @@ from tracedray.core.worker.task_events import (
     _Transition,
     coalesce,
 )
-from tracedray.v1 import common_pb2, gcs_pb2
 
 
 def _spec(task_id: bytes, attempt: int = 0) -> common_pb2.TaskSpec:

@@ -15,13 +15,13 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
+from tracedray._proto.v1 import common_pb2, core_worker_pb2
 from tracedray.core import auth
 from tracedray.core.address import Address
 from tracedray.core.protocol import task_stream
 from tracedray.core.protocol.connection import WorkerConnection
 from tracedray.core.worker.task_stream_server import Reply, TaskStreamServer
 from tracedray.exceptions import RaySystemError
-from tracedray.v1 import common_pb2, core_worker_pb2
 
 
 def _spec(i: int, payload: bytes = b"") -> common_pb2.TaskSpec:

@@ -13,11 +13,11 @@ from typing import Any
 
 import pytest
 
+from tracedray._proto.v1 import common_pb2, raylet_pb2
 from tracedray.core.address import Address
 from tracedray.core.worker.pending_task import PendingTask
 from tracedray.core.worker.task_submitter import TaskSubmitter
 from tracedray.exceptions import RaySystemError
-from tracedray.v1 import common_pb2, raylet_pb2
 
 LINGER_S = 0.02
 TIMEOUT = raylet_pb2.LeaseReply.TIMEOUT

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from tracedray._proto.v1 import gcs_pb2, raylet_pb2
 from tracedray.cli.top_view import build_frame, render
 from tracedray.core.cluster_client import NodeView
-from tracedray.v1 import gcs_pb2, raylet_pb2
 
 
 def _view(node_id: str, *, head: bool = False) -> NodeView:

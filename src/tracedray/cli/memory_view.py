@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from tracedray.exceptions import ConfigError
 
 if TYPE_CHECKING:
-    from tracedray.v1 import raylet_pb2
+    from tracedray._proto.v1 import raylet_pb2
 
 Row = dict[str, Any]
 

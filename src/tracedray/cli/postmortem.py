@@ -31,13 +31,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from tracedray._proto.v1 import common_pb2, core_worker_pb2, gcs_pb2, raylet_pb2
 from tracedray.cli.memory_timeline import HeldObject, NodeReplay, replay_store
 from tracedray.cli.tracestore.logs import LogRecord
 from tracedray.cli.tracestore.model import SpanRecord
 from tracedray.core.session import SessionPaths
 from tracedray.exceptions import ClusterConnectionError, ConfigError, RaySystemError
 from tracedray.telemetry import attributes as attr
-from tracedray.v1 import common_pb2, core_worker_pb2, gcs_pb2, raylet_pb2
 
 if TYPE_CHECKING:
     from tracedray.core.cluster_client import ClusterClient, NodeView

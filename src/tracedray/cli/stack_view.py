@@ -10,7 +10,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from tracedray.v1 import debug_pb2
+from tracedray._proto.v1 import debug_pb2
 
 Row = dict[str, Any]
 

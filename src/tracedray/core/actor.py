@@ -6,9 +6,9 @@ import inspect
 import weakref
 from typing import Any, NoReturn
 
+from tracedray._proto.v1 import gcs_pb2
 from tracedray.core import arity
 from tracedray.core import options as opts
-from tracedray.v1 import gcs_pb2
 
 
 class ActorClass:

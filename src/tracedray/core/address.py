@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from tracedray.v1 import common_pb2
+from tracedray._proto.v1 import common_pb2
 
 
 class Address(NamedTuple):

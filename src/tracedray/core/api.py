@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tracedray import config, logs, telemetry
+from tracedray._proto.v1 import gcs_pb2
 from tracedray.core import auth, exit_hook, ids, node, runtime, session
 from tracedray.core.address import parse_host_port
 from tracedray.core.object_ref import ObjectRef
@@ -26,7 +27,6 @@ from tracedray.exceptions import (
 )
 from tracedray.telemetry import endpoint_check
 from tracedray.telemetry._host import advertise_ip
-from tracedray.v1 import gcs_pb2
 
 log = logs.get_logger(__name__)
 

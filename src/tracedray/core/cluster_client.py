@@ -19,8 +19,8 @@ from tracedray.core.session import SessionPaths, latest_session, session_for_add
 from tracedray.exceptions import ClusterConnectionError, ConfigError, RayError
 
 if TYPE_CHECKING:
+    from tracedray._proto.v1 import gcs_pb2, raylet_pb2
     from tracedray.core.gcs.client import GcsClient
-    from tracedray.v1 import gcs_pb2, raylet_pb2
 
 CONNECT_TIMEOUT_S = 3.0
 # How long a raylet may take to give its stats (with every object and reference: longer).

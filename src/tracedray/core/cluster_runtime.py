@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
 from tracedray import logs
+from tracedray._proto.v1 import common_pb2, gcs_pb2
 from tracedray.core import ids
 from tracedray.core import options as opts
 from tracedray.core.actor import (
@@ -30,7 +31,6 @@ from tracedray.core.worker.memory_store import is_error
 from tracedray.core.worker.retry_policy import RetryExceptions
 from tracedray.exceptions import GetTimeoutError, OwnerDiedError
 from tracedray.telemetry import instruments
-from tracedray.v1 import common_pb2, gcs_pb2
 
 if TYPE_CHECKING:
     from tracedray.core.worker.core_worker import CoreWorker

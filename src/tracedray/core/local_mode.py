@@ -28,13 +28,13 @@ from typing import TYPE_CHECKING, Any
 from opentelemetry import trace as otel_trace
 
 from tracedray import logs, telemetry
+from tracedray._proto.v1 import gcs_pb2
 from tracedray.core import ids, runtime, session
 from tracedray.core.call_site import user_call_site
 from tracedray.core.object_ref import ObjectRef
 from tracedray.core.serialization import Serialized, deserialize, serialize
 from tracedray.exceptions import ActorDiedError, ObjectLostError, RayTaskError
 from tracedray.telemetry import attributes as A
-from tracedray.v1 import gcs_pb2
 
 if TYPE_CHECKING:
     from tracedray.core.actor import ActorHandle

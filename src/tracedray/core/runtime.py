@@ -24,9 +24,9 @@ from typing import TYPE_CHECKING, Any, Protocol
 from tracedray.metrics import snapshot as metrics_snapshot
 
 if TYPE_CHECKING:
+    from tracedray._proto.v1 import gcs_pb2
     from tracedray.core.actor import ActorHandle
     from tracedray.core.object_ref import ObjectRef
-    from tracedray.v1 import gcs_pb2
 
 
 class Runtime(Protocol):

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from opentelemetry.trace import INVALID_SPAN
 
 from tracedray import logs, telemetry
+from tracedray._proto.v1 import common_pb2
 from tracedray.core import ids, trace_context
 from tracedray.core import options as opts
 from tracedray.core.call_site import user_call_site
@@ -18,7 +19,6 @@ from tracedray.core.worker.pending_task import PendingTask
 from tracedray.core.worker.retry_policy import RetryExceptions
 from tracedray.core.worker.task_submitter import resource_shape
 from tracedray.telemetry import instruments
-from tracedray.v1 import common_pb2
 
 if TYPE_CHECKING:
     from tracedray.core.worker.core_worker import CoreWorker

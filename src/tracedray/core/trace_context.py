@@ -19,7 +19,7 @@ from typing import Any
 from opentelemetry.trace import Span, SpanContext
 
 from tracedray import telemetry
-from tracedray.v1 import common_pb2
+from tracedray._proto.v1 import common_pb2
 
 
 def stamp(spec: common_pb2.TaskSpec, parent: Span | telemetry.PendingSpan | SpanContext,

@@ -19,8 +19,8 @@ from tracedray.core.protocol import state_rows as rows
 from tracedray.core.protocol.state_rows import Row, StateList
 
 if TYPE_CHECKING:
+    from tracedray._proto.v1 import gcs_pb2
     from tracedray.core.cluster_client import NodeView
-    from tracedray.v1 import gcs_pb2
 
 DEFAULT_LIMIT = 100
 Filters = Sequence[str] | None
@@ -102,7 +102,7 @@ def _views(client: Source, *, objects: bool = False) -> list[NodeView]:
 
 def _object_rows(client: Source) -> list[Row]:
     views = _views(client, objects=True)
-    from tracedray.v1 import core_worker_pb2
+    from tracedray._proto.v1 import core_worker_pb2
 
     tables = [core_worker_pb2.ReferenceTable.FromString(raw)
               for view in views if view.stats is not None

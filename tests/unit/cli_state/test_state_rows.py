@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from tracedray._proto.v1 import common_pb2, core_worker_pb2, gcs_pb2, raylet_pb2
 from tracedray.core.protocol import state_rows as rows
 from tracedray.exceptions import ConfigError
-from tracedray.v1 import common_pb2, core_worker_pb2, gcs_pb2, raylet_pb2
 
 
 def _table(component: str, pid: int,

@@ -8,11 +8,11 @@ from pathlib import Path
 from cli_traces_builders import DRIVER, MS, NODE_A, RAYLET_A, T0, WORKER_1, Recorder
 from typer.testing import CliRunner
 
+from tracedray._proto.v1 import core_worker_pb2, gcs_pb2
 from tracedray.cli import postmortem
 from tracedray.cli.app import app
 from tracedray.core.gcs.storage.sqlite import DB_FILE_NAME, SqliteStorage
 from tracedray.telemetry import attributes as attr
-from tracedray.v1 import core_worker_pb2, gcs_pb2
 
 MB = 1 << 20
 TASK_T = "7" * 48  # a task id (24 bytes, as hex)

@@ -6,12 +6,12 @@ from typing import Any
 
 import pytest
 
+from tracedray._proto.v1 import common_pb2, gcs_pb2, raylet_pb2
 from tracedray.core.address import Address
 from tracedray.core.gcs import actor_creation as ac
 from tracedray.core.gcs import actor_failure as af
 from tracedray.core.gcs import actor_manager
 from tracedray.core.gcs.actor_manager import ActorManager
-from tracedray.v1 import common_pb2, gcs_pb2, raylet_pb2
 
 LIVING = ("PENDING_CREATION", "RESTARTING", "ALIVE")
 

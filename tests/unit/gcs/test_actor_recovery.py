@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
+from tracedray._proto.v1 import common_pb2, gcs_pb2
 from tracedray.core.gcs import actor_recovery as ar
 from tracedray.core.gcs.actor_manager import ActorManager
-from tracedray.v1 import common_pb2, gcs_pb2
 
 
 def actor(actor_id: bytes, state: str, node_id: str = "", worker_id: str = ""

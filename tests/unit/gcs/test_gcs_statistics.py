@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from tracedray._proto.v1 import common_pb2, gcs_pb2
 from tracedray.core.gcs.server import Gcs
-from tracedray.v1 import common_pb2, gcs_pb2
 
 
 def test_statistics_count_nodes_and_the_watchs_stalls(tmp_path: Path) -> None:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from tracedray._proto.v1 import common_pb2, gcs_pb2
 from tracedray.core.gcs import job_end
-from tracedray.v1 import common_pb2, gcs_pb2
 
 NODE = "a1b2c3d4e5f6a7b8c9d0"
 JOB_ID = bytes.fromhex("01000000")

@@ -6,9 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from tracedray._proto.v1 import common_pb2, gcs_pb2
 from tracedray.core.gcs.server import Gcs
 from tracedray.testing.redis_server import RedisServer
-from tracedray.v1 import common_pb2, gcs_pb2
 
 JOB, OTHER_JOB = b"\x01\x00\x00\x00", b"\x02\x00\x00\x00"
 NODE = "node-with-the-driver"

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from tracedray._proto.v1 import common_pb2, gcs_pb2
 from tracedray.core.gcs import job_end
 from tracedray.core.gcs.server import Gcs
-from tracedray.v1 import common_pb2, gcs_pb2
 
 NODE, OTHER_NODE = "node-with-the-driver", "another-node"
 

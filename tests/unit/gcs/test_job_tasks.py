@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
+from tracedray._proto.v1 import gcs_pb2
 from tracedray.core.gcs import job_tasks
-from tracedray.v1 import gcs_pb2
 
 JOB = b"\x01\x00\x00\x00"
 OTHER_JOB = b"\x02\x00\x00\x00"

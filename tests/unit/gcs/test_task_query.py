@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
+from tracedray._proto.v1 import gcs_pb2
 from tracedray.core.gcs.task_query import is_query, query_tasks
 from tracedray.exceptions import ConfigError
-from tracedray.v1 import gcs_pb2
 
 JOB_A = bytes.fromhex("01000000")
 JOB_B = bytes.fromhex("02000000")

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from tracedray._proto.v1 import gcs_pb2
 from tracedray.core.gcs.server import Gcs
-from tracedray.v1 import gcs_pb2
 
 JOB_A = b"\x0a" * 4
 JOB_B = b"\x0b" * 4

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from tracedray._proto.v1 import gcs_pb2
 from tracedray.core.gcs.server import Gcs
 from tracedray.core.gcs.storage.policy import FlushPolicy
 from tracedray.core.gcs.tasks_backpressure import Backpressure
-from tracedray.v1 import gcs_pb2
 
 
 def test_due_past_twice_the_bound_then_every_half_bound() -> None:

@@ -8,13 +8,13 @@ from types import SimpleNamespace
 from prometheus_client import generate_latest
 from prometheus_client.registry import CollectorRegistry
 
+from tracedray._proto.v1 import gcs_pb2
 from tracedray.core.gcs.metrics import count_tasks, rescan_due
 from tracedray.core.raylet import exit_meaning
 from tracedray.core.raylet.metrics import exit_reason
 from tracedray.metrics.discovery import Target, file_sd, node_targets
 from tracedray.metrics.exposition import SafeCollector, to_prometheus
 from tracedray.metrics.snapshot import COUNTER, HISTOGRAM, Family, Series
-from tracedray.v1 import gcs_pb2
 
 
 def test_exit_reasons() -> None:

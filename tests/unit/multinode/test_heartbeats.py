@@ -7,9 +7,9 @@ import threading
 import time
 from typing import Any
 
+from tracedray._proto.v1 import gcs_pb2
 from tracedray.core.raylet.heartbeats import LATE_INTERVALS, Heartbeats, next_due
 from tracedray.exceptions import RaySystemError
-from tracedray.v1 import gcs_pb2
 
 
 def test_the_next_heartbeat_keeps_the_rate_and_never_bursts() -> None:

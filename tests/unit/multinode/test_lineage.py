@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 
 from tracedray import config
+from tracedray._proto.v1 import common_pb2
 from tracedray.core import environment
 from tracedray.core.worker.lineage import Lineage
 from tracedray.core.worker.recovery import stale_args
 from tracedray.exceptions import ConfigError
-from tracedray.v1 import common_pb2
 
 
 def _value(object_id: bytes, node: str) -> common_pb2.ObjectValue:

@@ -7,9 +7,9 @@ import uuid
 from types import SimpleNamespace
 from typing import Any
 
+from tracedray._proto.v1 import raylet_pb2
 from tracedray.core.raylet import seal_channel as sc
 from tracedray.core.worker.object_io import ObjectIO
-from tracedray.v1 import raylet_pb2
 
 
 def _name() -> bytes:

@@ -220,8 +220,8 @@ def test_a_lookup_waits_for_a_seal_sent_without_waiting(tmp_path: Path) -> None:
     import threading
     import uuid
 
+    from tracedray._proto.v1 import raylet_pb2
     from tracedray.core.raylet import seal_channel as sc
-    from tracedray.v1 import raylet_pb2
 
     release = threading.Event()
     shm = tmp_path / "shm"

@@ -16,9 +16,9 @@ from opentelemetry.trace import SpanContext, TraceFlags, TraceState
 from opentelemetry.trace.status import StatusCode
 
 from tracedray import telemetry
+from tracedray._proto.v1 import common_pb2
 from tracedray.core import trace_context
 from tracedray.telemetry import _record, _state, otlp_json
-from tracedray.v1 import common_pb2
 
 TRACE_ID = 0x0AF7651916CD43DD8448EB211C80319C
 PARENT_ID = 0xB7AD6B7169203331

@@ -9,11 +9,11 @@ import pytest
 from opentelemetry.trace import SpanKind, StatusCode
 
 from tracedray import telemetry
+from tracedray._proto.v1 import common_pb2
 from tracedray.core import trace_context
 from tracedray.telemetry import otlp_json, spool_format
 from tracedray.telemetry.span_shape import SpanShape, decode_blob
 from tracedray.telemetry.spool_convert import spool_files
-from tracedray.v1 import common_pb2
 
 CONSTANT = {"tracedray.node.id": "ab" * 14, "tracedray.worker.pid": 41, "ratio": 0.25,
             "flag": True, "names": ("a", "b"), "quote": 'say "hi"\n', "ünï": "cödé"}

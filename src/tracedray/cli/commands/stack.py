@@ -25,10 +25,10 @@ RAYLET_MARGIN_S = 5.0
 def collect(client: ClusterClient, *, node: str | None, timeout_s: float, drivers: bool,
             native: bool, breakpoints_only: bool = False) -> list[NodeAnswer]:
     """Every alive node's answer (or why it gave none), the head first."""
+    from tracedray._proto.v1 import debug_pb2
     from tracedray.cli.stack_view import NodeAnswer
     from tracedray.core.protocol.raylet_client import RayletClient
     from tracedray.exceptions import ConfigError, RayError
-    from tracedray.v1 import debug_pb2
 
     nodes = sorted(client.nodes(), key=lambda n: (not n.info.is_head, n.info.start_time))
     alive = [n for n in nodes if n.info.state == "ALIVE"]

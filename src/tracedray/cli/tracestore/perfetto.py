@@ -18,6 +18,7 @@ import zlib
 from collections.abc import Iterator
 from typing import Any, BinaryIO
 
+from tracedray._proto.v1 import perfetto_trace_pb2 as pb
 from tracedray.cli.tracestore.chrome_trace import (
     LANE_STRIDE,
     Layout,
@@ -26,7 +27,6 @@ from tracedray.cli.tracestore.chrome_trace import (
     span_args,
 )
 from tracedray.telemetry import attributes as attr
-from tracedray.v1 import perfetto_trace_pb2 as pb
 
 SEQUENCE_ID = 1  # every packet on one sequence, this writer's
 _PACKET_TAG = b"\x0a"  # field 1, wire type 2: Trace.packet

@@ -20,6 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from tracedray import logs, telemetry
+from tracedray._proto.v1 import common_pb2, gcs_pb2, raylet_pb2
 from tracedray.core import trace_context
 from tracedray.core.address import Address
 from tracedray.core.gcs import actor_creation as ac
@@ -31,7 +32,6 @@ from tracedray.core.protocol.resources import feasible, fits
 from tracedray.core.serialization import deserialize
 from tracedray.exceptions import RaySystemError
 from tracedray.telemetry import attributes as A
-from tracedray.v1 import common_pb2, gcs_pb2, raylet_pb2
 
 log = logs.get_logger(__name__)
 SETTLED = ("ALIVE", "DEAD")

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from tracedray.v1 import gcs_pb2
+from tracedray._proto.v1 import gcs_pb2
 
 # States whose creation a GCS had under way (or had yet to start): placed again.
 UNSETTLED = ("PENDING_CREATION", "RESTARTING")

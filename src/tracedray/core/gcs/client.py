@@ -9,6 +9,7 @@ from typing import Any, TypeVar
 import grpc
 
 from tracedray import config, logs
+from tracedray._proto.v1 import common_pb2, gcs_pb2, gcs_pb2_grpc
 from tracedray.core import rpc
 from tracedray.core.gcs.reconnect import (
     RETRY_INTERVAL_S,
@@ -17,7 +18,6 @@ from tracedray.core.gcs.reconnect import (
     Verdict,
 )
 from tracedray.exceptions import ClusterConnectionError, GcsUnavailableError, RaySystemError
-from tracedray.v1 import common_pb2, gcs_pb2, gcs_pb2_grpc
 
 T = TypeVar("T")
 log = logs.get_logger(__name__)

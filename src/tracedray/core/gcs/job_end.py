@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tracedray.v1 import gcs_pb2
+from tracedray._proto.v1 import gcs_pb2
 
 RUNNING, FINISHED, FAILED = "RUNNING", "FINISHED", "FAILED"
 

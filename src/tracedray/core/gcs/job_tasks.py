@@ -29,8 +29,8 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
+from tracedray._proto.v1 import gcs_pb2
 from tracedray.core.gcs import job_end
-from tracedray.v1 import gcs_pb2
 
 FINISHED, FAILED, CANCELLED = "FINISHED", "FAILED", "CANCELLED"
 TERMINAL = frozenset({FINISHED, FAILED, CANCELLED})

@@ -20,11 +20,11 @@ from typing import TYPE_CHECKING
 
 from prometheus_client.core import GaugeMetricFamily, Metric
 
+from tracedray._proto.v1 import gcs_pb2
 from tracedray.metrics import rpc_latency, serve
 from tracedray.metrics.discovery import DiscoveryWriter, Target
 from tracedray.metrics.exposition import MetricsServer, counter, gauge, to_prometheus
 from tracedray.metrics.rpc_latency import RpcLatency
-from tracedray.v1 import gcs_pb2
 
 if TYPE_CHECKING:
     from tracedray.core.gcs.server import Gcs

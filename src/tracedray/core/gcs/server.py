@@ -21,6 +21,7 @@ import grpc
 from opentelemetry.trace import Status, StatusCode
 
 from tracedray import config, logs, telemetry
+from tracedray._proto.v1 import common_pb2, gcs_pb2, gcs_pb2_grpc
 from tracedray.core import rpc
 from tracedray.core.environment import drift
 from tracedray.core.gcs import job_end, job_tasks, node_health, task_query, tasks_backpressure
@@ -34,7 +35,6 @@ from tracedray.core.gcs.storage import (
 )
 from tracedray.telemetry import attributes as A
 from tracedray.telemetry import remote_parent
-from tracedray.v1 import common_pb2, gcs_pb2, gcs_pb2_grpc
 
 log = logs.get_logger(__name__)
 TABLES = ("nodes", "jobs", "kv", "actors", "tasks")

@@ -14,8 +14,8 @@ import heapq
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from tracedray._proto.v1 import gcs_pb2
 from tracedray.core.protocol import state_rows as rows
-from tracedray.v1 import gcs_pb2
 
 ORDERS = ("", "task_id", "time")
 

@@ -28,11 +28,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from tracedray import logs
+from tracedray._proto.v1 import common_pb2, core_worker_pb2
 from tracedray.core import auth
 from tracedray.core.address import Address
 from tracedray.core.protocol import task_stream
 from tracedray.exceptions import RaySystemError
-from tracedray.v1 import common_pb2, core_worker_pb2
 
 log = logs.get_logger(__name__)
 # A worker on a live host answers or refuses at once; this bounds a vanished host.

@@ -7,9 +7,9 @@ from typing import Any
 
 import grpc
 
+from tracedray._proto.v1 import common_pb2, debug_pb2, raylet_pb2, raylet_pb2_grpc
 from tracedray.core import rpc
 from tracedray.exceptions import RaySystemError
-from tracedray.v1 import common_pb2, debug_pb2, raylet_pb2, raylet_pb2_grpc
 
 
 class LeaseCall:

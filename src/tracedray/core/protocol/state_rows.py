@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from tracedray.exceptions import ConfigError
 
 if TYPE_CHECKING:
-    from tracedray.v1 import core_worker_pb2, gcs_pb2, raylet_pb2
+    from tracedray._proto.v1 import core_worker_pb2, gcs_pb2, raylet_pb2
 
 Row = dict[str, Any]
 

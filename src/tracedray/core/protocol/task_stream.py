@@ -28,10 +28,10 @@ import struct
 import time
 from typing import cast
 
+from tracedray._proto.v1 import common_pb2
 from tracedray.core import auth, rpc, tls
 from tracedray.core.protocol.tls_stream import LockedTlsSocket
 from tracedray.exceptions import RaySystemError
-from tracedray.v1 import common_pb2
 
 _HEADER = struct.Struct(">I")
 HEADER_BYTES = _HEADER.size

@@ -8,13 +8,13 @@ import threading
 from concurrent.futures import Executor
 
 from tracedray import logs
+from tracedray._proto.v1 import gcs_pb2
 from tracedray.core.address import Address
 from tracedray.core.gcs.client import GcsClient
 from tracedray.core.raylet import driver_watch as dw
 from tracedray.core.raylet import owner_death as od
 from tracedray.core.raylet.object_frees import ObjectFrees
 from tracedray.exceptions import RaySystemError
-from tracedray.v1 import gcs_pb2
 
 log = logs.get_logger(__name__)
 

@@ -20,10 +20,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from tracedray import logs
+from tracedray._proto.v1 import gcs_pb2
 from tracedray.core.gcs import node_health
 from tracedray.core.gcs.client import GcsClient
 from tracedray.exceptions import RaySystemError
-from tracedray.v1 import gcs_pb2
 
 log = logs.get_logger(__name__)
 

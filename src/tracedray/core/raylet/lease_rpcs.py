@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING, Any
 import grpc
 
 from tracedray import logs
+from tracedray._proto.v1 import common_pb2, raylet_pb2
 from tracedray.exceptions import RaySystemError
-from tracedray.v1 import common_pb2, raylet_pb2
 
 if TYPE_CHECKING:
     from tracedray.core.raylet.server import Raylet

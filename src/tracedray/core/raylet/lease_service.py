@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 import grpc
 
 from tracedray import logs, telemetry
+from tracedray._proto.v1 import core_worker_pb2, core_worker_pb2_grpc, gcs_pb2, raylet_pb2
 from tracedray.core import ids, rpc
 from tracedray.core.address import Address
 from tracedray.core.gcs.client import GcsClient
@@ -34,7 +35,6 @@ from tracedray.core.raylet.scheduler import Decision
 from tracedray.core.raylet.worker_states import WorkerState
 from tracedray.exceptions import RaySystemError
 from tracedray.telemetry import attributes as A
-from tracedray.v1 import core_worker_pb2, core_worker_pb2_grpc, gcs_pb2, raylet_pb2
 
 log = logs.get_logger(__name__)
 

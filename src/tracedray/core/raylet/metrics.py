@@ -11,13 +11,13 @@ from typing import TYPE_CHECKING
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
+from tracedray._proto.v1 import raylet_pb2
 from tracedray.core.process import process_alive
 from tracedray.core.raylet import exit_meaning
 from tracedray.metrics import rpc_latency, serve
 from tracedray.metrics.exposition import MetricsServer, counter, gauge, to_prometheus
 from tracedray.metrics.rpc_latency import RpcLatency
 from tracedray.metrics.snapshot import METRICS_DIR, SnapshotReader
-from tracedray.v1 import raylet_pb2
 
 if TYPE_CHECKING:
     from tracedray.core.raylet.server import Raylet

@@ -6,13 +6,13 @@ from typing import TYPE_CHECKING, Any
 
 import grpc
 
+from tracedray._proto.v1 import common_pb2, raylet_pb2
 from tracedray.exceptions import SessionFileCorruptError
 from tracedray.telemetry.append_file import read_data
 from tracedray.telemetry.line_file import line_files
 from tracedray.telemetry.line_spool import sync_lines_dir
 from tracedray.telemetry.spool_convert import sync_traces_dir
 from tracedray.telemetry.trace_index import matching_lines
-from tracedray.v1 import common_pb2, raylet_pb2
 
 if TYPE_CHECKING:
     from tracedray.core.raylet.server import Raylet

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import grpc
 
+from tracedray._proto.v1 import core_worker_pb2, core_worker_pb2_grpc, debug_pb2, raylet_pb2
 from tracedray.core import rpc
 from tracedray.core.address import Address
 from tracedray.core.object_store.store import ObjectStore
@@ -17,7 +18,6 @@ from tracedray.core.raylet import stack_dumps as sd
 from tracedray.core.raylet.drivers import Drivers
 from tracedray.core.raylet.lease_service import LeaseService
 from tracedray.core.raylet.worker_states import WorkerState
-from tracedray.v1 import core_worker_pb2, core_worker_pb2_grpc, debug_pb2, raylet_pb2
 
 
 class NodeReports:

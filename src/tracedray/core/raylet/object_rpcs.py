@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from tracedray._proto.v1 import common_pb2
 from tracedray.core.address import Address
 from tracedray.core.object_store.store import FREE_RELEASED
 from tracedray.core.raylet import owner_death as od
-from tracedray.v1 import common_pb2
 
 if TYPE_CHECKING:
     from tracedray.core.raylet.server import Raylet

@@ -13,6 +13,7 @@ from typing import Any
 import grpc
 
 from tracedray import logs, telemetry
+from tracedray._proto.v1 import raylet_pb2
 from tracedray.core.address import Address
 from tracedray.core.object_store.store import ObjectStore
 from tracedray.core.protocol.raylet_client import RayletClient
@@ -21,7 +22,6 @@ from tracedray.core.raylet.object_frees import ObjectFrees
 from tracedray.core.raylet.transfers import TransferTable
 from tracedray.exceptions import ObjectStoreFullError, RaySystemError
 from tracedray.telemetry import attributes as A
-from tracedray.v1 import raylet_pb2
 
 log = logs.get_logger(__name__)
 

@@ -37,9 +37,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from tracedray import logs
+from tracedray._proto.v1 import raylet_pb2
 from tracedray.core.raylet.connection_server import ConnectionServer
 from tracedray.exceptions import RaySystemError
-from tracedray.v1 import raylet_pb2
 
 log = logs.get_logger(__name__)
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tracedray import config, logs, telemetry
+from tracedray._proto.v1 import gcs_pb2, raylet_pb2_grpc
 from tracedray.core import rpc
 from tracedray.core.address import Address
 from tracedray.core.gcs import node_health
@@ -44,7 +45,6 @@ from tracedray.core.raylet.worker_exits import WorkerExits
 from tracedray.core.raylet.worker_states import WorkerState
 from tracedray.exceptions import ConfigError, RaySystemError
 from tracedray.telemetry import attributes as A
-from tracedray.v1 import gcs_pb2, raylet_pb2_grpc
 
 log = logs.get_logger(__name__)
 

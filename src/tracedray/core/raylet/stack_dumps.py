@@ -22,9 +22,9 @@ from typing import Any
 import grpc
 
 from tracedray import logs
+from tracedray._proto.v1 import core_worker_pb2_grpc, debug_pb2
 from tracedray.core import rpc
 from tracedray.core.address import Address
-from tracedray.v1 import core_worker_pb2_grpc, debug_pb2
 
 log = logs.get_logger(__name__)
 DEFAULT_TIMEOUT_S = 5.0

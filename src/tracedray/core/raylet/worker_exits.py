@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from tracedray import logs, telemetry
+from tracedray._proto.v1 import gcs_pb2
 from tracedray.core import rpc, trace_context
 from tracedray.core.gcs.client import GcsClient
 from tracedray.core.protocol.flight_recorder import read_slot
@@ -22,7 +23,6 @@ from tracedray.core.raylet.lease_service import LeaseService
 from tracedray.core.raylet.object_frees import ObjectFrees
 from tracedray.exceptions import RaySystemError
 from tracedray.telemetry import attributes as A
-from tracedray.v1 import gcs_pb2
 
 log = logs.get_logger(__name__)
 

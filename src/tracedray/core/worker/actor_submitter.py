@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from tracedray import logs, telemetry
+from tracedray._proto.v1 import common_pb2
 from tracedray.core import trace_context
 from tracedray.core.address import Address
 from tracedray.core.protocol.connection import WorkerConnection
@@ -29,7 +30,6 @@ from tracedray.exceptions import (
 )
 from tracedray.telemetry import attributes as A
 from tracedray.telemetry import instruments
-from tracedray.v1 import common_pb2
 
 if TYPE_CHECKING:
     from tracedray.core.worker.core_worker import CoreWorker

@@ -23,6 +23,7 @@ from typing import Any
 import grpc
 
 from tracedray import config, logs
+from tracedray._proto.v1 import common_pb2, core_worker_pb2, core_worker_pb2_grpc
 from tracedray.core import rpc
 from tracedray.core.address import Address
 from tracedray.core.functions import FunctionManager, driver_import_paths
@@ -50,7 +51,6 @@ from tracedray.exceptions import (
     RaySystemError,
     WorkerCrashedError,
 )
-from tracedray.v1 import common_pb2, core_worker_pb2, core_worker_pb2_grpc
 
 log = logs.get_logger(__name__)
 FLUSH_INTERVAL_S = 0.1
@@ -184,7 +184,7 @@ class CoreWorker:
         try:
             info = raylet.get_worker_exit(worker.worker_id, timeout_s=5.0)
         except RaySystemError:
-            from tracedray.v1 import raylet_pb2
+            from tracedray._proto.v1 import raylet_pb2
 
             # The raylet is unreachable: wait for the GCS to say whether its node died,
             # so the error names the cause (and retries avoid the dead node).

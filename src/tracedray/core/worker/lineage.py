@@ -12,7 +12,7 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass, field
 
-from tracedray.v1 import common_pb2
+from tracedray._proto.v1 import common_pb2
 
 
 @dataclass

@@ -11,7 +11,7 @@ import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from tracedray.v1 import common_pb2
+from tracedray._proto.v1 import common_pb2
 
 ReadyCallback = Callable[[bytes, common_pb2.ObjectValue], None]
 

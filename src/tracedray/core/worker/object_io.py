@@ -18,11 +18,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from tracedray import config, logs
+from tracedray._proto.v1 import common_pb2, raylet_pb2
 from tracedray.core.object_store.writer import MappedFiles, MappedFilesStatistics
 from tracedray.core.raylet.seal_channel import MAX_FREE_IDS, SealChannel, socket_name
 from tracedray.core.serialization import Serialized, deserialize
 from tracedray.exceptions import ObjectLostError, ObjectStoreFullError, RaySystemError
-from tracedray.v1 import common_pb2, raylet_pb2
 
 if TYPE_CHECKING:
     from tracedray.core.worker.core_worker import CoreWorker

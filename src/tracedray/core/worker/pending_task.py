@@ -8,10 +8,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from tracedray import telemetry
+from tracedray._proto.v1 import common_pb2
 from tracedray.core.address import Address
 from tracedray.core.serialization import serialize_error
 from tracedray.core.worker.retry_policy import RetryExceptions
-from tracedray.v1 import common_pb2
 
 if TYPE_CHECKING:
     from tracedray.core.worker.core_worker import CoreWorker

@@ -19,10 +19,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from tracedray import config, logs, telemetry
+from tracedray._proto.v1 import common_pb2, gcs_pb2
 from tracedray.core.address import Address
 from tracedray.exceptions import ObjectLostError, RaySystemError
 from tracedray.telemetry import attributes as A
-from tracedray.v1 import common_pb2, gcs_pb2
 
 if TYPE_CHECKING:
     from tracedray.core.gcs.client import GcsClient

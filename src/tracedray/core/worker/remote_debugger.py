@@ -27,8 +27,8 @@ from types import FrameType, TracebackType
 from typing import TYPE_CHECKING, Any
 
 from tracedray import config, logs
+from tracedray._proto.v1 import debug_pb2
 from tracedray.exceptions import ConfigError
-from tracedray.v1 import debug_pb2
 
 if TYPE_CHECKING:
     from tracedray.core.worker.core_worker import CoreWorker

@@ -24,9 +24,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from tracedray import config, logs
+from tracedray._proto.v1 import gcs_pb2
 from tracedray.core.worker import stack_dump
 from tracedray.core.worker.stack_dump import LiveTask
-from tracedray.v1 import gcs_pb2
 
 if TYPE_CHECKING:
     from tracedray.core.worker.core_worker import CoreWorker

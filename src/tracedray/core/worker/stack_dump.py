@@ -22,7 +22,7 @@ from types import FrameType
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from tracedray import logs
-from tracedray.v1 import common_pb2, debug_pb2
+from tracedray._proto.v1 import common_pb2, debug_pb2
 
 if TYPE_CHECKING:
     from tracedray.core.worker.core_worker import CoreWorker

@@ -12,9 +12,9 @@ import time
 from typing import TYPE_CHECKING, NamedTuple
 
 from tracedray import logs
+from tracedray._proto.v1 import common_pb2, gcs_pb2
 from tracedray.core import trace_context
 from tracedray.exceptions import RaySystemError
-from tracedray.v1 import common_pb2, gcs_pb2
 
 if TYPE_CHECKING:
     from tracedray.core.gcs.client import GcsClient

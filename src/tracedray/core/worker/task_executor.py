@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from tracedray import logs, telemetry
+from tracedray._proto.v1 import common_pb2
 from tracedray.core import code_source, trace_context
 from tracedray.core.process import exit_now
 from tracedray.core.serialization import serialize
@@ -34,7 +35,6 @@ from tracedray.core.worker.slow_tasks import FunctionDurations
 from tracedray.core.worker.stack_dump import LiveTask
 from tracedray.exceptions import ActorDiedError, RayError, RayTaskError, TaskCancelledError
 from tracedray.telemetry import instruments
-from tracedray.v1 import common_pb2
 
 if TYPE_CHECKING:
     from tracedray.core.worker.core_worker import CoreWorker

@@ -20,9 +20,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from tracedray import logs
+from tracedray._proto.v1 import common_pb2, core_worker_pb2
 from tracedray.core import auth
 from tracedray.core.protocol import task_stream
-from tracedray.v1 import common_pb2, core_worker_pb2
 
 log = logs.get_logger(__name__)
 Reply = Callable[[common_pb2.TaskResult], None]

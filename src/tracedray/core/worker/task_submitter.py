@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from opentelemetry import trace as otel_trace
 
 from tracedray import config, logs, telemetry
+from tracedray._proto.v1 import common_pb2, raylet_pb2
 from tracedray.core import trace_context
 from tracedray.core.address import Address
 from tracedray.core.protocol.connection import WorkerConnection
@@ -51,7 +52,6 @@ from tracedray.exceptions import (
 )
 from tracedray.telemetry import attributes as A
 from tracedray.telemetry import instruments
-from tracedray.v1 import common_pb2, raylet_pb2
 
 if TYPE_CHECKING:
     from tracedray.core.worker.core_worker import CoreWorker

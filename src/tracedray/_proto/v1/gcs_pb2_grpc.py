@@ -3,8 +3,8 @@
 import grpc
 import warnings
 
-from tracedray.v1 import common_pb2 as tracedray_dot_v1_dot_common__pb2
-from tracedray.v1 import gcs_pb2 as tracedray_dot_v1_dot_gcs__pb2
+from tracedray._proto.v1 import common_pb2 as tracedray_dot_v1_dot_common__pb2
+from tracedray._proto.v1 import gcs_pb2 as tracedray_dot_v1_dot_gcs__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
 GRPC_VERSION = grpc.__version__

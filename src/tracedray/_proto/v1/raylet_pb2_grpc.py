@@ -3,9 +3,9 @@
 import grpc
 import warnings
 
-from tracedray.v1 import common_pb2 as tracedray_dot_v1_dot_common__pb2
-from tracedray.v1 import debug_pb2 as tracedray_dot_v1_dot_debug__pb2
-from tracedray.v1 import raylet_pb2 as tracedray_dot_v1_dot_raylet__pb2
+from tracedray._proto.v1 import common_pb2 as tracedray_dot_v1_dot_common__pb2
+from tracedray._proto.v1 import debug_pb2 as tracedray_dot_v1_dot_debug__pb2
+from tracedray._proto.v1 import raylet_pb2 as tracedray_dot_v1_dot_raylet__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
 GRPC_VERSION = grpc.__version__

@@ -1,0 +1,1 @@
+"""Generated protobuf and gRPC code (private: the wire types, not an API)."""
