@@ -141,6 +141,12 @@ class ActorManager:
         with self._cond:
             return list(self._actors.values())
 
+    def outliving(self) -> set[bytes]:
+        """The actors that outlive their job: detached, and not dead."""
+        with self._cond:
+            return {a.actor_id for a in self._actors.values()
+                    if a.detached and a.state != "DEAD"}
+
     def kill(self, actor_id: bytes, no_restart: bool,
              cause: str = "killed with tracedray.kill()") -> None:
         with self._cond:

@@ -14,7 +14,7 @@ exited) changes nothing. Only evidence of the driver's death ends a job: a drive
 merely does not answer is never reported (``driver_watch`` says what counts).
 
 Each function answers how the job ends given its record now (None: the GCS has none),
-or None when it does not end; ``server.Gcs`` reads and writes the jobs table under its
+or None when it does not end; ``jobs.JobBook`` reads and writes the jobs table under its
 lock and runs the end.
 """
 
