@@ -38,7 +38,7 @@ def main() -> None:
                         job_id=b"", session_dir=args.session_dir,
                         object_path_prefix=args.object_path_prefix, listen_host=args.ip)
     runtime.set_current(ClusterRuntime(worker))
-    logs.install_output_capture(worker.forward_output)
+    logs.install_output_capture(worker.output.forward)
     # The raylet stops its workers with SIGTERM: end the log with process.exit and the
     # spans flushed, like every other process (partial printed lines become records).
     exit_on_sigterm(logs.uninstall_output_capture)

@@ -98,7 +98,7 @@ class ObjectIO:
         from tracedray.core.object_store import client as store_client
 
         worker = self._worker
-        worker.release_dropped_refs()  # its freed files may serve this put
+        worker.flusher.release_dropped_refs()  # its freed files may serve this put
         path = worker.object_path(object_id)
         size = store_client.write_object(path, serialized.inband, serialized.buffers,
                                          self._mappings)
@@ -192,7 +192,7 @@ class ObjectIO:
             view = self._map(value)
         except ObjectLostError:
             # Its node may have died: as the owner, rebuild it (lineage) and read that.
-            fresh = self._worker.value_after_loss(value)
+            fresh = self._worker.values.after_loss(value)
             if fresh is None:
                 raise
             return self.load(fresh)

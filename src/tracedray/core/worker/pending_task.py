@@ -134,7 +134,7 @@ class DependencyResolver:
 
     def _fetch_borrowed(self, object_id: bytes, owner: Address,
                         deliver: Callable[[common_pb2.ObjectValue], None]) -> None:
-        deliver(self._worker.fetch_from_owner(object_id, owner, timeout_s=None))
+        deliver(self._worker.values.fetch_from_owner(object_id, owner, timeout_s=None))
 
 
 def _ignoring_id(deliver: Callable[[common_pb2.ObjectValue], None]

@@ -155,8 +155,9 @@ class TaskExecutor:
         except BaseException as exc:  # noqa: BLE001 - a bug here must still answer the caller
             log.error("task.executor_bug", task_id=spec.task_id.hex(), error=repr(exc))
             result = _error_result(spec, exc)
-        self._worker.flush_reference_updates()  # borrowers registered before the caller hears
-        self._worker.flush_output()  # what the task printed reaches the driver before its result
+        # Borrowers are registered before the caller hears.
+        self._worker.ownership.flush_reference_updates()
+        self._worker.output.flush()  # what the task printed reaches the driver before its result
         respond(result)
         if self._exit_cause:
             self._worker.exit_actor_soon(self.actor_id, self._exit_cause)
@@ -245,7 +246,7 @@ class TaskExecutor:
                 self._stop_interrupts(spec.task_id)
                 interrupted = True
             if interrupted:  # it may have landed in get()'s bookkeeping
-                worker.settle_blocked()
+                worker.blocking.settle()
             worker.current_task = None
             worker.flight_recorder.clear()
             self.live.pop(spec.task_id, None)
