@@ -206,6 +206,7 @@ def report(saved: Sequence[dict[str, Any]]) -> str:
 
     rounds: dict[str, dict[str, list[list[float]]]] = {}
     loads: list[float] = []
+    cpus = sorted({str(run.get("cpus", "?")) for run in saved})  # runs saved before: unknown
     for run in saved:
         loads.extend(run["loads"])
         for entry in run["rounds"]:
@@ -235,7 +236,7 @@ def report(saved: Sequence[dict[str, Any]]) -> str:
     lines.extend(_put_to_memcpy(rounds, engines))
     runs_count = sum(len(run["rounds"]) for run in saved)
     lines.append(f"{len(saved)} saved run(s), {runs_count} rounds; load average (1 min) "
-                 f"{min(loads):.1f}-{max(loads):.1f} on {os.cpu_count()} CPUs: a shared, busy "
+                 f"{min(loads):.1f}-{max(loads):.1f} on {'/'.join(cpus)} CPUs: a shared, busy "
                  "machine skews every figure; intervals are 95% bootstrap")
     return "\n".join(lines)
 
@@ -281,6 +282,7 @@ def main() -> None:
         return
     pythons = {"tracedray": sys.executable, "before": sys.executable, "ray": args.ray_python}
     saved: dict[str, Any] = {"telemetry": args.telemetry, "loads": [], "rounds": [],
+                             "cpus": os.cpu_count(),
                              "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     for index in range(args.rounds):
         order = args.engines if index % 2 == 0 else list(reversed(args.engines))
