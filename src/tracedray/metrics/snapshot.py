@@ -147,6 +147,7 @@ class ProcessMetrics:
         self._version = 0
         self._written_version = 0
         self._thread: threading.Thread | None = None
+        self._closed = threading.Event()
         self._writes = 0
         self._write_failures = 0
         self._destination: Callable[[], Path | None] = lambda: _worker_destination()
@@ -240,7 +241,7 @@ class ProcessMetrics:
                     "write_failures": self._write_failures}
 
     def _ensure_writer(self) -> None:
-        if self._thread is not None:
+        if self._thread is not None or self._closed.is_set():
             return
         with self._lock:
             if self._thread is not None:
@@ -250,9 +251,19 @@ class ProcessMetrics:
         self._thread.start()
         atexit.register(self.write)
 
+    def close(self) -> None:
+        """Stop the writer thread after a last write (an owner that outlives its metrics:
+        a test, an embedded agent); what is declared afterwards is still written by
+        ``write()``."""
+        self._closed.set()
+        thread = self._thread
+        if thread is not None:
+            thread.join()
+            atexit.unregister(self.write)
+        self.write()
+
     def _run(self) -> None:
-        while True:
-            time.sleep(REPORT_INTERVAL_S)
+        while not self._closed.wait(REPORT_INTERVAL_S):
             self.write()
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -64,8 +65,37 @@ def test_buckets_take_values_at_or_below_their_bound() -> None:
     assert cumulative([1, 0, 2]) == [1, 1, 3]
 
 
-def test_a_process_writes_its_snapshot_only_when_it_changed(tmp_path: Path) -> None:
+@pytest.fixture
+def new_metrics() -> Iterator[Callable[[], ProcessMetrics]]:
+    """ProcessMetrics whose writer threads are stopped at the test's end."""
+    made: list[ProcessMetrics] = []
+
+    def make() -> ProcessMetrics:
+        made.append(ProcessMetrics())
+        return made[-1]
+
+    yield make
+    for metrics in made:
+        metrics.close()
+
+
+def test_close_stops_the_writer_after_a_last_write(tmp_path: Path) -> None:
+    path = tmp_path / "metrics" / "node" / "worker-1.json"
     metrics = ProcessMetrics()
+    metrics.set_destination(lambda: path)
+    counter = metrics.declare("c", COUNTER, "", ())
+    writer = metrics._thread
+    assert writer is not None and writer.is_alive()
+    metrics.add(counter, (), 3)
+    metrics.close()
+    assert not writer.is_alive()
+    [family] = json.loads(path.read_text())["families"]
+    assert Family.from_json(family).series[()].value == 3
+
+
+def test_a_process_writes_its_snapshot_only_when_it_changed(tmp_path: Path,
+        new_metrics: Callable[[], ProcessMetrics]) -> None:
+    metrics = new_metrics()
     path = tmp_path / "metrics" / "node" / "worker-1.json"
     metrics.set_destination(lambda: path)
     counter = metrics.declare("c", COUNTER, "", ())
@@ -77,10 +107,11 @@ def test_a_process_writes_its_snapshot_only_when_it_changed(tmp_path: Path) -> N
     assert not list(path.parent.glob(".*.tmp"))
 
 
-def test_a_write_after_the_session_was_removed_does_not_bring_it_back(tmp_path: Path) -> None:
+def test_a_write_after_the_session_was_removed_does_not_bring_it_back(tmp_path: Path,
+        new_metrics: Callable[[], ProcessMetrics]) -> None:
     session = tmp_path / "session"
     path = session / "metrics" / "node" / "agent-1.json"
-    metrics = ProcessMetrics()
+    metrics = new_metrics()
     metrics.set_destination(lambda: path)
     counter = metrics.declare("c", COUNTER, "", ())
     metrics.add(counter, (), 1)
@@ -93,8 +124,9 @@ def test_a_write_after_the_session_was_removed_does_not_bring_it_back(tmp_path: 
     assert metrics.statistics()["write_failures"] == 1
 
 
-def test_a_name_is_declared_once_per_process() -> None:
-    metrics = ProcessMetrics()
+def test_a_name_is_declared_once_per_process(
+        new_metrics: Callable[[], ProcessMetrics]) -> None:
+    metrics = new_metrics()
     metrics.set_destination(lambda: None)
     metrics.declare("x", COUNTER, "", ("a",))
     assert metrics.declare("x", COUNTER, "", ("a",)) is not None
@@ -135,10 +167,11 @@ def test_a_bad_file_is_counted_and_skipped(tmp_path: Path) -> None:
     assert (result.bad_files, result.families["c"].series[()].value) == (1, 1)
 
 
-def test_the_last_write_goes_where_the_others_went(tmp_path: Path) -> None:
+def test_the_last_write_goes_where_the_others_went(tmp_path: Path,
+        new_metrics: Callable[[], ProcessMetrics]) -> None:
     """A driver's final write at exit comes after shutdown(): it no longer knows its
     cluster, and still writes its last counts to its node's folder."""
-    metrics = ProcessMetrics()
+    metrics = new_metrics()
     where: list[Path | None] = [tmp_path / "driver-1.json"]
     metrics.set_destination(lambda: where[0])
     counter = metrics.declare("c", COUNTER, "", ())

@@ -17,6 +17,7 @@ def fresh_process_metrics(monkeypatch: pytest.MonkeyPatch) -> Iterator[snapshot.
     metrics.set_destination(lambda: None)
     monkeypatch.setattr(snapshot, "_process_metrics", metrics)
     yield metrics
+    metrics.close()
 
 
 def _values(metrics: snapshot.ProcessMetrics, name: str) -> dict[tuple[str, ...], object]:
