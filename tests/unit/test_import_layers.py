@@ -182,7 +182,6 @@ KNOWN_LARGE_MODULES = {
     "tracedray/telemetry/trace_index.py",
 }
 KNOWN_LARGE_CLASSES = {
-    "tracedray/core/gcs/actor_manager.py:ActorManager",
     "tracedray/core/object_store/store.py:ObjectStore",
     "tracedray/core/worker/task_submitter.py:TaskSubmitter",
 }

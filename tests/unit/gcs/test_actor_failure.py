@@ -1,4 +1,5 @@
-"""One death of an actor's worker, one transition: restart, death, or nothing."""
+"""One death of an actor's worker, heard twice (the creation task's end and the raylet's
+report, in either order), is one transition of the manager's actor: restart or death."""
 
 from __future__ import annotations
 
@@ -8,51 +9,10 @@ import pytest
 
 from tracedray._proto.v1 import common_pb2, gcs_pb2, raylet_pb2
 from tracedray.core.address import Address
-from tracedray.core.gcs import actor_creation as ac
-from tracedray.core.gcs import actor_failure as af
+from tracedray.core.gcs import actor_lifecycle as lc
 from tracedray.core.gcs import actor_manager
+from tracedray.core.gcs.actor_lifecycle import Outcome
 from tracedray.core.gcs.actor_manager import ActorManager
-
-LIVING = ("PENDING_CREATION", "RESTARTING", "ALIVE")
-
-
-def decide(state: str = "ALIVE", current: str = "w1", failed: str = "w1", *,
-           restartable: bool = True, num_restarts: int = 0, max_restarts: int = 1) -> str:
-    return af.after_failure(state, current, failed, restartable=restartable,
-                            num_restarts=num_restarts, max_restarts=max_restarts)
-
-
-@pytest.mark.parametrize("state", LIVING)
-def test_the_current_workers_death_restarts_an_actor_with_restarts_left(state: str) -> None:
-    assert decide(state) == af.RESTART
-    assert decide(state, num_restarts=5, max_restarts=-1) == af.RESTART
-
-
-def test_the_current_workers_death_without_restarts_left_kills_the_actor() -> None:
-    assert decide(num_restarts=1, max_restarts=1) == af.DIE
-    assert decide(max_restarts=0) == af.DIE
-
-
-def test_an_init_that_raised_kills_the_actor_whatever_its_restarts() -> None:
-    assert decide("PENDING_CREATION", restartable=False, max_restarts=3) == af.DIE
-    assert decide("RESTARTING", restartable=False, max_restarts=-1) == af.DIE
-
-
-@pytest.mark.parametrize("current", ["", "w2"])
-def test_a_death_counted_already_or_of_an_earlier_worker_does_nothing(current: str) -> None:
-    # "": the other account of it restarted the actor, which waits for a worker;
-    # "w2": the restart got one.
-    assert decide("RESTARTING", current=current, failed="w1") == af.IGNORE
-
-
-def test_no_worker_granted_is_a_failure_of_the_incarnation_waiting_for_one() -> None:
-    assert decide("PENDING_CREATION", current="", failed="") == af.RESTART
-    assert decide("RESTARTING", current="w2", failed="") == af.IGNORE
-
-
-def test_a_dead_actor_stays_dead() -> None:
-    assert decide("DEAD") == af.IGNORE
-
 
 # --- the manager: the creation task's end and the raylet's report, in either order
 NODE = "n1"
@@ -121,7 +81,7 @@ class Cluster:
         assert lease is not None
         return Address.from_proto(lease.worker)
 
-    def stream_ended(self, worker: Address, outcome: str = ac.WORKER_DIED,
+    def stream_ended(self, worker: Address, outcome: Outcome = Outcome.WORKER_DIED,
                      error: str = "the actor's worker died during __init__ (stream ended)"
                      ) -> None:
         self.manager._finish_creation(b"a", NODE, worker, outcome, error)
@@ -157,7 +117,7 @@ def test_a_worker_dying_in_init_restarts_its_actor_once(monkeypatch: pytest.Monk
     assert cluster.placements == [b"a", b"a"]  # created, restarted once
     assert FakeRaylet.withdrawn == []  # the restart's creation is not taken back
     second = cluster.grant()
-    cluster.stream_ended(second, ac.RETURNED, "")
+    cluster.stream_ended(second, Outcome.RETURNED, "")
     info = cluster.actor()
     assert (info.state, info.num_restarts, info.pid) == ("ALIVE", 1, second.pid)
     cluster.report(first)  # late, of the first incarnation: nothing
@@ -179,7 +139,7 @@ def test_an_init_that_raised_kills_its_actor_with_restarts_left(
         monkeypatch: pytest.MonkeyPatch) -> None:
     cluster = Cluster(monkeypatch, max_restarts=2)
     worker = cluster.grant()
-    cluster.stream_ended(worker, ac.RAISED, "the actor's __init__ raised:\nValueError: no")
+    cluster.stream_ended(worker, Outcome.RAISED, "the actor's __init__ raised:\nValueError: no")
     info = cluster.actor()
     assert (info.state, info.num_restarts) == ("DEAD", 0)
     assert info.death_cause == "the actor's __init__ raised:\nValueError: no"
@@ -191,9 +151,26 @@ def test_an_init_that_raised_kills_its_actor_with_restarts_left(
 def test_an_alive_actors_worker_dying_restarts_it_once(monkeypatch: pytest.MonkeyPatch) -> None:
     cluster = Cluster(monkeypatch, max_restarts=1)
     worker = cluster.grant()
-    cluster.stream_ended(worker, ac.RETURNED, "")
+    cluster.stream_ended(worker, Outcome.RETURNED, "")
     cluster.report(worker)
     cluster.report(worker)
     info = cluster.actor()
     assert (info.state, info.num_restarts) == ("RESTARTING", 1)
     assert "died: exit 1" in info.death_cause and "__init__" not in info.death_cause
+
+
+def test_statistics_count_actors_by_state_restarts_and_actions(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    cluster = Cluster(monkeypatch, max_restarts=1)
+    cluster.manager._handle(b"a", lc.NodeChosen(NODE))
+    worker = cluster.grant()
+    stats = cluster.manager.statistics()
+    assert stats.actors_by_state == {lc.PENDING_CREATION: 1}
+    assert stats.creations_under_way == 1  # running __init__ on NODE
+    cluster.stream_ended(worker, Outcome.RETURNED, "")
+    assert cluster.manager.statistics().creations_under_way == 0
+    cluster.report(worker)
+    stats = cluster.manager.statistics()
+    assert stats.actors_by_state == {lc.RESTARTING: 1} and stats.restarts_total == 1
+    assert stats.actions_total["Place"] == 2 and stats.actions_total["Save"] == 3
+    assert stats.actions_total["RequestWorker"] == stats.actions_total["RunCreation"] == 1

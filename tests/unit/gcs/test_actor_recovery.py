@@ -21,12 +21,6 @@ def actor(actor_id: bytes, state: str, node_id: str = "", worker_id: str = ""
     return info
 
 
-def test_only_creations_under_way_are_placed_again() -> None:
-    actors = [actor(b"p", "PENDING_CREATION"), actor(b"r", "RESTARTING", "n1", "old"),
-              actor(b"a", "ALIVE", "n1", "w1"), actor(b"d", "DEAD", "n1", "w0")]
-    assert ar.to_place(actors) == [b"p", b"r"]
-
-
 def test_the_workers_in_use_are_the_alive_actors_own_per_node() -> None:
     actors = [actor(b"a", "ALIVE", "n1", "w2"), actor(b"b", "ALIVE", "n1", "w1"),
               actor(b"c", "ALIVE", "n2", "w3"),

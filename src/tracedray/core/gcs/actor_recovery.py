@@ -11,8 +11,9 @@ second worker for the actor, holding its CPU for as long as the node runs (and, 
 So before it places any actor, the restarted GCS tells each raylet it knows which actor
 workers it uses (those of ALIVE actors there): the raylet answers the actor requests
 waiting there (all from the GCS before) and kills its other actor workers
-(``ReleaseUnusedActorWorkers``, as Ray's GCS releases unused actor workers). These
-functions decide; ``actor_manager`` does the RPCs.
+(``ReleaseUnusedActorWorkers``, as Ray's GCS releases unused actor workers). This
+function decides; ``actor_manager`` does the RPCs (and ``actor_lifecycle`` places the
+recovered actors whose creation was under way).
 """
 
 from __future__ import annotations
@@ -20,17 +21,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from tracedray._proto.v1 import gcs_pb2
+from tracedray.core.gcs.actor_lifecycle import ActorState
 
-# States whose creation a GCS had under way (or had yet to start): placed again.
-UNSETTLED = ("PENDING_CREATION", "RESTARTING")
 # What the raylet's log and the killed workers' exit say.
 CAUSE = "the GCS restarted during the actor's creation and creates it again"
-
-
-def to_place(actors: Iterable[gcs_pb2.ActorInfo]) -> list[bytes]:
-    """The recovered actors to place again. An ALIVE actor's worker kept running, and a
-    DEAD actor stays dead."""
-    return [info.actor_id for info in actors if info.state in UNSETTLED]
 
 
 def workers_in_use(actors: Iterable[gcs_pb2.ActorInfo],
@@ -40,6 +34,6 @@ def workers_in_use(actors: Iterable[gcs_pb2.ActorInfo],
     in_use: dict[str, list[str]] = {node_id: [] for node_id in node_ids}
     for info in actors:
         node_id = info.address.node_id
-        if info.state == "ALIVE" and node_id in in_use and info.address.worker_id:
+        if info.state == ActorState.ALIVE.value and node_id in in_use and info.address.worker_id:
             in_use[node_id].append(info.address.worker_id)
     return {node_id: sorted(ids) for node_id, ids in in_use.items()}
