@@ -38,8 +38,8 @@ def _session(tasks: int) -> Path:
         ray.get([step.remote(i) for i in range(start, min(tasks, start + 500))])
         kept.extend(ray.put(b"x" * 200_000) for _ in range(5))
         del kept[:-5]
-    ray.core.api.global_worker().flush_background_work()
-    root: Path = ray.core.api._require_cluster().session.root
+    ray.api.calls.global_worker().flush_background_work()
+    root: Path = ray.api.calls._require_cluster().session.root
     ray.shutdown()
     return root
 

@@ -52,7 +52,7 @@ def measure(sizes: tuple[tuple[int, int], ...], touch_pages: bool
     import numpy as np
 
     import tracedray as ray
-    from tracedray.core.api import global_worker
+    from tracedray.api.calls import global_worker
 
     head, node_b = _start_cluster()
     try:

@@ -31,10 +31,10 @@ def measure(calls: int, repeat: int) -> dict[str, float]:
     import tracedray
     from tracedray import logs, telemetry
     from tracedray._proto.v1 import common_pb2
+    from tracedray.api.call_site import user_call_site
+    from tracedray.api.calls import global_runtime
+    from tracedray.api.submission import build_task
     from tracedray.core import ids
-    from tracedray.core.api import global_runtime
-    from tracedray.core.call_site import user_call_site
-    from tracedray.core.submission import build_task
 
     tracedray.init(num_cpus=2)
     try:

@@ -32,7 +32,7 @@ def _role(process: psutil.Process) -> str:
         return "raylet"
     if "gcs.main" in command:
         return "gcs"
-    if "worker.main" in command:
+    if "api.worker_main" in command:
         return "worker"
     return "other"
 

@@ -83,7 +83,7 @@ def _convert_backlog() -> float:
     lines to its public file, now (what the telemetry agent does when the machine has
     room), in a separate process so the driver under test keeps its own heap; returns
     the CPU seconds the conversion took (the process's start-up left out)."""
-    from tracedray.core.api import current_session_dir
+    from tracedray.api.calls import current_session_dir
 
     done = subprocess.run(
         [sys.executable, "-c",

@@ -47,7 +47,7 @@ DRIVER = textwrap.dedent("""
         refs = [step.remote(i) for i in range(start, min(count, start + 500))]
         assert ray.get(refs) == list(range(start, min(count, start + 500)))
     time.sleep(float(sys.argv[2]))  # the agent's next rounds rotate and compress
-    print(ray.core.api._require_cluster().session.root, flush=True)
+    print(ray.api.calls._require_cluster().session.root, flush=True)
     ray.shutdown()
 """)
 

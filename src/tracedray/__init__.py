@@ -16,8 +16,8 @@ from tracedray import exceptions
 from tracedray._version import __version__
 
 if TYPE_CHECKING:
-    from tracedray.core.actor import ActorClass, ActorHandle
-    from tracedray.core.api import (
+    from tracedray.api.actor import ActorClass, ActorHandle
+    from tracedray.api.calls import (
         available_resources,
         cancel,
         cluster_resources,
@@ -31,33 +31,33 @@ if TYPE_CHECKING:
         shutdown,
         wait,
     )
-    from tracedray.core.decorators import method, remote
+    from tracedray.api.decorators import method, remote
+    from tracedray.api.remote_function import RemoteFunction
+    from tracedray.api.runtime_context import get_runtime_context
     from tracedray.core.object_ref import ObjectRef
-    from tracedray.core.remote_function import RemoteFunction
-    from tracedray.core.runtime_context import get_runtime_context
 
 _LAZY = {
-    "ActorClass": "tracedray.core.actor",
-    "ActorHandle": "tracedray.core.actor",
+    "ActorClass": "tracedray.api.actor",
+    "ActorHandle": "tracedray.api.actor",
     "ObjectRef": "tracedray.core.object_ref",
-    "RemoteFunction": "tracedray.core.remote_function",
-    "available_resources": "tracedray.core.api",
-    "cancel": "tracedray.core.api",
-    "cluster_resources": "tracedray.core.api",
-    "get": "tracedray.core.api",
-    "get_actor": "tracedray.core.api",
-    "get_runtime_context": "tracedray.core.runtime_context",
-    "init": "tracedray.core.api",
-    "is_initialized": "tracedray.core.api",
-    "kill": "tracedray.core.api",
-    "method": "tracedray.core.decorators",
-    "nodes": "tracedray.core.api",
-    "put": "tracedray.core.api",
-    "remote": "tracedray.core.decorators",
-    "shutdown": "tracedray.core.api",
-    "wait": "tracedray.core.api",
+    "RemoteFunction": "tracedray.api.remote_function",
+    "available_resources": "tracedray.api.calls",
+    "cancel": "tracedray.api.calls",
+    "cluster_resources": "tracedray.api.calls",
+    "get": "tracedray.api.calls",
+    "get_actor": "tracedray.api.calls",
+    "get_runtime_context": "tracedray.api.runtime_context",
+    "init": "tracedray.api.calls",
+    "is_initialized": "tracedray.api.calls",
+    "kill": "tracedray.api.calls",
+    "method": "tracedray.api.decorators",
+    "nodes": "tracedray.api.calls",
+    "put": "tracedray.api.calls",
+    "remote": "tracedray.api.decorators",
+    "shutdown": "tracedray.api.calls",
+    "wait": "tracedray.api.calls",
     "util": "tracedray.util",
-    "actor": "tracedray.core.actor",  # as ray.actor: exit_actor, ActorClass, ActorHandle
+    "actor": "tracedray.api.actor",  # as ray.actor: exit_actor, ActorClass, ActorHandle
 }
 
 

@@ -24,7 +24,7 @@ def _lines(session: Path, component: str) -> list[dict[str, Any]]:
 
 
 def test_driver_and_agent_log_the_nodes_address(ray: Any) -> None:
-    from tracedray.core import api
+    from tracedray.api import calls as api
 
     node_ip = ray.nodes()[0]["NodeManagerAddress"]
     session = Path(str(api.current_session_dir()))

@@ -54,6 +54,21 @@ class Bounded:
         return self.peak
 
 
+@tracedray.remote
+class Awaiter:
+    async def first(self, refs: list[Any]) -> Any:
+        return await refs[0]  # a ref inside a list arrives as a ref, not its value
+
+
+def test_refs_resolve_by_await_in_an_actor_and_by_future_in_the_driver(shared_ray: Any
+                                                                       ) -> None:
+    value = shared_ray.put("the value")
+    actor = Awaiter.remote()
+    assert shared_ray.get(actor.first.remote([value]), timeout=60) == "the value"
+    assert value.future().result(timeout=60) == "the value"
+    shared_ray.kill(actor)
+
+
 def test_async_calls_run_concurrently_on_the_actors_loop(shared_ray: Any) -> None:
     actor = AsyncBarrier.remote(50)
     refs = [actor.arrive.remote() for _ in range(50)]

@@ -97,7 +97,7 @@ def test_same_user_driver_connects_and_a_rogue_task_stream_runs_nothing(
                 return self.n
 
             def task_port(self) -> int:
-                from tracedray.core import runtime
+                from tracedray.api import runtime
 
                 worker = runtime.current()
                 assert worker is not None

@@ -30,9 +30,9 @@ def _in_a_pty(*args: str, after_s: str) -> str:
 
 
 def test_spinner_on_a_terminal_only(ray: Any) -> None:
-    session: Path = ray.core.api._require_cluster().session.root
+    session: Path = ray.api.calls._require_cluster().session.root
     kept = [ray.put(np.zeros(1 << 20, dtype=np.uint8)) for _ in range(3)]
-    ray.core.api.global_worker().flush_background_work()
+    ray.api.calls.global_worker().flush_background_work()
     args = ("memory", "--timeline", "--session", str(session))
 
     shown = _in_a_pty(*args, after_s="0")

@@ -39,15 +39,15 @@ def _executed(document: dict[str, Any]) -> set[str]:
 def _batch(ray: Any, session: SessionPaths, work: Any, base: int) -> set[str]:
     refs = [work.remote(base + i) for i in range(4)]
     ray.get(refs)
-    ray.core.api.global_worker().flush_background_work()
+    ray.api.calls.global_worker().flush_background_work()
     sync_traces_dir(session.traces_dir)  # a line of their own, as the agent writes them
     return {ref.task_id().hex() for ref in refs}
 
 
 def test_window_job_node_and_perfetto(ray: Any, tmp_path: Path,
                                       monkeypatch: pytest.MonkeyPatch) -> None:
-    session: SessionPaths = ray.core.api._require_cluster().session
-    address = ray.core.api._require_cluster().gcs_address
+    session: SessionPaths = ray.api.calls._require_cluster().session
+    address = ray.api.calls._require_cluster().gcs_address
 
     @ray.remote
     def work(i: int) -> int:

@@ -30,7 +30,7 @@ def _cli(*args: str, code: int = 0) -> Any:
 
 
 def _session(ray: Any) -> SessionPaths:
-    return ray.core.api._require_cluster().session
+    return ray.api.calls._require_cluster().session
 
 
 def _run_batches(ray: Any, session: SessionPaths) -> list[str]:
@@ -47,7 +47,7 @@ def _run_batches(ray: Any, session: SessionPaths) -> list[str]:
     for batch in range(BATCHES):
         refs = [work.remote(batch * 100 + i) for i in range(8)]
         assert ray.get(refs) == [batch * 100 + i for i in range(8)]
-        ray.core.api.global_worker().flush_background_work()
+        ray.api.calls.global_worker().flush_background_work()
         sync_traces_dir(session.traces_dir)
         picked.append(refs[3].task_id().hex())
     return picked
@@ -86,7 +86,7 @@ def test_trace_reads_only_the_lines_the_index_names(ray: Any, tmp_path: Path,
     assert "no trace index" in scanned.warnings[0]
     ours = sorted(s.span_id for s in scanned.spans if s.get("tracedray.task.id") == task_id)
     assert ours == sorted(s.span_id for s in batch.spans)  # a scan returns every span
-    address = ray.core.api._require_cluster().gcs_address
+    address = ray.api.calls._require_cluster().gcs_address
     indexed_story = _cli("trace", task_id, "--format", "json", "--address", address).stdout
     indexed_logs = _cli("logs", "--task", task_id, "--address", address).stdout
     indexed_timeline = json.loads(_cli("timeline", "--task", task_id[:12], "--output", "-",
@@ -115,7 +115,7 @@ def test_a_node_sends_only_the_lines_asked_for(ray: Any) -> None:
 
     session = _session(ray)
     task_id = _run_batches(ray, session)[4]
-    (node,) = connect_cluster(ray.core.api._require_cluster().gcs_address).nodes()
+    (node,) = connect_cluster(ray.api.calls._require_cluster().gcs_address).nodes()
     raylet = RayletClient(f"{node.info.raylet.ip}:{node.info.raylet.port}")
     chunks = list(raylet.read_session_files("logs", [key("task", task_id), CLOCK_KEY]))
     lines = [json.loads(line) for chunk in chunks for line in chunk.data.splitlines()]

@@ -35,8 +35,8 @@ def test_trace_shows_the_sigkill_and_the_successful_retry(ray: Any, tmp_path: Pa
 
     ref = flaky.remote(str(marker))
     assert ray.get(ref) == "second attempt ok"
-    address = ray.core.api._require_cluster().gcs_address  # type: ignore[attr-defined]
-    ray.core.api.global_worker().flush_background_work()  # type: ignore[attr-defined]
+    address = ray.api.calls._require_cluster().gcs_address  # type: ignore[attr-defined]
+    ray.api.calls.global_worker().flush_background_work()  # type: ignore[attr-defined]
 
     story = json.loads(_cli("trace", ref.task_id().hex(), "--address", address,
                             "--format", "json"))
@@ -56,7 +56,7 @@ def test_timeline_writes_valid_chrome_trace(ray: Any, tmp_path: Path) -> None:
         return x + 1
 
     assert ray.get([work.remote(i) for i in range(5)]) == [1, 2, 3, 4, 5]
-    address = ray.core.api._require_cluster().gcs_address  # type: ignore[attr-defined]
+    address = ray.api.calls._require_cluster().gcs_address  # type: ignore[attr-defined]
     out = tmp_path / "timeline.json"
     _cli("timeline", "--address", address, "--output", str(out))
     events = json.loads(out.read_text())
@@ -76,7 +76,7 @@ def test_full_store_spills_restores_and_reports_it(no_leaks: None, tmp_path: Pat
         for i, ref in enumerate(refs):
             value = ray.get(ref)
             assert value[0] == i and value[-1] == i
-        address = ray.core.api._require_cluster().gcs_address  # type: ignore[attr-defined]
+        address = ray.api.calls._require_cluster().gcs_address  # type: ignore[attr-defined]
         stats = json.loads(_cli("memory", "--stats-only", "--address", address,
                                 "--format", "json"))
         rows = stats

@@ -26,7 +26,7 @@ def _cli(*args: str, code: int = 0) -> Any:
 
 def test_formats_and_ray_spellings(ray: Any, tmp_path: Path,
                                    monkeypatch: pytest.MonkeyPatch) -> None:
-    cluster = ray.core.api._require_cluster()
+    cluster = ray.api.calls._require_cluster()
     address = cluster.gcs_address
 
     @ray.remote
@@ -37,7 +37,7 @@ def test_formats_and_ray_spellings(ray: Any, tmp_path: Path,
     ref = speak.remote(7)
     assert ray.get(ref) == 7
     kept = ray.put(b"x" * 200_000)
-    ray.core.api.global_worker().flush_background_work()
+    ray.api.calls.global_worker().flush_background_work()
     task = ref.task_id().hex()
     where = ("--address", address)
 

@@ -125,7 +125,7 @@ def test_results_dropped_before_their_task_finished_are_freed(ray: Any) -> None:
 
 
 def _store_used_settles(ray: Any, timeout: float) -> int:
-    worker = ray.core.api.global_worker()
+    worker = ray.api.calls.global_worker()
     deadline = time.monotonic() + timeout
     while (used := int(worker.raylet.node_stats().store_used)) and time.monotonic() < deadline:
         gc.collect()

@@ -79,7 +79,7 @@ def unbalanced_until_cancelled(log: str) -> None:
     """Leave this worker as a cancel's interrupt landing inside a get()'s
     blocked/unblocked bookkeeping would (told blocked, never unblocked), then wait to be
     cancelled."""
-    from tracedray.core import runtime
+    from tracedray.api import runtime
 
     runtime.current().blocked().__enter__()  # the matching __exit__ never runs
     _attempt(log)
@@ -182,7 +182,7 @@ def test_cluster_keeps_working_after_crashes(shared_ray: Any) -> None:
     ray = shared_ray
     assert ray.get([quick.remote(i) for i in range(20)], timeout=60) == list(range(20))
     # every crashed worker's lease gave its CPU back (idle leases are returned after a linger)
-    raylet = tracedray.core.api.global_worker().raylet
+    raylet = tracedray.api.calls.global_worker().raylet
     deadline = time.monotonic() + 30
     while raylet.node_stats().resources_available["CPU"] != 2.0:
         assert time.monotonic() < deadline, dict(raylet.node_stats().resources_available)

@@ -66,7 +66,7 @@ def test_init_options_and_ignored_ray_keywords(no_leaks: None) -> None:
         assert resources["CPU"] == 3.0 and resources["custom"] == 2.0
         assert tracedray.get(needs_custom.remote()) == "ran on custom"
         assert tracedray.get_runtime_context().namespace == "team"
-        stats = tracedray.core.api.global_worker().raylet.node_stats()
+        stats = tracedray.api.calls.global_worker().raylet.node_stats()
         assert stats.store_capacity == 96 << 20
         with pytest.raises(exceptions.RaySystemError, match="twice"):
             tracedray.init()

@@ -83,7 +83,7 @@ def test_nested_blocking_stays_bounded(one_cpu: Any) -> None:
         me = psutil.Process()
         while not done.is_set():
             workers = sum(1 for p in me.children(recursive=True)
-                          if "tracedray.core.worker" in " ".join(_cmdline(p)))
+                          if "tracedray.api.worker_main" in " ".join(_cmdline(p)))
             peak = max(peak, workers)
             done.wait(0.1)
 

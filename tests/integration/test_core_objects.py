@@ -54,7 +54,7 @@ class Holder:
 
 
 def _store_used() -> int:
-    worker = tracedray.core.api.global_worker()
+    worker = tracedray.api.calls.global_worker()
     return int(worker.raylet.node_stats().store_used)
 
 

@@ -129,7 +129,7 @@ def test_advertised_ip_and_a_sigkills_start_and_cause(monkeypatch: pytest.Monkey
             os.kill(pid, signal.SIGKILL)
             with pytest.raises(exceptions.WorkerCrashedError) as info:
                 ray.get(ref, timeout=60)
-            ray.core.api.global_worker().flush_background_work()
+            ray.api.calls.global_worker().flush_background_work()
             shown = CliRunner().invoke(app, ["trace", ref.task_id().hex(), "--address",
                                              cluster.address, "--format", "json"])
         finally:

@@ -15,7 +15,7 @@ import psutil
 import pytest
 from test_gcs_restart import gcs_pids, log_events, wait_for_new_gcs
 
-import tracedray.core.api
+import tracedray.api.calls
 from tracedray.core.gcs.client import GcsClient
 from tracedray.core.gcs.reconnect import ReconnectWindow
 from tracedray.exceptions import GcsUnavailableError
@@ -79,7 +79,7 @@ def test_get_actor_waits_out_a_gcs_restart_then_an_outage_past_the_timeout_raise
     # (the head raylet) is stopped. The driver's client gets the window that
     # TRACEDRAY_GCS_RECONNECT_TIMEOUT_S=2 would give it (the restart above, on a busy
     # machine, may take longer than that).
-    monkeypatch.setattr(tracedray.core.api.global_worker().gcs, "_window",
+    monkeypatch.setattr(tracedray.api.calls.global_worker().gcs, "_window",
                         ReconnectWindow(RECONNECT_TIMEOUT_S))
     raylet = head_raylet_pid(session_dir)
     os.kill(raylet, signal.SIGSTOP)
@@ -115,6 +115,6 @@ def test_get_actor_waits_out_a_gcs_restart_then_an_outage_past_the_timeout_raise
     assert kinds[:2] == ["gcs.unreachable", "gcs.reconnected"], kinds
     assert "gcs.unavailable" in kinds and kinds[-1] == "gcs.reconnected", kinds
     assert all(e["address"] == info["address"] for e in events)
-    stats = tracedray.core.api.global_worker().gcs.statistics()  # the window set above
+    stats = tracedray.api.calls.global_worker().gcs.statistics()  # the window set above
     assert stats.outages == 1 and stats.gave_up >= 1 and stats.current_outage_s == 0.0
     assert stats.longest_outage_s >= RECONNECT_TIMEOUT_S

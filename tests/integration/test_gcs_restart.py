@@ -205,9 +205,9 @@ SETTLED_WITHIN_S = 15.0
 
 
 def raylet_stats() -> Any:
-    import tracedray.core.api
+    import tracedray.api.calls
 
-    return tracedray.core.api.global_worker().raylet.node_stats()
+    return tracedray.api.calls.global_worker().raylet.node_stats()
 
 
 def live_workers_of(actor_hex: str) -> list[int]:

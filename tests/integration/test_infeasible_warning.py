@@ -45,7 +45,7 @@ def test_infeasible_task_and_actor_are_warned_about_on_the_driver(
     err = _stderr_until(capfd, "no node has enough GPU", timeout_s=15)
     assert "actor " in err and "NeedsAGpu requires {'GPU': 1.0}" in err
 
-    from tracedray.core import api
+    from tracedray.api import calls as api
 
     root = api.current_session_dir()
     assert root is not None

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import tracedray
-from tracedray.core import api
+from tracedray.api import calls as api
 from tracedray.exceptions import ActorDiedError, RayTaskError
 from tracedray.telemetry.append_file import read_data  # live files end in NULs
 from tracedray.testing.pytest_plugin import FinishedSpans

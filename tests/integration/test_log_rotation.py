@@ -95,7 +95,7 @@ def _marked(ray: Any, text: str) -> str:
 def test_trace_and_logs_read_lines_that_live_in_compressed_parts(
         no_leaks: None, monkeypatch: pytest.MonkeyPatch) -> None:
     with rotating_cluster(monkeypatch, LOG_ROTATION_COMPRESS_DELAY_S="0") as ray:
-        session: SessionPaths = ray.core.api._require_cluster().session
+        session: SessionPaths = ray.api.calls._require_cluster().session
         _volume(ray, 2)
         middle_id = _marked(ray, "middle-marker")
         _volume(ray, 4)
@@ -120,7 +120,7 @@ def test_over_the_session_limit_the_oldest_parts_go_and_readers_say_so(
         no_leaks: None, monkeypatch: pytest.MonkeyPatch) -> None:
     with rotating_cluster(monkeypatch, LOG_ROTATION_COMPRESS_DELAY_S="3600",
                           SESSION_MAX_BYTES=str(SESSION_MAX_BYTES)) as ray:
-        session: SessionPaths = ray.core.api._require_cluster().session
+        session: SessionPaths = ray.api.calls._require_cluster().session
         first_id = _marked(ray, "first-marker")
         _until("the first task's line in a file", lambda: _holding(
             session.logs_dir, b"first-marker"))

@@ -47,9 +47,9 @@ def test_timeline_peak_counts_puts_task_returns_and_actor_returns(ray: Any) -> N
     actor_returns = [maker.make.remote(6) for _ in range(2)]  # ACTOR RETURNS
     ray.get(returns + actor_returns)
     held_mb = 4 * 10 + 3 * 8 + 2 * 6
-    worker = ray.core.api.global_worker()
+    worker = ray.api.calls.global_worker()
     worker.flush_background_work()
-    address = ray.core.api._require_cluster().gcs_address
+    address = ray.api.calls._require_cluster().gcs_address
 
     nodes = json.loads(_cli("memory", "--timeline", "--address", address, "--format", "json"))
     assert len(nodes) == 1, nodes

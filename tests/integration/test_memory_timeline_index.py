@@ -31,7 +31,7 @@ def _timeline(session: Path) -> tuple[Any, str]:
 
 
 def test_timeline_from_the_index_equals_a_scan(ray: Any, tmp_path: Path) -> None:
-    session: SessionPaths = ray.core.api._require_cluster().session
+    session: SessionPaths = ray.api.calls._require_cluster().session
 
     @ray.remote
     def make(megabytes: int) -> Any:
@@ -44,7 +44,7 @@ def test_timeline_from_the_index_equals_a_scan(ray: Any, tmp_path: Path) -> None
         ray.get(kept[-1])
         if batch % 2:
             del kept[0]  # freed: the store goes down too
-        ray.core.api.global_worker().flush_background_work()
+        ray.api.calls.global_worker().flush_background_work()
         sync_traces_dir(session.traces_dir)
     assert catch_up(session.root) == ""
 

@@ -90,7 +90,7 @@ def _workload(ray: Any) -> tuple[Any, Any]:
 
 
 def test_every_target_in_the_discovery_file_serves_the_metrics(ray: Any) -> None:
-    from tracedray.core.session import current_session_dir
+    from tracedray.api.calls import current_session_dir
 
     session_dir = current_session_dir()
     assert session_dir is not None
@@ -149,7 +149,7 @@ def test_every_target_in_the_discovery_file_serves_the_metrics(ray: Any) -> None
 def test_a_real_prometheus_scrapes_the_cluster_through_the_discovery_file(
         ray: Any, tmp_path: Path) -> None:
     prometheus_binary()
-    from tracedray.core.session import current_session_dir
+    from tracedray.api.calls import current_session_dir
 
     session_dir = current_session_dir()
     assert session_dir is not None
@@ -192,7 +192,7 @@ def test_the_discovery_file_follows_nodes_joining_and_dying(
 
 def test_metrics_export_port_is_the_one_asked_for(no_leaks: None) -> None:
     import tracedray
-    from tracedray.core.session import current_session_dir
+    from tracedray.api.calls import current_session_dir
     from tracedray.exceptions import RaySystemError
 
     with socket.socket() as sock:
@@ -288,7 +288,7 @@ def test_otel_metrics_exporter_otlp_sends_the_same_metrics(
 def test_a_process_counts_outlive_it(ray: Any) -> None:
     """An actor counts, then its worker is stopped (SIGTERM, at once: before its periodic
     write): the node's endpoint still serves its counts."""
-    from tracedray.core.session import current_session_dir
+    from tracedray.api.calls import current_session_dir
 
     @ray.remote
     class Counting:

@@ -36,7 +36,7 @@ def _started(folder: Path, name: str) -> list[str]:
 
 def test_sigkill_node_c_loses_no_result(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
                                         no_leaks: None) -> None:
-    from tracedray.core.api import global_worker
+    from tracedray.api.calls import global_worker
 
     with three_nodes(monkeypatch, c_cpus=2) as cluster:
         ray = cluster.ray
@@ -107,7 +107,7 @@ def _children_of(pid: int) -> list[int]:
     for process in psutil.process_iter(["cmdline", "status"]):
         cmdline = process.info["cmdline"] or []
         if (process.info["status"] != psutil.STATUS_ZOMBIE and "--parent-pid" in cmdline
-                and str(pid) in cmdline and "tracedray.core.worker.main" in cmdline):
+                and str(pid) in cmdline and "tracedray.api.worker_main" in cmdline):
             out.append(process.pid)
     return out
 
@@ -116,7 +116,7 @@ def test_a_driver_that_only_borrows_a_lost_object_gets_it_rebuilt(
         monkeypatch: pytest.MonkeyPatch, tmp_path: Path, no_leaks: None) -> None:
     """The owner (an actor on b) rebuilds an object whose only copy died with c; the
     driver, which only borrows it, waits for that instead of raising ObjectLostError."""
-    from tracedray.core.api import global_worker
+    from tracedray.api.calls import global_worker
 
     with three_nodes(monkeypatch, c_cpus=2) as cluster:
         ray = cluster.ray
@@ -133,7 +133,7 @@ def test_a_driver_that_only_borrows_a_lost_object_gets_it_rebuilt(
                 return [make.remote(seed)]  # owned by this actor; the caller borrows it
 
             def location(self, refs: list[Any]) -> str:
-                from tracedray.core.api import global_worker
+                from tracedray.api.calls import global_worker
 
                 ray.wait(refs, timeout=60)  # no pull: the only copy stays where it was made
                 entry = global_worker().references.get(refs[0].binary())

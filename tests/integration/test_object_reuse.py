@@ -32,7 +32,7 @@ def _value(seed: int) -> np.ndarray:
 
 
 def _node_stats() -> Any:
-    return tracedray.core.api.global_worker().raylet.node_stats()
+    return tracedray.api.calls.global_worker().raylet.node_stats()
 
 
 def test_many_puts_through_reused_files_read_back_their_own_bytes(ray: Any) -> None:
@@ -55,7 +55,7 @@ def test_many_puts_through_reused_files_read_back_their_own_bytes(ray: Any) -> N
     stats = _node_stats()
     assert stats.store_pool_reused > 0, stats
     assert stats.store_used + stats.store_pool_bytes <= stats.store_capacity
-    io = tracedray.core.api.global_worker().objects.statistics()
+    io = tracedray.api.calls.global_worker().objects.statistics()
     # Files came back to the driver that wrote them, and were written through its
     # mappings; most seals did not wait; the frees went behind them on the same socket.
     assert io.mappings.hits_total > 0 and io.seals_sent > io.seals_waited >= 1, io

@@ -160,7 +160,7 @@ def test_a_killed_driver_takes_its_objects_with_it(tmp_path: Path) -> None:
 
 
 def test_a_borrower_whose_owner_died_gets_owner_died_error(ray: Any) -> None:
-    from tracedray.core import runtime
+    from tracedray.api import runtime
     from tracedray.exceptions import ObjectLostError, OwnerDiedError
 
     @ray.remote
@@ -262,7 +262,7 @@ def test_a_killed_owners_objects_go_on_every_node(monkeypatch: pytest.MonkeyPatc
 
 @pytest.mark.usefixtures("no_leaks")
 def test_a_rebuilt_object_goes_with_its_owner_too(monkeypatch: pytest.MonkeyPatch) -> None:
-    from tracedray.core.api import global_worker
+    from tracedray.api.calls import global_worker
 
     with started_nodes(monkeypatch, {"num_cpus": 1, "resources": {"head": 1}},
                        {"c": {"num_cpus": 1, "resources": {"c": 1}}}) as cluster:

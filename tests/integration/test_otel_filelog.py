@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tracedray.core.session import current_session_dir
+from tracedray.api.calls import current_session_dir
 from tracedray.telemetry import line_file
 from tracedray.telemetry.line_file import base_name, line_files
 

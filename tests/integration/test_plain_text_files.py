@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from tracedray.core.session import current_session_dir
+from tracedray.api.calls import current_session_dir
 
 pytestmark = pytest.mark.integration
 

@@ -30,7 +30,7 @@ def fails(x: int) -> int:
 
 
 def _address(ray: Any) -> str:
-    return str(ray.core.api._require_cluster().gcs_address)
+    return str(ray.api.calls._require_cluster().gcs_address)
 
 
 def test_breakpoint_in_a_task_is_listed_and_a_session_continues_it(ray: Any) -> None:

@@ -63,9 +63,9 @@ def test_get_trace_logs_and_span_name_the_module_function(shared_ray: Any) -> No
     for frame in wanted:
         assert frame in text, text
 
-    worker = tracedray.core.api.global_worker()
+    worker = tracedray.api.calls.global_worker()
     worker.flush_background_work()
-    address = tracedray.core.api._require_cluster().gcs_address
+    address = tracedray.api.calls._require_cluster().gcs_address
     shown = CliRunner().invoke(app, ["trace", ref.task_id().hex(), "--address", address,
                                      "--format", "json"])
     assert shown.exit_code == 0, shown.output

@@ -21,9 +21,10 @@ from multinode_support import wait_for
 
 import tracedray
 from tracedray import exceptions
-from tracedray.core import api, runtime
-from tracedray.core.cluster_runtime import ClusterRuntime
-from tracedray.core.local_mode import LocalRuntime
+from tracedray.api import calls as api
+from tracedray.api import runtime
+from tracedray.api.cluster_runtime import ClusterRuntime
+from tracedray.api.local_mode import LocalRuntime
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 

@@ -38,7 +38,7 @@ REPLY_S = 30.0
 BURST = textwrap.dedent("""
     import json, sys
     import tracedray as ray
-    from tracedray.core import api
+    from tracedray.api import calls as api
 
     ray.init(address="auto")
 

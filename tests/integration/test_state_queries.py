@@ -28,7 +28,7 @@ def test_list_get_summary_are_paged_in_the_gcs(ray: Any) -> None:
     for ref in refs:
         with contextlib.suppress(ray.exceptions.RayTaskError):
             ray.get(ref)
-    address = ray.core.api._require_cluster().gcs_address
+    address = ray.api.calls._require_cluster().gcs_address
     deadline = time.monotonic() + 30  # workers report their tasks' ends on their own
     while list_tasks(filters=["state=RUNNING"], limit=1).total or \
             list_tasks(filters=["state=FINISHED"], limit=1).total < TASKS - 3:

@@ -11,7 +11,7 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
-from tracedray.core.api import global_runtime
+from tracedray.api.calls import global_runtime
 from tracedray.telemetry.append_file import read_data
 
 DRIVER = textwrap.dedent("""

@@ -10,7 +10,7 @@ from typing import Any
 
 import psutil
 
-from tracedray.core.session import current_session_dir
+from tracedray.api.calls import current_session_dir
 
 
 def _execute_task_ids(traces_dir: Path) -> set[str]:

@@ -63,7 +63,7 @@ def one_cpu(no_leaks: None, monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[st
 
 
 def _stats() -> raylet_pb2.NodeStats:
-    return tracedray.core.api.global_worker().raylet.node_stats()
+    return tracedray.api.calls.global_worker().raylet.node_stats()
 
 
 def _live_task_workers(stats: raylet_pb2.NodeStats) -> list[Any]:

@@ -27,7 +27,7 @@ HANG_ONCE = textwrap.dedent("""
     if marker:
         with open("/proc/self/cmdline", "rb") as f:
             argv = f.read().split(b"\\0")
-        if b"tracedray.core.worker.main" in argv:
+        if b"tracedray.api.worker_main" in argv:
             try:
                 fd = os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
             except FileExistsError:

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from tracedray.core import arity
+from tracedray.api import arity
 
 
 def f(x: int, y: int, *, k: int, m: int = 1) -> None:

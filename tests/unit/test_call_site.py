@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from tracedray.core import call_site
+from tracedray.api import call_site
 
 
 def _site_from(filename: str, inner: str | None = None) -> str:

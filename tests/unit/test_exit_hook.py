@@ -13,7 +13,7 @@ import textwrap
 BLOCKED_POOL = textwrap.dedent("""
     import threading, time
     from concurrent.futures import ThreadPoolExecutor
-    from tracedray.core import exit_hook
+    from tracedray.api import exit_hook
 
     released = threading.Event()
 

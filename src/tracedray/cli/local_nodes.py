@@ -1,8 +1,9 @@
 """Find and stop this machine's tracedray node processes (``tracedray stop``).
 
-Processes are recognised by their command line (``-m tracedray.core.<component>.main
---session-dir DIR``), and only those whose session lives under the given temp root
-are touched: another user's or another test run's cluster is never stopped.
+Processes are recognised by their command line (``-m tracedray.core.raylet.main``,
+``tracedray.core.gcs.main`` or ``tracedray.api.worker_main``, ``--session-dir DIR``),
+and only those whose session lives under the given temp root are touched: another
+user's or another test run's cluster is never stopped.
 By default only detached nodes (``--parent-pid 0``, i.e. started by ``tracedray
 start``) are stopped; a driver's private cluster dies with its driver.
 """
@@ -16,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 _MODULES = {"tracedray.core.raylet.main": "raylet", "tracedray.core.gcs.main": "gcs",
-            "tracedray.core.worker.main": "worker"}
+            "tracedray.api.worker_main": "worker"}
 # Stop order: raylets first (they stop their workers and free their shared memory),
 # then stray workers, then the GCS, which raylets report to while they shut down.
 _ORDER = {"raylet": 0, "worker": 1, "gcs": 2}

@@ -3,14 +3,30 @@
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from tracedray.core import runtime
+from tracedray.core import current_worker
 from tracedray.core.address import Address
 from tracedray.core.ids import TASK_ID_BYTES, TaskID
 
 if TYPE_CHECKING:
     from tracedray.core.worker.core_worker import CoreWorker
+
+
+def _no_api(ref: ObjectRef) -> Any:
+    raise RuntimeError(f"{ref!r}: no API layer in this process resolves it "
+                       "(tracedray.api.calls installs it)")
+
+
+# How ``future()`` and ``await`` resolve a ref: the API's ``get``, which the API layer
+# (``tracedray.api.calls``, above the core) installs when it is imported.
+_resolve: Callable[[ObjectRef], Any] = _no_api
+
+
+def set_resolver(resolve: Callable[[ObjectRef], Any]) -> None:
+    global _resolve
+    _resolve = resolve
 
 
 class ObjectRef:
@@ -30,7 +46,7 @@ class ObjectRef:
         self._id = bytes(object_id)
         self._owner = owner
         self._call_site = call_site
-        worker = _worker if _worker is not None else runtime.current()
+        worker = _worker if _worker is not None else current_worker.current()
         self._worker = worker
         if worker is not None:
             worker.references.add_local_ref(self._id, owner, call_site, owned=_owned)
@@ -82,10 +98,8 @@ class ObjectRef:
         fut: concurrent.futures.Future[Any] = concurrent.futures.Future()
 
         def resolve() -> None:
-            from tracedray.core import api
-
             try:
-                fut.set_result(api.get(self))
+                fut.set_result(_resolve(self))
             except BaseException as exc:  # noqa: BLE001 - delivered through the future
                 fut.set_exception(exc)
 

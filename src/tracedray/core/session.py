@@ -159,10 +159,3 @@ def session_for_address(address: str, root: Path | None = None) -> SessionPaths 
             continue
     return None
 
-
-def current_session_dir() -> Path | None:
-    """The session folder of the cluster this process is connected to, if any."""
-    from tracedray.core import api
-
-    root = api.current_session_dir()
-    return Path(root) if root is not None else None

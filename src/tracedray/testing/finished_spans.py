@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
 
 def _session_traces_dir() -> Path | None:
-    from tracedray.core.session import current_session_dir
+    from tracedray.api.calls import current_session_dir
 
     session_dir = current_session_dir()
     return None if session_dir is None else Path(session_dir) / "traces"

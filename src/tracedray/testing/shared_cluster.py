@@ -70,7 +70,7 @@ class SharedCluster:
         shut it down, or shut it down and started its own)."""
         if self._session_dir is None:
             return False  # nothing of ours: no need to import the runtime to know
-        from tracedray.core import api
+        from tracedray.api import calls as api
 
         return api.is_initialized() and str(api.current_session_dir()) == self._session_dir
 
@@ -82,7 +82,7 @@ class SharedCluster:
         """Make sure a cluster runs: ours if it still does, else one already running
         (left to its owner), else a new one started with ``options``."""
         import tracedray
-        from tracedray.core import api
+        from tracedray.api import calls as api
 
         if self.running():
             return

@@ -67,7 +67,7 @@ def _client(address: Address) -> Source:
     if address is not None and not isinstance(address, str):
         return address
     if not address:
-        api = sys.modules.get("tracedray.core.api")
+        api = sys.modules.get("tracedray.api.calls")
         # A connected driver asks its own cluster, whatever the newest session is.
         if api is not None and api.is_initialized():
             address = api._context_info().get("address") or None

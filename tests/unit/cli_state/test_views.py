@@ -82,7 +82,7 @@ def test_stop_selects_detached_nodes_under_the_root_in_order(tmp_path: Path) -> 
     parsed = [local_nodes.parse_cmdline(pid, argv) for pid, argv in [
         (10, _argv("tracedray.core.gcs.main", mine, 0)),
         (11, _argv("tracedray.core.raylet.main", mine, 0, "node1234abcd")),
-        (12, _argv("tracedray.core.worker.main", mine, 11)),
+        (12, _argv("tracedray.api.worker_main", mine, 11)),
         (13, _argv("tracedray.core.gcs.main", mine, 11)),  # restarted by its raylet
         (20, _argv("tracedray.core.raylet.main", drivers, 999)),  # a driver's private cluster
         (30, _argv("tracedray.core.raylet.main", other, 0)),  # another temp root

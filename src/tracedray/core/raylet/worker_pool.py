@@ -91,7 +91,7 @@ class WorkerPool:
 
     def start_worker(self, worker_id: str) -> WorkerProcess:
         """Spawn a worker process (never under the raylet's lock: it forks)."""
-        command = [sys.executable, "-m", "tracedray.core.worker.main",
+        command = [sys.executable, "-m", "tracedray.api.worker_main",
                    "--gcs", self._gcs_address, "--raylet", f"{self._ip}:{self._raylet_port}",
                    "--node-id", self._node_id, "--worker-id", worker_id,
                    "--session-dir", str(self._session_dir), "--ip", self._ip,

@@ -11,14 +11,16 @@ import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from tracedray import config, logs, telemetry
 from tracedray._proto.v1 import gcs_pb2
-from tracedray.core import auth, exit_hook, ids, node, runtime, session
+from tracedray.api import exit_hook, runtime
+from tracedray.api.runtime import Runtime
+from tracedray.core import auth, ids, node, object_ref, session
 from tracedray.core.address import parse_host_port
 from tracedray.core.object_ref import ObjectRef
-from tracedray.core.runtime import Runtime
 from tracedray.exceptions import (
     AuthenticationError,
     ClusterConnectionError,
@@ -28,7 +30,7 @@ from tracedray.exceptions import (
 from tracedray.telemetry import endpoint_check
 from tracedray.telemetry._host import advertise_ip
 
-log = logs.get_logger(__name__)
+log = logs.get_logger("tracedray.core.api")  # the logger its lines name (the record)
 
 # Ray keywords that have no meaning here: accepted and ignored with a debug log.
 RAY_ONLY_KEYWORDS = frozenset({
@@ -84,7 +86,7 @@ def init(address: str | None = None, *, num_cpus: float | None = None,
             raise RaySystemError("tracedray.init() was called twice; call shutdown() first "
                                  "or pass ignore_reinit_error=True")
         if local_mode:
-            from tracedray.core.local_mode import start_local_mode
+            from tracedray.api.local_mode import start_local_mode
 
             _cluster = start_local_mode(namespace or "")
             return _context_info()
@@ -201,7 +203,7 @@ def _configure_driver_telemetry(paths: session.SessionPaths) -> None:
 
 def _connect_driver(gcs_address: str, paths: session.SessionPaths,
                     processes: node.NodeProcesses | None, namespace: str | None) -> _Cluster:
-    from tracedray.core.cluster_runtime import ClusterRuntime
+    from tracedray.api.cluster_runtime import ClusterRuntime
     from tracedray.core.gcs.client import connect
     from tracedray.core.process import freeze_startup_objects
     from tracedray.core.protocol.raylet_client import RayletClient
@@ -283,7 +285,8 @@ def shutdown() -> None:
 exit_hook.run_before_thread_joins(shutdown)
 
 
-def current_session_dir() -> Any:
+def current_session_dir() -> Path | None:
+    """The session folder of the cluster this process is connected to, if any."""
     return _cluster.session.root if _cluster is not None else None
 
 
@@ -331,6 +334,9 @@ def get(object_refs: ObjectRef | Sequence[ObjectRef], *, timeout: float | None =
     return values[0] if single else values
 
 
+object_ref.set_resolver(get)
+
+
 def wait(object_refs: Sequence[ObjectRef], *, num_returns: int = 1,
          timeout: float | None = None, fetch_local: bool = True
          ) -> tuple[list[ObjectRef], list[ObjectRef]]:
@@ -356,7 +362,7 @@ def cancel(object_ref: ObjectRef, *, force: bool = False, recursive: bool = True
 
 # --- actors
 def kill(actor: Any, *, no_restart: bool = True) -> None:
-    from tracedray.core.actor import ActorHandle
+    from tracedray.api.actor import ActorHandle
 
     if not isinstance(actor, ActorHandle):
         raise TypeError(f"kill() takes an actor handle, got {type(actor).__name__}")
@@ -364,7 +370,7 @@ def kill(actor: Any, *, no_restart: bool = True) -> None:
 
 
 def get_actor(name: str, namespace: str | None = None) -> Any:
-    from tracedray.core.actor import ActorHandle
+    from tracedray.api.actor import ActorHandle
 
     if not isinstance(name, str) or not name:
         raise ValueError("get_actor() needs a non-empty actor name")

@@ -29,18 +29,19 @@ from opentelemetry import trace as otel_trace
 
 from tracedray import logs, telemetry
 from tracedray._proto.v1 import gcs_pb2
-from tracedray.core import ids, runtime, session
-from tracedray.core.call_site import user_call_site
+from tracedray.api import runtime
+from tracedray.api.call_site import user_call_site
+from tracedray.core import ids, session
 from tracedray.core.object_ref import ObjectRef
 from tracedray.core.serialization import Serialized, deserialize, serialize
 from tracedray.exceptions import ActorDiedError, ObjectLostError, RayTaskError
 from tracedray.telemetry import attributes as A
 
 if TYPE_CHECKING:
-    from tracedray.core.actor import ActorHandle
-    from tracedray.core.api import _Cluster
+    from tracedray.api.actor import ActorHandle
+    from tracedray.api.calls import _Cluster
 
-log = logs.get_logger(__name__)
+log = logs.get_logger("tracedray.core.local_mode")  # the logger its lines name (the record)
 
 LOCAL_ADDRESS = "local_mode"
 _LOCATION = "inline"  # values live in the driver's memory, as inline objects do
@@ -177,7 +178,7 @@ class LocalModeStatistics:
 
 # --- the runtime ---------------------------------------------------------------------
 class LocalRuntime:
-    """:class:`~tracedray.core.runtime.Runtime` in the driver alone; it is also the
+    """:class:`~tracedray.api.runtime.Runtime` in the driver alone; it is also the
     worker its ObjectRefs count references with and ``get_runtime_context()`` reads."""
 
     def __init__(self, *, node_id: str, worker_id: str, job_id: bytes, namespace: str) -> None:
@@ -274,7 +275,7 @@ class LocalRuntime:
     # --- actors
     def create_actor(self, cls: type, args: Sequence[Any], kwargs: Mapping[str, Any],
                      options: Mapping[str, Any]) -> ActorHandle:
-        from tracedray.core.actor import ActorHandle, _methods, constructor_arity, method_arities
+        from tracedray.api.actor import ActorHandle, _methods, constructor_arity, method_arities
 
         name = options.get("name") or ""
         namespace = options.get("namespace")
@@ -489,7 +490,7 @@ def _split(name: str, output: Any, num_returns: int) -> list[Any]:
 
 def start_local_mode(namespace: str) -> _Cluster:
     """A session directory, telemetry and logs for the driver, and the in-process worker."""
-    from tracedray.core.api import _Cluster
+    from tracedray.api.calls import _Cluster
 
     paths = session.create_session()
     job_id = ids.new_job_id()

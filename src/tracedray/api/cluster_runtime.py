@@ -1,6 +1,6 @@
 """The runtime of a process connected to a cluster: the API's calls on its core worker.
 
-Every operation of :class:`tracedray.core.runtime.Runtime` as a driver or a worker
+Every operation of :class:`tracedray.api.runtime.Runtime` as a driver or a worker
 process performs it: values go to the owner's memory store or the node's shared
 memory, tasks to the task submitter (leases from raylets), actors to the GCS.
 """
@@ -14,19 +14,19 @@ from typing import TYPE_CHECKING, Any, cast
 
 from tracedray import logs
 from tracedray._proto.v1 import common_pb2, gcs_pb2
-from tracedray.core import ids
-from tracedray.core import options as opts
-from tracedray.core.actor import (
+from tracedray.api import options as opts
+from tracedray.api.actor import (
     ActorHandle,
     _methods,
     constructor_arity,
     method_arities,
     method_retry_options,
 )
-from tracedray.core.call_site import user_call_site
+from tracedray.api.call_site import user_call_site
+from tracedray.api.submission import TaskPlan, build_task, plan_task
+from tracedray.core import ids
 from tracedray.core.object_ref import ObjectRef
 from tracedray.core.serialization import serialize
-from tracedray.core.submission import TaskPlan, build_task, plan_task
 from tracedray.core.worker.memory_store import is_error
 from tracedray.core.worker.retry_policy import RetryExceptions
 from tracedray.exceptions import GetTimeoutError, OwnerDiedError
@@ -45,7 +45,7 @@ MAX_PLANS = 1024  # forgotten beyond that, then made again
 
 
 class ClusterRuntime:
-    """:class:`~tracedray.core.runtime.Runtime` over a :class:`CoreWorker`."""
+    """:class:`~tracedray.api.runtime.Runtime` over a :class:`CoreWorker`."""
 
     def __init__(self, worker: CoreWorker) -> None:
         self.worker = worker

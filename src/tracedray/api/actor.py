@@ -7,8 +7,8 @@ import weakref
 from typing import Any, NoReturn
 
 from tracedray._proto.v1 import gcs_pb2
-from tracedray.core import arity
-from tracedray.core import options as opts
+from tracedray.api import arity
+from tracedray.api import options as opts
 
 
 class ActorClass:
@@ -39,7 +39,7 @@ class ActorClass:
         return getattr(cls, name)
 
     def remote(self, *args: Any, **kwargs: Any) -> ActorHandle:
-        from tracedray.core.api import global_runtime
+        from tracedray.api.calls import global_runtime
 
         # The constructor's arity is checked by the runtime: after get_if_exists found
         # none, as in Ray (an existing actor is returned whatever the arguments).
@@ -86,7 +86,7 @@ def exit_actor() -> NoReturn:
     """End the current actor for good, from one of its methods (Ray's
     ``ray.actor.exit_actor``): this call and every call after it fail with
     ``ActorDiedError``; the actor is not restarted."""
-    from tracedray.core import runtime
+    from tracedray.api import runtime
     from tracedray.core.worker.task_executor import ActorExit
 
     worker = runtime.current()
@@ -166,7 +166,7 @@ class ActorHandle:
 
     def _call(self, method: str, args: Any, kwargs: Any, num_returns: int,
               max_task_retries: int | None, retry_exceptions: Any = None) -> Any:
-        from tracedray.core.api import global_runtime
+        from tracedray.api.calls import global_runtime
 
         checked = self._arities.get(method)
         if checked is not None:

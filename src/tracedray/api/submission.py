@@ -10,9 +10,9 @@ from opentelemetry.trace import INVALID_SPAN
 
 from tracedray import logs, telemetry
 from tracedray._proto.v1 import common_pb2
+from tracedray.api import options as opts
+from tracedray.api.call_site import user_call_site
 from tracedray.core import ids, trace_context
-from tracedray.core import options as opts
-from tracedray.core.call_site import user_call_site
 from tracedray.core.object_ref import ObjectRef
 from tracedray.core.serialization import serialize
 from tracedray.core.worker.pending_task import PendingTask
@@ -23,7 +23,7 @@ from tracedray.telemetry import instruments
 if TYPE_CHECKING:
     from tracedray.core.worker.core_worker import CoreWorker
 
-log = logs.get_logger(__name__)
+log = logs.get_logger("tracedray.core.submission")  # the logger its lines name (the record)
 NO_RETRY = RetryExceptions()
 DEFAULT_MAX_RETRIES = 3  # a normal task's, as in Ray
 _KIND_LABEL: dict[int, str] = {common_pb2.NORMAL: "normal",

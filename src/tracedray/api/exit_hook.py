@@ -28,7 +28,7 @@ from collections.abc import Callable
 
 from tracedray import logs
 
-log = logs.get_logger(__name__)
+log = logs.get_logger("tracedray.core.exit_hook")  # the logger its lines name (the record)
 
 
 def run_before_thread_joins(shutdown: Callable[[], None]) -> None:

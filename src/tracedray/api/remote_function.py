@@ -6,8 +6,8 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
-from tracedray.core import arity
-from tracedray.core import options as opts
+from tracedray.api import arity
+from tracedray.api import options as opts
 
 
 class RemoteFunction:
@@ -32,7 +32,7 @@ class RemoteFunction:
         return clone
 
     def remote(self, *args: Any, **kwargs: Any) -> Any:
-        from tracedray.core.api import global_runtime
+        from tracedray.api.calls import global_runtime
 
         if self._arity is not None:
             self._arity.check(args, kwargs)

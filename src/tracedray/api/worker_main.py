@@ -1,4 +1,6 @@
-"""Entry point of a worker process, started by its raylet."""
+"""Entry point of a worker process, started by its raylet: a core worker under a
+``ClusterRuntime``, the runtime its tasks' API calls go through (so it sits in the API
+layer, above ``core/worker/``)."""
 
 from __future__ import annotations
 
@@ -26,9 +28,11 @@ def main() -> None:
     parser.add_argument("--parent-pid", type=int, default=0)
     args = parser.parse_args()
     setup_process("worker", session_dir=args.session_dir, node_id=args.node_id, ip=args.ip)
+    import tracedray.api.calls  # noqa: F401 - installs the get that ObjectRef.future() uses
     from tracedray import logs
-    from tracedray.core import auth, runtime
-    from tracedray.core.cluster_runtime import ClusterRuntime
+    from tracedray.api import runtime
+    from tracedray.api.cluster_runtime import ClusterRuntime
+    from tracedray.core import auth
     from tracedray.core.worker.core_worker import CoreWorker
 
     logs.set_process_context(worker_id=args.worker_id)

@@ -1,31 +1,30 @@
 """The process's current runtime: what the API layer dispatches every call through.
 
 The Ray API is process-global (``ray.get`` takes no handle), so exactly one place
-holds the connection: set by ``init`` (driver) or the worker entry point, cleared
-by ``shutdown``. Two runtimes implement :class:`Runtime`:
+holds the connection: set by ``init`` (driver) or the worker entry point
+(``worker_main.py``), cleared by ``shutdown``; it also sets the core's
+``current_worker``, which the core reads below this layer. Two runtimes implement :class:`Runtime`:
 
 - ``ClusterRuntime`` (``cluster_runtime.py``): a core worker connected to a GCS and a
   raylet; tasks run in worker processes.
 - ``LocalRuntime`` (``local_mode.py``): ``init(local_mode=True)``; tasks run at once,
   serially, on the calling thread.
 
-The API modules (``api``, ``remote_function``, ``actor``) validate the user's
+The API modules (``calls``, ``remote_function``, ``actor``) validate the user's
 arguments, then make one call on the current runtime; they never ask which kind it is.
 """
 
 from __future__ import annotations
 
-import os
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from tracedray.metrics import snapshot as metrics_snapshot
+from tracedray.core import current_worker
 
 if TYPE_CHECKING:
     from tracedray._proto.v1 import gcs_pb2
-    from tracedray.core.actor import ActorHandle
+    from tracedray.api.actor import ActorHandle
     from tracedray.core.object_ref import ObjectRef
 
 
@@ -82,7 +81,6 @@ class Runtime(Protocol):
 
 
 _current: Runtime | None = None
-_current_worker: Any = None
 _lock = threading.RLock()
 
 
@@ -92,29 +90,11 @@ def current_runtime() -> Runtime | None:
 
 def current() -> Any:
     """The current runtime's worker (what ``ObjectRef`` and the executor read), or None."""
-    return _current_worker
+    return current_worker.current()
 
 
 def set_current(rt: Runtime | None) -> None:
-    global _current, _current_worker
+    global _current
     with _lock:
         _current = rt
-        _current_worker = rt.worker if rt is not None else None
-
-
-def lock() -> threading.RLock:
-    return _lock
-
-
-def _metrics_destination() -> Path | None:
-    """The file of a driver's or worker's metrics snapshot: in its node's folder of its
-    session (``metrics/snapshot.py``)."""
-    worker = current()
-    if worker is None or not getattr(worker, "node_id", ""):
-        return None
-    component = "driver" if getattr(worker, "mode", "") == "driver" else "worker"
-    return metrics_snapshot.snapshot_path(Path(worker.session_dir), worker.node_id, component,
-                                          os.getpid())
-
-
-metrics_snapshot.set_worker_destination(_metrics_destination)
+        current_worker.set_current(rt.worker if rt is not None else None)

@@ -38,6 +38,6 @@ class RuntimeContext:
 
 
 def get_runtime_context() -> RuntimeContext:
-    from tracedray.core.api import global_worker
+    from tracedray.api.calls import global_worker
 
     return RuntimeContext(global_worker())
