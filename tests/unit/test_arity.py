@@ -1,4 +1,4 @@
-"""Arguments checked against signatures at .remote() (core/arity.py), as Ray does."""
+"""Arguments checked against signatures at .remote() (api/arity.py), as Ray does."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The driver's exit hook runs before Python joins the thread pools (core/exit_hook.py),
+"""The driver's exit hook runs before Python joins the thread pools (api/exit_hook.py),
 checked in child interpreters that end with a pool thread still blocked."""
 
 from __future__ import annotations

@@ -276,7 +276,7 @@ def _no_destination() -> Path | None:
 
 
 # Where a driver's or worker's snapshot goes (None: nowhere yet). The core registers it
-# (core/runtime.py: its node's folder of its session), so this package imports no core.
+# (core/current_worker.py: its node's folder of its session), so this package imports no core.
 _worker_destination: Callable[[], Path | None] = _no_destination
 
 
