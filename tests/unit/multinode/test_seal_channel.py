@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import threading
 import uuid
-from types import SimpleNamespace
 from typing import Any
 
-from tracedray._proto.v1 import raylet_pb2
+from tracedray._proto.v1 import common_pb2, raylet_pb2
 from tracedray.core.raylet import seal_channel as sc
 from tracedray.core.worker.object_io import ObjectIO
 
@@ -57,19 +56,29 @@ def test_seals_round_trip_in_order_from_several_threads() -> None:
         server.close()
 
 
-def test_object_io_seals_over_grpc_when_the_socket_is_missing() -> None:
-    grpc_seals: list[bytes] = []
+class _GrpcRaylet:
+    """The local raylet's gRPC side, as ObjectIO sees it: records the seals it gets."""
 
-    def seal_object(request: raylet_pb2.SealObjectRequest) -> raylet_pb2.SealObjectReply:
-        grpc_seals.append(request.object_id)
+    def __init__(self) -> None:
+        self.seals: list[bytes] = []
+
+    def seal_object(self, request: raylet_pb2.SealObjectRequest) -> raylet_pb2.SealObjectReply:
+        self.seals.append(request.object_id)
         return raylet_pb2.SealObjectReply(ok=True)
 
-    worker = SimpleNamespace(object_path_prefix=f"/dev/shm/none-{uuid.uuid4().hex}-",
-                             raylet=SimpleNamespace(seal_object=seal_object))
-    io = ObjectIO(worker)  # type: ignore[arg-type]
+    def locate_object(self, request: raylet_pb2.LocateObjectRequest
+                      ) -> raylet_pb2.LocateObjectReply:
+        raise AssertionError("nothing is read in this test")
+
+
+def test_object_io_seals_over_grpc_when_the_socket_is_missing() -> None:
+    raylet = _GrpcRaylet()
+    io = ObjectIO(raylet, f"/dev/shm/none-{uuid.uuid4().hex}-", node_id="n1",
+                  raylet_address=common_pb2.Address(), owner=common_pb2.Address(),
+                  release_dropped_refs=lambda: None, after_loss=lambda value: None)
     for object_id in (b"a", b"b"):
         assert io._seal(raylet_pb2.SealObjectRequest(object_id=object_id)).ok  # noqa: SLF001
-    assert grpc_seals == [b"a", b"b"]
+    assert raylet.seals == [b"a", b"b"]
     io.close()
 
 

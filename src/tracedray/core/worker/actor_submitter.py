@@ -12,15 +12,21 @@ from __future__ import annotations
 
 import collections
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from tracedray import logs, telemetry
 from tracedray._proto.v1 import common_pb2
 from tracedray.core import trace_context
 from tracedray.core.address import Address
 from tracedray.core.protocol.connection import WorkerConnection
-from tracedray.core.worker.pending_task import PendingTask, end_dispatch_spans, stored_error
+from tracedray.core.worker.pending_task import (
+    DependencyResolver,
+    PendingTask,
+    end_dispatch_spans,
+    loaded_error,
+)
 from tracedray.core.worker.retry_policy import budget_left, retry_after_application_error
 from tracedray.exceptions import (
     ActorDiedError,
@@ -32,7 +38,8 @@ from tracedray.telemetry import attributes as A
 from tracedray.telemetry import instruments
 
 if TYPE_CHECKING:
-    from tracedray.core.worker.core_worker import CoreWorker
+    from tracedray.core.gcs.client import GcsClient
+    from tracedray.core.worker.task_results import TaskResults
 
 log = logs.get_logger(__name__)
 
@@ -69,8 +76,14 @@ class ActorChannel:
 
 
 class ActorSubmitter:
-    def __init__(self, worker: CoreWorker) -> None:
-        self._worker = worker
+    def __init__(self, gcs: GcsClient, resolver: DependencyResolver, results: TaskResults, *,
+                 load: Callable[[common_pb2.ObjectValue], Any],
+                 background: Callable[..., bool]) -> None:
+        self._gcs = gcs
+        self._load = load  # a value as get() returns it (raises its error)
+        self._resolver = resolver
+        self._results = results  # where a call's results (or its error) go
+        self._background = background
         self._lock = threading.RLock()
         self._channels: dict[bytes, ActorChannel] = {}
         self._calls_sent = self._writes = 0
@@ -94,7 +107,7 @@ class ActorSubmitter:
                 channel.ordered.append(task)
                 if channel.state == "UNKNOWN":
                     channel.state = "CONNECTING"
-                    self._worker.background(self._connect, channel, 0)
+                    self._background(self._connect, channel, 0)
                 if not task.unresolved:
                     channel.ready.add(task.task_id)
                     ready[actor_id] = channel
@@ -102,7 +115,7 @@ class ActorSubmitter:
                 self._flush(channel)
         for task, _ in calls:
             if task.unresolved:
-                self._worker.resolver.resolve(task, self._on_resolved,
+                self._resolver.resolve(task, self._on_resolved,
                                               self._on_dependency_failed)
 
     def _on_resolved(self, task: PendingTask) -> None:
@@ -123,7 +136,7 @@ class ActorSubmitter:
             value.CopyFrom(error)
             value.object_id = oid
             values.append(value)
-        self._worker.finish_task(task, values, "FAILED")
+        self._results.finish(task, values, "FAILED")
 
     def _flush(self, channel: ActorChannel) -> None:
         """Send, in order, every call at the head of the queue whose arguments are ready."""
@@ -152,7 +165,7 @@ class ActorSubmitter:
             self._writes += 1
 
     def _connect(self, channel: ActorChannel, min_restarts: int) -> None:
-        gcs = self._worker.gcs
+        gcs = self._gcs
         try:
             info = gcs.find_actor(channel.actor_id, wait_until_settled=True, timeout_s=3600.0,
                                   min_restarts=min_restarts)
@@ -195,7 +208,7 @@ class ActorSubmitter:
         end_dispatch_spans(task for task, result in done if not result.is_application_error)
         for task, result in done:
             _end(task, ok=not result.is_application_error)  # the failed ones
-            self._worker.finish_task(task, list(result.returns),
+            self._results.finish(task, list(result.returns),
                                      "FAILED" if result.is_application_error else "FINISHED",
                                      reported_by_executor=True)
 
@@ -227,7 +240,7 @@ class ActorSubmitter:
                 f"the actor {channel.actor_id.hex()} died while running this call "
                 "(set max_task_retries to retry calls on the restarted actor)",
                 channel.actor_id.hex()))
-        self._worker.background(self._connect, channel, restarts)
+        self._background(self._connect, channel, restarts)
 
     def _retries_error(self, task: PendingTask, result: common_pb2.TaskResult) -> bool:
         """Whether an application error of an actor call runs it again (its
@@ -236,13 +249,13 @@ class ActorSubmitter:
                 or not result.returns):
             return False
         return retry_after_application_error(
-            task.retry_exceptions, stored_error(self._worker, result.returns[0]),
+            task.retry_exceptions, loaded_error(self._load, result.returns[0]),
             task.spec.max_retries, task.spec.attempt, task.cancelled)
 
     def _fail(self, task: PendingTask, exc: BaseException) -> None:
         from tracedray.core.worker.pending_task import error_value
 
-        self._worker.finish_task(task, [error_value(oid, exc) for oid in task.return_ids], "FAILED")
+        self._results.finish(task, [error_value(oid, exc) for oid in task.return_ids], "FAILED")
 
     def owns_call(self, task_id: bytes) -> bool:
         """Whether an unfinished actor call of this process has that id."""

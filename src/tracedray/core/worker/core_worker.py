@@ -44,10 +44,11 @@ from tracedray.core.worker.output_echo import OutputEcho
 from tracedray.core.worker.ownership import Ownership
 from tracedray.core.worker.pending_task import DependencyResolver, PendingTask, error_value
 from tracedray.core.worker.raylet_directory import RayletDirectory
-from tracedray.core.worker.recovery import Recovery
+from tracedray.core.worker.recovery import NodeDirectory, Recovery
 from tracedray.core.worker.submit_inbox import Submission, SubmitInbox
 from tracedray.core.worker.task_events import TaskEventBuffer
 from tracedray.core.worker.task_executor import TaskExecutor
+from tracedray.core.worker.task_results import TaskResults
 from tracedray.core.worker.task_stream_server import TaskStreamServer
 from tracedray.core.worker.task_submitter import TaskSubmitter
 from tracedray.core.worker.worker_servicer import CoreWorkerServicer
@@ -81,16 +82,19 @@ class CoreWorker:
         self.references = rt.ReferenceTable(worker_id)
         self.memory_store = MemoryStore()
         self.lineage = Lineage()
-        self.objects = ObjectIO(self)
         self.functions = FunctionManager(
             self.gcs, driver_import_paths() if mode == "driver" else None)
         self.task_events = TaskEventBuffer(self.gcs)
-        self.resolver = DependencyResolver(self)
         self._pool = ThreadPoolExecutor(max_workers=64, thread_name_prefix="tracedray-bg")
         self._stopped = threading.Event()
-        self.ownership = Ownership(self.references, self.memory_store, self.lineage, self.raylet,
-                                   free_local=self.objects.free_local, background=self.background)
         self.flight_recorder = FlightRecorder(session_dir / "workers" / f"{worker_id}.slot")
+        # Ownership frees this node's objects through ObjectIO (built below: it frees
+        # dropped refs through the flusher before each put), the one late-bound edge.
+        self.ownership = Ownership(self.references, self.memory_store, self.lineage, self.raylet,
+                                   free_local=lambda ids: self.objects.free_local(ids),
+                                   background=self.background)
+        self.results = TaskResults(self.lineage, self.ownership, self.references,
+                                   self.task_events)
         self._server = rpc.make_server()
         core_worker_pb2_grpc.add_CoreWorkerServiceServicer_to_server(
             CoreWorkerServicer(self), self._server)
@@ -108,11 +112,12 @@ class CoreWorker:
         self.output = OutputEcho(self.gcs, ip=ip, pid=self.address.pid, job_id=job_id,
                                  current_task=lambda: self.current_task)
         self.flusher = Flusher(self.ownership, self.references, self.task_events, self.output)
-        self.recovery = Recovery(self)
-        self.raylets = RayletDirectory(self.raylet, node_id, self.recovery.nodes,
-                                       self.recovery.await_verdict)
-        self.submitter = TaskSubmitter(self)
-        self.actor_submitter = ActorSubmitter(self)
+        nodes = NodeDirectory(self.gcs)
+        self.recovery = Recovery(nodes, node_id, self.references, self.memory_store,
+                                 self.lineage, self.task_events,
+                                 submit=lambda task: self.submitter.submit(task),
+                                 lease_nodes=lambda: self.submitter.lease_nodes())
+        self.raylets = RayletDirectory(self.raylet, node_id, nodes, self.recovery.await_verdict)
         # .remote() leaves its built task here; one thread submits them in batches.
         self.inbox: SubmitInbox[Submission] = SubmitInbox(self._submit_batch,
                                                           "tracedray-submit-inbox")
@@ -125,6 +130,17 @@ class CoreWorker:
                                    self.blocking, await_verdict=self.recovery.await_verdict,
                                    background=self.background,
                                    drain_submissions=self.inbox.drain)
+        self.objects = ObjectIO(self.raylet, object_path_prefix, node_id=node_id,
+                                raylet_address=self.raylet_address.to_proto(),
+                                owner=self.address_proto,
+                                release_dropped_refs=self.flusher.release_dropped_refs,
+                                after_loss=self.values.after_loss)
+        self.resolver = DependencyResolver(worker_id, self.memory_store,
+                                           fetch_from_owner=self.values.fetch_from_owner,
+                                           background=self.background)
+        self.submitter = TaskSubmitter(self)
+        self.actor_submitter = ActorSubmitter(self.gcs, self.resolver, self.results,
+                                              load=self.objects.load, background=self.background)
         self.slow_tasks = (slow_tasks.start_watch(self, self.executor, self._stopped)
                            if self.executor is not None else None)
         if self.executor is not None:
@@ -147,32 +163,11 @@ class CoreWorker:
         self._pool.submit(_logged, fn, *args)
         return True
 
-    def object_path(self, object_id: bytes) -> Path:
-        return Path(self.object_path_prefix + object_id.hex())
-
     def raylet_for_node(self, node_id: str) -> RayletClient:
         return self.raylets.for_node(node_id)
 
     def describe_worker_exit(self, raylet: RayletClient, worker: Address) -> WorkerCrashedError:
         return self.raylets.describe_worker_exit(raylet, worker)
-
-    def resubmit(self, spec: common_pb2.TaskSpec, return_ids: list[bytes]) -> None:
-        """Run a finished task again to rebuild its lost results (lineage). Its ref
-        arguments that are still referenced resolve again, so a lost input is waited
-        for (it may be being rebuilt too)."""
-        task = PendingTask(spec=spec, return_ids=return_ids, dep_ids=[], unresolved=[],
-                           retries_left=spec.max_retries)
-        for index, arg in enumerate(spec.args):
-            object_id = arg.value.object_id
-            entry = self.references.get(object_id) if arg.is_ref else None
-            if entry is not None:
-                task.dep_ids.append(object_id)
-                task.unresolved.append((index, object_id, None if entry.owned else entry.owner))
-                arg.ClearField("value")
-        self.references.add_submitted(task.dep_ids)
-        self.memory_store.delete(return_ids)  # get() waits for the rebuilt values
-        self.task_events.record(spec, "PENDING_ARGS_AVAIL")
-        self.submitter.submit(task)
 
     def current_job_id(self) -> bytes:
         spec = self.current_task
@@ -189,16 +184,7 @@ class CoreWorker:
 
     def finish_task(self, task: PendingTask, values: list[common_pb2.ObjectValue],
                     state: str, *, reported_by_executor: bool = False) -> None:
-        """Store a task's results. The executing worker already recorded how it ended,
-        unless it never ran it (crash, cancel, failed dependency): then the owner does."""
-        if state == "FINISHED":
-            # Before storing: a result dropped already is released there, lineage too.
-            self.lineage.record(task.spec, task.return_ids, values)
-        for value in values:
-            self.ownership.store_value(value, state)
-        if not reported_by_executor:
-            self.task_events.record(task.spec, state)
-        self.ownership.run_release_actions(self.references.remove_submitted(task.dep_ids))
+        self.results.finish(task, values, state, reported_by_executor=reported_by_executor)
 
     def add_captured(self, inner: common_pb2.ObjectRefInfo, outer_id: bytes) -> None:
         self.ownership.add_captured(inner, outer_id)

@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import enum
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import Any, Protocol
 
 from tracedray import config, logs
 from tracedray._proto.v1 import common_pb2, raylet_pb2
@@ -23,9 +25,6 @@ from tracedray.core.object_store.writer import MappedFiles, MappedFilesStatistic
 from tracedray.core.raylet.seal_channel import MAX_FREE_IDS, SealChannel, socket_name
 from tracedray.core.serialization import Serialized, deserialize
 from tracedray.exceptions import ObjectLostError, ObjectStoreFullError, RaySystemError
-
-if TYPE_CHECKING:
-    from tracedray.core.worker.core_worker import CoreWorker
 
 log = logs.get_logger(__name__)
 
@@ -52,13 +51,34 @@ def seal_mode(size: int, room: int, capacity: int) -> SealMode:
     return SealMode.SEND
 
 
+class StoreRaylet(Protocol):
+    """What ObjectIO asks of the local raylet over gRPC."""
+
+    def seal_object(self, request: raylet_pb2.SealObjectRequest) -> raylet_pb2.SealObjectReply:
+        ...
+
+    def locate_object(self, request: raylet_pb2.LocateObjectRequest
+                      ) -> raylet_pb2.LocateObjectReply:
+        ...
+
+
 class ObjectIO:
-    def __init__(self, worker: CoreWorker) -> None:
-        self._worker = worker
+    def __init__(self, raylet: StoreRaylet, object_path_prefix: str, *, node_id: str,
+                 raylet_address: common_pb2.Address, owner: common_pb2.Address,
+                 release_dropped_refs: Callable[[], None],
+                 after_loss: Callable[[common_pb2.ObjectValue], common_pb2.ObjectValue | None]
+                 ) -> None:
+        self._raylet = raylet
+        self._object_path_prefix = object_path_prefix
+        self._node_id = node_id
+        self._raylet_address = raylet_address  # the local raylet's, in stored values
+        self._owner = owner  # this process: the owner of what it puts
+        self._release_dropped_refs = release_dropped_refs
+        self._after_loss = after_loss  # the rebuilt value after a node loss, or None
         self.inline_threshold = config.INLINE_THRESHOLD.get()
         # Seals go over the raylet's Unix socket (seal_channel.py) unless it cannot be
         # reached; then over gRPC from then on.
-        self._seals: SealChannel | None = SealChannel(socket_name(worker.object_path_prefix))
+        self._seals: SealChannel | None = SealChannel(socket_name(object_path_prefix))
         # The store's free room and capacity as of the last answered seal, less the
         # bytes sealed without waiting since (seal_mode).
         self._room_lock = threading.Lock()
@@ -82,9 +102,9 @@ class ObjectIO:
             value.inline_value.is_error = is_error
         else:
             value.size = self._write_to_store(object_id, serialized, call_site,
-                                              owner or self._worker.address_proto)
-            value.store_node_id = self._worker.node_id
-            value.store_raylet.CopyFrom(self._worker.raylet_address.to_proto())
+                                              owner or self._owner)
+            value.store_node_id = self._node_id
+            value.store_raylet.CopyFrom(self._raylet_address)
         for ref in serialized.contained_refs:
             inner_owner = ref.owner_address
             info = value.contained_refs.add(object_id=ref.binary(), call_site=ref.call_site)
@@ -97,9 +117,8 @@ class ObjectIO:
         """Write and seal; returns the stored size (layout header and alignment included)."""
         from tracedray.core.object_store import client as store_client
 
-        worker = self._worker
-        worker.flusher.release_dropped_refs()  # its freed files may serve this put
-        path = worker.object_path(object_id)
+        self._release_dropped_refs()  # its freed files may serve this put
+        path = self._path_of(object_id)
         size = store_client.write_object(path, serialized.inband, serialized.buffers,
                                          self._mappings)
         request = raylet_pb2.SealObjectRequest(
@@ -146,7 +165,7 @@ class ObjectIO:
                 return channel.seal(request)
             except (OSError, RaySystemError) as exc:
                 self._channel_failed(channel, exc)
-        return self._worker.raylet.seal_object(request)
+        return self._raylet.seal_object(request)
 
     def free_local(self, object_ids: list[bytes]) -> bool:
         """Send a free of objects in this node's store over the seal channel, behind their
@@ -192,7 +211,7 @@ class ObjectIO:
             view = self._map(value)
         except ObjectLostError:
             # Its node may have died: as the owner, rebuild it (lineage) and read that.
-            fresh = self._worker.values.after_loss(value)
+            fresh = self._after_loss(value)
             if fresh is None:
                 raise
             return self.load(fresh)
@@ -202,16 +221,15 @@ class ObjectIO:
     def _map(self, value: common_pb2.ObjectValue) -> memoryview:
         from tracedray.core.object_store import client as store_client
 
-        worker = self._worker
-        if value.store_node_id == worker.node_id:
+        if value.store_node_id == self._node_id:
             try:
-                return store_client.map_object(worker.object_path(value.object_id))
+                return store_client.map_object(self._path_of(value.object_id))
             except ObjectLostError:
                 pass  # no file: spilled (or being restored), so ask the raylet
         request = raylet_pb2.LocateObjectRequest(object_id=value.object_id)
-        if value.store_node_id != worker.node_id:
+        if value.store_node_id != self._node_id:
             request.from_raylet.CopyFrom(value.store_raylet)
-        reply = worker.raylet.locate_object(request)
+        reply = self._raylet.locate_object(request)
         if not reply.found:
             raise ObjectLostError(value.object_id.hex(), reply.error or
                                   f"no copy on node {value.store_node_id[:12]} any more")
@@ -219,10 +237,11 @@ class ObjectIO:
             return store_client.read_spilled(_path(reply.path))
         return store_client.map_object(_path(reply.path))
 
+    def _path_of(self, object_id: bytes) -> Path:
+        return Path(self._object_path_prefix + object_id.hex())
 
-def _path(text: str) -> Any:
-    from pathlib import Path
 
+def _path(text: str) -> Path:
     return Path(text)
 
 

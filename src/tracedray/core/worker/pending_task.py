@@ -15,6 +15,7 @@ from tracedray.core.worker.retry_policy import RetryExceptions
 
 if TYPE_CHECKING:
     from tracedray.core.worker.core_worker import CoreWorker
+    from tracedray.core.worker.memory_store import MemoryStore
 
 
 @dataclass
@@ -52,8 +53,14 @@ class PendingTask:
 
 def stored_error(worker: CoreWorker, value: common_pb2.ObjectValue) -> BaseException | None:
     """The exception an error value holds, as the caller's get() would raise it."""
+    return loaded_error(worker.objects.load, value)
+
+
+def loaded_error(load: Callable[[common_pb2.ObjectValue], Any],
+                 value: common_pb2.ObjectValue) -> BaseException | None:
+    """The exception ``load`` raises for an error value (None: it is not one)."""
     try:
-        worker.objects.load(value)
+        load(value)
     except BaseException as exc:  # noqa: BLE001 - it is the value we want
         return exc
     return None
@@ -88,8 +95,14 @@ class DependencyResolver:
     the task to that error (``on_failed``), as Ray propagates failures along a DAG.
     """
 
-    def __init__(self, worker: CoreWorker) -> None:
-        self._worker = worker
+    def __init__(self, worker_id: str, memory_store: MemoryStore, *,
+                 fetch_from_owner: Callable[[bytes, Address, float | None],
+                                            common_pb2.ObjectValue],
+                 background: Callable[..., bool]) -> None:
+        self._worker_id = worker_id  # refs owned by it resolve from the memory store
+        self._memory_store = memory_store
+        self._fetch_from_owner = fetch_from_owner
+        self._background = background
         self._lock = threading.Lock()
 
     def resolve(self, task: PendingTask, on_ready: Callable[[PendingTask], None],
@@ -124,17 +137,16 @@ class DependencyResolver:
         def deliver_to(index: int) -> Callable[[common_pb2.ObjectValue], None]:
             return lambda value: arrived(index, value)
 
-        worker = self._worker
         for index, object_id, owner in task.unresolved:
             deliver = deliver_to(index)
-            if owner is None or owner.worker_id == worker.worker_id:
-                worker.memory_store.on_ready(object_id, _ignoring_id(deliver))
+            if owner is None or owner.worker_id == self._worker_id:
+                self._memory_store.on_ready(object_id, _ignoring_id(deliver))
             else:
-                worker.background(self._fetch_borrowed, object_id, owner, deliver)
+                self._background(self._fetch_borrowed, object_id, owner, deliver)
 
     def _fetch_borrowed(self, object_id: bytes, owner: Address,
                         deliver: Callable[[common_pb2.ObjectValue], None]) -> None:
-        deliver(self._worker.values.fetch_from_owner(object_id, owner, timeout_s=None))
+        deliver(self._fetch_from_owner(object_id, owner, None))
 
 
 def _ignoring_id(deliver: Callable[[common_pb2.ObjectValue], None]

@@ -15,19 +15,23 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from tracedray import config, logs, telemetry
 from tracedray._proto.v1 import common_pb2, gcs_pb2
 from tracedray.core.address import Address
+from tracedray.core.worker.pending_task import PendingTask, error_value
 from tracedray.exceptions import ObjectLostError, RaySystemError
 from tracedray.telemetry import attributes as A
 
 if TYPE_CHECKING:
     from tracedray.core.gcs.client import GcsClient
-    from tracedray.core.worker.core_worker import CoreWorker
-    from tracedray.core.worker.pending_task import PendingTask
+    from tracedray.core.worker.lineage import Lineage
+    from tracedray.core.worker.memory_store import MemoryStore
+    from tracedray.core.worker.reference_table import ReferenceTable
+    from tracedray.core.worker.task_events import TaskEventBuffer
 
 log = logs.get_logger(__name__)
 # How often one task is run again to rebuild its results (nodes may keep dying).
@@ -91,9 +95,18 @@ class RecoveryStatistics:
 
 
 class Recovery:
-    def __init__(self, worker: CoreWorker) -> None:
-        self._worker = worker
-        self.nodes = NodeDirectory(worker.gcs)
+    def __init__(self, nodes: NodeDirectory, node_id: str, references: ReferenceTable,
+                 memory_store: MemoryStore, lineage: Lineage, task_events: TaskEventBuffer, *,
+                 submit: Callable[[PendingTask], None],
+                 lease_nodes: Callable[[], set[str]]) -> None:
+        self.nodes = nodes
+        self._node_id = node_id
+        self._references = references
+        self._memory_store = memory_store
+        self._lineage = lineage
+        self._task_events = task_events
+        self._submit = submit  # to the task submitter
+        self._lease_nodes = lease_nodes  # nodes this process holds worker leases on
         self._handled: set[str] = set()
         self._lock = threading.Lock()
         self._rebuilt = self._lost = 0
@@ -108,10 +121,9 @@ class Recovery:
             self.check_nodes()
 
     def _has_remote_interest(self) -> bool:
-        worker = self._worker
-        here = worker.node_id
-        return any(n != here for n in worker.lineage.nodes()) or any(
-            n != here for n in worker.submitter.lease_nodes())
+        here = self._node_id
+        return any(n != here for n in self._lineage.nodes()) or any(
+            n != here for n in self._lease_nodes())
 
     def check_nodes(self, *, force: bool = False) -> set[str]:
         """Refresh the node table and handle nodes that died since; returns the dead ones."""
@@ -137,8 +149,7 @@ class Recovery:
 
     # --- a node died
     def _on_node_dead(self, info: gcs_pb2.NodeInfo) -> None:
-        worker = self._worker
-        owned_there = [oid for oid, entry in worker.references.snapshot()
+        owned_there = [oid for oid, entry in self._references.snapshot()
                        if entry.owned and entry.store_node_id == info.node_id]
         attributes: dict[str, str | int] = {A.NODE_ID: info.node_id,
                                             A.NODE_DEATH_REASON: info.death_reason,
@@ -150,14 +161,13 @@ class Recovery:
                 self.rebuild_or_fail(object_id, info)
 
     def rebuild_or_fail(self, object_id: bytes, info: gcs_pb2.NodeInfo) -> None:
-        worker = self._worker
-        if worker.memory_store.get_if_ready(object_id) is None:
+        if self._memory_store.get_if_ready(object_id) is None:
             return  # being rebuilt already (or never finished)
-        taken = worker.lineage.take_for_rebuild(object_id, max_rebuilds=MAX_REBUILDS)
+        taken = self._lineage.take_for_rebuild(object_id, max_rebuilds=MAX_REBUILDS)
         cause = f"node {info.node_id[:12]} ({info.raylet.ip}) died: {info.death_reason}"
         if taken is None:
             why = ("it was made by put() (or its task's lineage is gone), so it cannot be "
-                   "rebuilt" if not worker.lineage.has(object_id)
+                   "rebuilt" if not self._lineage.has(object_id)
                    else f"it was rebuilt {MAX_REBUILDS} time(s) already")
             self._replace_with_error(object_id, f"its only copy was on {cause}; {why}")
             return
@@ -171,18 +181,33 @@ class Recovery:
             log.warning("object.reconstruct", object_id=object_id.hex(),
                         task_id=spec.task_id.hex(), function=spec.function_name,
                         attempt=spec.attempt, cause=cause)
-            worker.resubmit(spec, list(return_ids))
+            self._resubmit(spec, list(return_ids))
+
+    def _resubmit(self, spec: common_pb2.TaskSpec, return_ids: list[bytes]) -> None:
+        """Run a finished task again to rebuild its lost results (lineage). Its ref
+        arguments that are still referenced resolve again, so a lost input is waited
+        for (it may be being rebuilt too)."""
+        task = PendingTask(spec=spec, return_ids=return_ids, dep_ids=[], unresolved=[],
+                           retries_left=spec.max_retries)
+        for index, arg in enumerate(spec.args):
+            object_id = arg.value.object_id
+            entry = self._references.get(object_id) if arg.is_ref else None
+            if entry is not None:
+                task.dep_ids.append(object_id)
+                task.unresolved.append((index, object_id, None if entry.owned else entry.owner))
+                arg.ClearField("value")
+        self._references.add_submitted(task.dep_ids)
+        self._memory_store.delete(return_ids)  # get() waits for the rebuilt values
+        self._task_events.record(spec, "PENDING_ARGS_AVAIL")
+        self._submit(task)
 
     def _replace_with_error(self, object_id: bytes, reason: str) -> None:
-        from tracedray.core.worker.pending_task import error_value
-
         with self._lock:
             self._lost += 1
         log.error("object.lost", object_id=object_id.hex(), reason=reason)
-        worker = self._worker
-        worker.memory_store.delete([object_id])
-        worker.memory_store.put(object_id, error_value(object_id,
-                                                       ObjectLostError(object_id.hex(), reason)))
+        self._memory_store.delete([object_id])
+        self._memory_store.put(object_id, error_value(object_id,
+                                                      ObjectLostError(object_id.hex(), reason)))
 
     # --- tasks whose inputs were there
     def refresh_inputs(self, task: PendingTask) -> bool:
@@ -193,10 +218,9 @@ class Recovery:
         stale = stale_args(task.spec, dead)
         if not stale:
             return False
-        worker = self._worker
         for index in stale:
             object_id = task.spec.args[index].value.object_id
-            entry = worker.references.get(object_id)
+            entry = self._references.get(object_id)
             if entry is None:
                 raise ObjectLostError(object_id.hex(), "its only copy was on a dead node and "
                                       "no reference to it is left to rebuild it from")
@@ -212,7 +236,7 @@ class Recovery:
         dead node's objects are being rebuilt before the task resolves them again)."""
         from tracedray.core.gcs.node_health import LISTENING, probe_port
 
-        here = self._worker.node_id
+        here = self._node_id
         holders = {arg.value.store_node_id for arg in spec.args
                    if arg.is_ref and arg.value.store_node_id not in ("", here)}
         for node_id in sorted(holders):

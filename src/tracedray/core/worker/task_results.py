@@ -1,0 +1,37 @@
+"""Where the results of this process's tasks go: the owner's result sink.
+
+A finished task's values are stored as owned objects (its lineage kept first, so a
+result dropped already releases it too), its end is recorded unless the executing
+worker recorded it, and its arguments are let go.
+"""
+
+from __future__ import annotations
+
+from tracedray._proto.v1 import common_pb2
+from tracedray.core.worker.lineage import Lineage
+from tracedray.core.worker.ownership import Ownership
+from tracedray.core.worker.pending_task import PendingTask
+from tracedray.core.worker.reference_table import ReferenceTable
+from tracedray.core.worker.task_events import TaskEventBuffer
+
+
+class TaskResults:
+    def __init__(self, lineage: Lineage, ownership: Ownership, references: ReferenceTable,
+                 task_events: TaskEventBuffer) -> None:
+        self._lineage = lineage
+        self._ownership = ownership
+        self._references = references
+        self._task_events = task_events
+
+    def finish(self, task: PendingTask, values: list[common_pb2.ObjectValue], state: str, *,
+               reported_by_executor: bool = False) -> None:
+        """Store a task's results. The executing worker already recorded how it ended,
+        unless it never ran it (crash, cancel, failed dependency): then the owner does."""
+        if state == "FINISHED":
+            # Before storing: a result dropped already is released there, lineage too.
+            self._lineage.record(task.spec, task.return_ids, values)
+        for value in values:
+            self._ownership.store_value(value, state)
+        if not reported_by_executor:
+            self._task_events.record(task.spec, state)
+        self._ownership.run_release_actions(self._references.remove_submitted(task.dep_ids))
