@@ -7,7 +7,7 @@ import weakref
 from typing import Any, NoReturn
 
 from tracedray._proto.v1 import gcs_pb2
-from tracedray.api import arity
+from tracedray.api import arity, runtime
 from tracedray.api import options as opts
 
 
@@ -39,11 +39,9 @@ class ActorClass:
         return getattr(cls, name)
 
     def remote(self, *args: Any, **kwargs: Any) -> ActorHandle:
-        from tracedray.api.calls import global_runtime
-
         # The constructor's arity is checked by the runtime: after get_if_exists found
         # none, as in Ray (an existing actor is returned whatever the arguments).
-        return global_runtime().create_actor(self._cls, args, kwargs, self._options)
+        return runtime.global_runtime().create_actor(self._cls, args, kwargs, self._options)
 
 
 def _methods(cls: type) -> dict[str, int]:
@@ -86,7 +84,6 @@ def exit_actor() -> NoReturn:
     """End the current actor for good, from one of its methods (Ray's
     ``ray.actor.exit_actor``): this call and every call after it fail with
     ``ActorDiedError``; the actor is not restarted."""
-    from tracedray.api import runtime
     from tracedray.core.worker.task_executor import ActorExit
 
     worker = runtime.current()
@@ -166,13 +163,11 @@ class ActorHandle:
 
     def _call(self, method: str, args: Any, kwargs: Any, num_returns: int,
               max_task_retries: int | None, retry_exceptions: Any = None) -> Any:
-        from tracedray.api.calls import global_runtime
-
         checked = self._arities.get(method)
         if checked is not None:
             checked.check(args, kwargs)
-        return global_runtime().submit_actor_task(self, method, args, kwargs, num_returns,
-                                                  max_task_retries, retry_exceptions)
+        return runtime.global_runtime().submit_actor_task(
+            self, method, args, kwargs, num_returns, max_task_retries, retry_exceptions)
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (ActorHandle, (self._actor_id, self._class_name, self._methods,

@@ -17,7 +17,8 @@ from typing import Any
 from tracedray import config, logs, telemetry
 from tracedray._proto.v1 import gcs_pb2
 from tracedray.api import exit_hook, runtime
-from tracedray.api.runtime import Runtime
+from tracedray.api.actor import ActorHandle
+from tracedray.api.runtime import Runtime, global_runtime
 from tracedray.core import auth, ids, node, object_ref, session
 from tracedray.core.address import parse_host_port
 from tracedray.core.object_ref import ObjectRef
@@ -86,9 +87,10 @@ def init(address: str | None = None, *, num_cpus: float | None = None,
             raise RaySystemError("tracedray.init() was called twice; call shutdown() first "
                                  "or pass ignore_reinit_error=True")
         if local_mode:
-            from tracedray.api.local_mode import start_local_mode
+            from tracedray.api.local_mode import LOCAL_ADDRESS, start_local_mode
 
-            _cluster = start_local_mode(namespace or "")
+            rt, paths, ns = start_local_mode(namespace or "")
+            _cluster = _Cluster(rt, None, paths, LOCAL_ADDRESS, ns)
             return _context_info()
         if "log_to_driver" in kwargs:
             os.environ[config.LOG_TO_DRIVER.name] = "1" if kwargs["log_to_driver"] else "0"
@@ -296,17 +298,11 @@ def _context_info() -> dict[str, Any]:
             "namespace": _cluster.namespace, "node_id": _cluster.runtime.node_id}
 
 
-def global_runtime() -> Runtime:
-    """The current runtime, starting a local cluster first if needed (as Ray does)."""
-    rt = runtime.current_runtime()
-    if rt is not None:
-        return rt
+def init_unless_initialized() -> None:
+    """``init()`` with its defaults, unless a runtime is set (``runtime.global_runtime``)."""
     with _init_lock:
         if runtime.current_runtime() is None:
             init()
-    rt = runtime.current_runtime()
-    assert rt is not None
-    return rt
 
 
 def global_worker() -> Any:
@@ -362,16 +358,12 @@ def cancel(object_ref: ObjectRef, *, force: bool = False, recursive: bool = True
 
 # --- actors
 def kill(actor: Any, *, no_restart: bool = True) -> None:
-    from tracedray.api.actor import ActorHandle
-
     if not isinstance(actor, ActorHandle):
         raise TypeError(f"kill() takes an actor handle, got {type(actor).__name__}")
     global_runtime().kill(actor._actor_id, no_restart)
 
 
 def get_actor(name: str, namespace: str | None = None) -> Any:
-    from tracedray.api.actor import ActorHandle
-
     if not isinstance(name, str) or not name:
         raise ValueError("get_actor() needs a non-empty actor name")
     rt = global_runtime()

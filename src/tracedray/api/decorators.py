@@ -6,12 +6,13 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
+from tracedray.api import options as opts
+from tracedray.api.actor import ActorClass
+from tracedray.api.remote_function import RemoteFunction
+
 
 def remote(*args: Any, **options: Any) -> Any:
     """``@remote`` or ``@remote(num_cpus=..., ...)`` on a function or a class."""
-    from tracedray.api.actor import ActorClass
-    from tracedray.api.remote_function import RemoteFunction
-
     def make(target: Any) -> Any:
         if inspect.isclass(target):
             return ActorClass(target, options)
@@ -40,8 +41,6 @@ RAY_ONLY_METHOD_OPTIONS = frozenset({"concurrency_group", "enable_task_events",
 def method(**options: Any) -> Callable[[Any], Any]:
     """Declare an actor method's defaults (``num_returns``, ``max_task_retries``,
     ``retry_exceptions``); ``.options()`` on a call overrides them."""
-    from tracedray.api import options as opts
-
     ours = {k: v for k, v in options.items() if k not in RAY_ONLY_METHOD_OPTIONS}
     checked = opts.validate(ours, opts.METHOD_OPTIONS, "@method")
 

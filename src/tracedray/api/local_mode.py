@@ -23,23 +23,20 @@ import time
 import traceback
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from opentelemetry import trace as otel_trace
 
 from tracedray import logs, telemetry
 from tracedray._proto.v1 import gcs_pb2
 from tracedray.api import runtime
+from tracedray.api.actor import ActorHandle, _methods, constructor_arity, method_arities
 from tracedray.api.call_site import user_call_site
 from tracedray.core import ids, session
 from tracedray.core.object_ref import ObjectRef
 from tracedray.core.serialization import Serialized, deserialize, serialize
 from tracedray.exceptions import ActorDiedError, ObjectLostError, RayTaskError
 from tracedray.telemetry import attributes as A
-
-if TYPE_CHECKING:
-    from tracedray.api.actor import ActorHandle
-    from tracedray.api.calls import _Cluster
 
 log = logs.get_logger("tracedray.core.local_mode")  # the logger its lines name (the record)
 
@@ -275,8 +272,6 @@ class LocalRuntime:
     # --- actors
     def create_actor(self, cls: type, args: Sequence[Any], kwargs: Mapping[str, Any],
                      options: Mapping[str, Any]) -> ActorHandle:
-        from tracedray.api.actor import ActorHandle, _methods, constructor_arity, method_arities
-
         name = options.get("name") or ""
         namespace = options.get("namespace")
         namespace = self.namespace if namespace is None else namespace
@@ -488,10 +483,9 @@ def _split(name: str, output: Any, num_returns: int) -> list[Any]:
     return outputs
 
 
-def start_local_mode(namespace: str) -> _Cluster:
-    """A session directory, telemetry and logs for the driver, and the in-process worker."""
-    from tracedray.api.calls import _Cluster
-
+def start_local_mode(namespace: str) -> tuple[LocalRuntime, session.SessionPaths, str]:
+    """A session directory, telemetry and logs for the driver, and the in-process worker
+    (the current runtime): the runtime, the session and the namespace."""
     paths = session.create_session()
     job_id = ids.new_job_id()
     node_id = ids.new_node_id()
@@ -507,7 +501,7 @@ def start_local_mode(namespace: str) -> _Cluster:
     runtime.set_current(rt)
     log.info("driver.local_mode", job_id=job_id.hex(), session=str(paths.root),
              started_at=time.time())
-    return _Cluster(rt, None, paths, LOCAL_ADDRESS, ns)
+    return rt, paths, ns
 
 
 def _export_spans(paths: session.SessionPaths) -> None:

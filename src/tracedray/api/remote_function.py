@@ -6,7 +6,7 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
-from tracedray.api import arity
+from tracedray.api import arity, runtime
 from tracedray.api import options as opts
 
 
@@ -32,9 +32,7 @@ class RemoteFunction:
         return clone
 
     def remote(self, *args: Any, **kwargs: Any) -> Any:
-        from tracedray.api.calls import global_runtime
-
         if self._arity is not None:
             self._arity.check(args, kwargs)
-        return global_runtime().submit_task(self._function, self._name, args, kwargs,
+        return runtime.global_runtime().submit_task(self._function, self._name, args, kwargs,
                                             self._options)

@@ -93,6 +93,21 @@ def current() -> Any:
     return current_worker.current()
 
 
+def global_runtime() -> Runtime:
+    """The current runtime, starting a local cluster first if needed (as Ray does)."""
+    rt = _current
+    if rt is not None:
+        return rt
+    # Only a program that calls the API before init() loads it here: calls builds on
+    # this module.
+    from tracedray.api import calls
+
+    calls.init_unless_initialized()
+    rt = _current
+    assert rt is not None
+    return rt
+
+
 def set_current(rt: Runtime | None) -> None:
     global _current
     with _lock:

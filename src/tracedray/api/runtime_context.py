@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from tracedray.api import runtime
+
 
 class RuntimeContext:
     def __init__(self, worker: Any) -> None:
@@ -38,6 +40,4 @@ class RuntimeContext:
 
 
 def get_runtime_context() -> RuntimeContext:
-    from tracedray.api.calls import global_worker
-
-    return RuntimeContext(global_worker())
+    return RuntimeContext(runtime.global_runtime().worker)
