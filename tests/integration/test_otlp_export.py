@@ -251,7 +251,7 @@ def test_a_stopped_agent_exports_what_the_session_s_live_writers_still_record(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The GCS of a cluster started by init() stops after the raylet and its agent; what
     it records meanwhile still reaches the endpoint."""
-    from tracedray.core.raylet.telemetry_agent import start_agent, stop_agent
+    from tracedray.core.raylet.agent_process import start_agent, stop_agent
     from tracedray.core.session import create_session
 
     session = create_session(tmp_path / "root").root

@@ -15,3 +15,17 @@ def test_server_processes_do_not_load_rich(module: str) -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=60, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_the_raylet_does_not_load_what_only_the_agent_or_a_query_uses() -> None:
+    """sqlite (the trace index, the GCS's cold tier) and the telemetry agent's own code
+    stay out of the raylet: an idle raylet uses neither (benchmarks/footprint.py)."""
+    modules = ["tracedray.core.raylet.main", "tracedray.core.raylet.server",
+               "tracedray.core.raylet.metrics", "tracedray.metrics.serve",
+               "tracedray.core.gcs.launch", "tracedray.core.gcs.supervisor"]
+    code = (f"import sys, {', '.join(modules)}; "
+            "print(sorted(m for m in ('sqlite3', 'tracedray.core.raylet.telemetry_agent', "
+            "'tracedray.telemetry.trace_index') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=60, check=True)
+    assert out.stdout.strip() == "[]"

@@ -27,6 +27,7 @@ from tracedray.exceptions import (
     RayError,
     RaySystemError,
 )
+from tracedray.telemetry import trace_index
 
 log = logs.get_logger(__name__)
 STARTUP_TIMEOUT_S = 60.0
@@ -184,6 +185,11 @@ def start_raylet(session: SessionPaths, *, gcs_address: str, ip: str, resources:
     if supervise_gcs is not None:
         spec, gcs_pid = supervise_gcs
         args += ["--supervise-gcs", spec.to_json(), "--gcs-pid", str(gcs_pid)]
+    # The session's (empty) trace index exists before the node's agent starts, so that
+    # readers know the session is indexed; made here, the raylet never loads sqlite.
+    warning = trace_index.create_index(session.root)
+    if warning:
+        log.warning("telemetry.index_unavailable", detail=warning)
     process = _spawn("tracedray.core.raylet.main", args, f"raylet-{node_id[:8]}", session, detach,
                      settings)
     data = _wait_ready(ready, process, f"raylet-{node_id[:8]}", session)

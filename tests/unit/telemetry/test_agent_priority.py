@@ -6,7 +6,7 @@ import os
 import subprocess
 import sys
 
-from tracedray.core.raylet.telemetry_agent import NICENESS, lower_priority
+from tracedray.core.raylet.agent_process import NICENESS, lower_priority
 
 
 def test_the_agent_gets_the_idle_policy_where_there_is_one_and_nice_19_anyway() -> None:

@@ -12,7 +12,6 @@ from tracedray.telemetry.append_file import read_data
 from tracedray.telemetry.line_file import line_files
 from tracedray.telemetry.line_spool import sync_lines_dir
 from tracedray.telemetry.spool_convert import sync_traces_dir
-from tracedray.telemetry.trace_index import matching_lines
 
 if TYPE_CHECKING:
     from tracedray.core.raylet.server import Raylet
@@ -35,6 +34,9 @@ class NodeRpcs:
         if request.subdir == "traces":
             sync_traces_dir(folder)  # every span that had ended, not only what the agent did
         if request.keys:  # the matching lines alone, found through the node's index
+            # Imported here: an idle raylet never loads sqlite (~1.5 MB of RSS).
+            from tracedray.telemetry.trace_index import matching_lines
+
             if request.subdir == "logs":
                 sync_lines_dir(folder)  # every line that was logged
             by_file: dict[str, list[bytes]] = {}

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from tracedray import config, logs, telemetry
 from tracedray._proto.v1 import gcs_pb2, raylet_pb2_grpc
-from tracedray.core import rpc
+from tracedray.core import allocator, rpc
 from tracedray.core.address import Address
 from tracedray.core.gcs import node_health
 from tracedray.core.gcs.client import GcsClient
@@ -28,6 +28,7 @@ from tracedray.core.object_store.store import FREE_RELEASED, ObjectStore
 from tracedray.core.raylet import idle_reaping as ir
 from tracedray.core.raylet import lease_reclaim as lr
 from tracedray.core.raylet import worker_pool as wp
+from tracedray.core.raylet.agent_process import start_agent, stop_agent
 from tracedray.core.raylet.drivers import Drivers
 from tracedray.core.raylet.heartbeats import Heartbeats, HeartbeatStatistics
 from tracedray.core.raylet.lease_rpcs import LeaseRpcs
@@ -39,7 +40,6 @@ from tracedray.core.raylet.object_frees import ObjectFrees, ObjectFreeStatistics
 from tracedray.core.raylet.object_rpcs import ObjectRpcs
 from tracedray.core.raylet.objects import NodeObjects
 from tracedray.core.raylet.seal_channel import SealChannelServer, socket_name
-from tracedray.core.raylet.telemetry_agent import start_agent, stop_agent
 from tracedray.core.raylet.transfers import TransferTable
 from tracedray.core.raylet.worker_exits import WorkerExits
 from tracedray.core.raylet.worker_states import WorkerState
@@ -47,6 +47,9 @@ from tracedray.exceptions import ConfigError, RaySystemError
 from tracedray.telemetry import attributes as A
 
 log = logs.get_logger(__name__)
+# How often the idle reaper asks the C allocator to return free memory (a trim of the
+# raylet's heap takes well under a millisecond).
+TRIM_INTERVAL_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -249,8 +252,11 @@ class Raylet:
         # Several checks per timeout, so a worker goes soon after its time is up;
         # at most 1 s apart, at least 50 ms (each check is a pass over the pool).
         interval = min(1.0, max(0.05, self.idle_worker_timeout_s / 4))
-        reclaim_at = 0.0
+        reclaim_at = trim_at = 0.0
         while not self._stopped.wait(interval):
+            if time.monotonic() >= trim_at:  # what a burst freed goes back to the system
+                trim_at = time.monotonic() + TRIM_INTERVAL_S
+                allocator.release_free_memory()
             _survive(functools.partial(self.leasing.reap_idle_workers,
                                        self.idle_worker_timeout_s, self.worker_soft_limit),
                      "worker.reap_failed")

@@ -40,7 +40,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
-import select
 import signal
 import subprocess
 import sys
@@ -51,8 +50,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from tracedray import config, logs
-from tracedray.core.process import process_alive, terminate
+from tracedray import logs
+from tracedray.core.process import process_alive
+from tracedray.core.raylet.agent_process import NICENESS, lower_priority, start_agent
 from tracedray.core.raylet.conversion_policy import CpuMeter, conversion_due
 from tracedray.telemetry import export_config
 from tracedray.telemetry._host import advertise_ip
@@ -64,16 +64,14 @@ from tracedray.telemetry.spool_convert import (
     has_unconverted,
     sync_traces_dir,
 )
-from tracedray.telemetry.trace_index import IndexWriter, create_index
+from tracedray.telemetry.trace_index import IndexWriter
 
 DEFAULT_INTERVAL_S = 0.5
-NICENESS = 19
 AGENT_BYTES_PER_ROUND = 256 << 10  # ~700 spans, ~5 ms of CPU under one lock: a starved
 # SCHED_IDLE agent holding a lock a reader waits on finishes that much, not more
 POLL_S = 0.05
 PARENT_CHECK_S = 0.5
 WRITERS_POLL_S = 0.25  # how often a stopped agent looks for what live writers added
-STOP_TIMEOUT_S = 15.0  # a final conversion of a long burst's backlog takes seconds
 
 if TYPE_CHECKING:
     from tracedray.telemetry.agent_export import ExportLoop
@@ -205,46 +203,6 @@ class SpoolConverter:
             return AgentStatistics(**vars(self._stats))
 
 
-def start_agent(session_dir: Path, node_id: str, *,
-                only_pid: int = 0, ip: str = "") -> subprocess.Popen[bytes]:
-    """Start this node's agent as a child of the calling (raylet) process.
-
-    Its stdout is a pipe on which it says when its last conversion is done
-    (:func:`stop_agent` waits for that). ``only_pid``: export that process's files only
-    (a driver's own agent, in a session of its own: see :func:`start_for_driver`).
-    """
-    if not only_pid:
-        warning = create_index(session_dir)
-        if warning:
-            log.warning("telemetry.index_unavailable", detail=warning)
-    # SIGTERM blocked from its first instruction until its handler is in place (main):
-    # a node stopped while its agent still imports would lose that agent's conversion
-    # and export; the blocked signal waits for the handler instead.
-    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGTERM])
-    try:
-        process = _spawn_agent(session_dir, node_id, only_pid, ip)
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
-    lower_priority(process.pid)  # from its first instruction, not once it has started
-    return process
-
-
-def _spawn_agent(session_dir: Path, node_id: str, only_pid: int,
-                 ip: str) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "tracedray.core.raylet.telemetry_agent",
-         "--session-dir", str(session_dir), "--node-id", node_id, "--ip", ip,
-         "--parent-pid", str(os.getpid()),
-         "--interval", str(config.TELEMETRY_AGENT_INTERVAL_S.get()),
-         "--max-defer", str(config.TELEMETRY_AGENT_MAX_DEFER_S.get()),
-         "--linger", str(config.OTLP_EXPORT_LINGER_S.get()),
-         *(("--only-pid", str(only_pid)) if only_pid else ())],
-        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL if only_pid else subprocess.PIPE,
-        # A driver's own agent outlives the driver (it exports what the driver left) and
-        # must not get the terminal's Ctrl-C.
-        start_new_session=bool(only_pid))
-
-
 def start_for_driver(session_dir: Path) -> subprocess.Popen[bytes] | None:
     """Start an agent for this driver's files, if they are to be exported and no agent
     on this machine exports ``session_dir`` to the same destination; None otherwise.
@@ -267,43 +225,6 @@ def start_for_driver(session_dir: Path) -> subprocess.Popen[bytes] | None:
     except Exception as exc:  # export must never stop a driver from starting
         log.warning("telemetry.agent_start_failed", error=f"{type(exc).__name__}: {exc}")
         return None
-
-
-def lower_priority(pid: int) -> str:
-    """Give process ``pid`` (0: this one) the lowest CPU priority; returns the policy.
-
-    Nice 19 alone still lets it preempt a task's process when it wakes and take ~1.5%
-    of a busy core; ``SCHED_IDLE`` (Linux) does neither. The nice value is set too,
-    for systems without it and for tools that only show niceness.
-    """
-    with contextlib.suppress(OSError):
-        os.setpriority(os.PRIO_PROCESS, pid, NICENESS)
-    idle = getattr(os, "SCHED_IDLE", None)
-    if idle is None:
-        return "nice"
-    try:
-        os.sched_setscheduler(pid, idle, os.sched_param(0))
-    except OSError:
-        return "nice"
-    return "idle"
-
-
-def stop_agent(process: subprocess.Popen[bytes]) -> None:
-    """SIGTERM: the agent converts what is left; SIGKILL if that takes too long.
-
-    Waits for the agent to say its conversion is done (or to exit), not for its
-    export: it may keep exporting, for up to TRACEDRAY_OTLP_EXPORT_LINGER_S, after the
-    raylet (and the driver that started it) are gone.
-    """
-    if process.poll() is not None or process.stdout is None:
-        terminate(process, STOP_TIMEOUT_S)
-        return
-    process.terminate()
-    ready, _, _ = select.select([process.stdout], [], [], STOP_TIMEOUT_S)
-    if not ready:  # neither the notice nor an exit (EOF) came: too long
-        process.kill()
-        process.wait()
-    process.stdout.close()
 
 
 def main() -> None:
@@ -340,7 +261,7 @@ def main() -> None:
     # A Ctrl-C meant for the driver reaches its whole process group: the agent ends
     # with its parent instead, after its last conversion and export.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGTERM])  # see start_agent
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGTERM])  # agent_process.start_agent
     last_parent_check = [0.0]
 
     def should_stop() -> bool:
@@ -404,7 +325,7 @@ def live_writers(session_dir: Path, only_pid: int = 0) -> list[int]:
 
 
 def _say_converted() -> None:
-    """Tell the raylet (stop_agent) that the last conversion is done."""
+    """Tell the raylet (agent_process.stop_agent) that the last conversion is done."""
     with contextlib.suppress(OSError, ValueError):
         sys.stdout.write("converted\n")
         sys.stdout.flush()

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import psutil
 
-from tracedray.core.gcs.storage import allocator
+from tracedray.core import allocator
 from tracedray.core.gcs.storage.policy import FlushPolicy
 from tracedray.core.gcs.storage.tiered import TableFlushResult, TieredTable
 from tracedray.logs import get_logger
