@@ -407,6 +407,21 @@ def test_a_restarted_gcs_releases_the_actor_workers_it_does_not_use() -> None:
     assert of(ev.KillWorker, actions)[0].reason.startswith(ws.STOP_ACTOR_UNUSED)
 
 
+def test_a_restarted_gcs_adopts_one_worker_of_each_actor_it_was_creating() -> None:
+    b = Book(cpus=3.0)
+    b.idle_workers(3)
+    first = b.grant(actor_id=b"a", requester=None, may_spill=False)
+    second = b.grant(actor_id=b"a", requester=None, may_spill=False)  # overlapping restarts
+    other = b.grant(actor_id=b"b", requester=None, may_spill=False)
+    actions = b(ev.UnusedActorWorkersReleased(frozenset(), "restarted", frozenset({b"a"})))
+    (adopted,) = of(ev.ActorWorkerAdopted, actions)
+    assert adopted.actor_id == b"a"
+    assert adopted.worker_id in (first.worker_id, second.worker_id)
+    spare = ({first.worker_id, second.worker_id} - {adopted.worker_id}).pop()
+    assert sorted(k.worker_id for k in of(ev.KillWorker, actions)) == sorted(
+        [spare, other.worker_id])
+
+
 def test_unused_actor_workers_are_the_live_ones_the_gcs_does_not_name() -> None:
     def slot(worker_id: str, state: WorkerState = WorkerState.ACTOR, actor_id: bytes = b"a",
              killing: bool = False) -> WorkerSlot:

@@ -46,6 +46,22 @@ def test_a_recovered_actor_is_placed_again_only_while_its_creation_was_under_way
     assert kinds(step) == ([lc.Place] if state in LIVING else [])
 
 
+@pytest.mark.parametrize("state", LIVING)
+def test_a_recovered_actor_goes_on_on_the_worker_the_raylet_kept_for_it(
+        state: ActorState) -> None:
+    step = lc.handle(actor(state), lc.Recovered(adopted=W1))
+    assert step.actions == (lc.ResumeCreation("n1", W1),)
+    assert step.actor.worker == W1 and step.actor.placing == ("n1",)
+    # __init__ then ends on it as on any worker granted for the creation
+    alive = lc.handle(step.actor, lc.InitEnded("n1", W1, Outcome.RETURNED))
+    assert (alive.actor.state, alive.actor.recorded, alive.actor.placing) == (lc.ALIVE, W1, ())
+
+
+def test_a_worker_kept_for_an_actor_killed_meanwhile_is_withdrawn() -> None:
+    step = lc.handle(actor(lc.DEAD, cause="its job ended"), lc.Recovered(adopted=W1))
+    assert step.actions == (lc.Withdraw("n1", "its job ended"),)
+
+
 def test_a_record_recovers_the_worker_of_an_alive_actor_only() -> None:
     info = gcs_pb2.ActorInfo(actor_id=b"a", state="ALIVE", num_restarts=1, death_cause="x")
     info.address.CopyFrom(W1.to_proto())

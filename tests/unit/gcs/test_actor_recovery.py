@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from tracedray._proto.v1 import common_pb2, gcs_pb2
+from tracedray._proto.v1 import common_pb2, gcs_pb2, raylet_pb2
+from tracedray.core.address import Address
 from tracedray.core.gcs import actor_recovery as ar
 from tracedray.core.gcs.actor_manager import ActorManager
 
@@ -30,6 +31,18 @@ def test_the_workers_in_use_are_the_alive_actors_own_per_node() -> None:
               actor(b"x", "ALIVE", "gone", "w6")]  # a node not asked
     assert ar.workers_in_use(actors, ["n1", "n2", "n3"]) == {
         "n1": ["w1", "w2"], "n2": ["w3"], "n3": []}
+
+
+def test_one_kept_worker_per_actor_is_adopted_and_the_others_are_spare() -> None:
+    def kept(actor_id: bytes, node_id: str, worker_id: str) -> raylet_pb2.AdoptedActorWorker:
+        return raylet_pb2.AdoptedActorWorker(actor_id=actor_id, worker=common_pb2.Address(
+            node_id=node_id, worker_id=worker_id))
+
+    adopted: dict[bytes, Address] = {}
+    spare = ar.adopt(adopted, [kept(b"a", "n1", "w1"), kept(b"b", "n1", "w2"),
+                               kept(b"a", "n2", "w3")])
+    assert {a: w.worker_id for a, w in adopted.items()} == {b"a": "w1", b"b": "w2"}
+    assert [(a, w.node_id, w.worker_id) for a, w in spare] == [(b"a", "n2", "w3")]
 
 
 def test_no_actor_means_no_worker_in_use() -> None:

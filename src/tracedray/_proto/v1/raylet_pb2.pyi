@@ -412,20 +412,32 @@ class WithdrawActorCreationRequest(_message.Message):
     def __init__(self, actor_id: _Optional[bytes] = ..., cause: _Optional[str] = ...) -> None: ...
 
 class WithdrawActorCreationReply(_message.Message):
-    __slots__ = ("withdrawn", "killed_worker_pids")
+    __slots__ = ("withdrawn", "killed_worker_pids", "adopted")
     WITHDRAWN_FIELD_NUMBER: _ClassVar[int]
     KILLED_WORKER_PIDS_FIELD_NUMBER: _ClassVar[int]
+    ADOPTED_FIELD_NUMBER: _ClassVar[int]
     withdrawn: int
     killed_worker_pids: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, withdrawn: _Optional[int] = ..., killed_worker_pids: _Optional[_Iterable[int]] = ...) -> None: ...
+    adopted: _containers.RepeatedCompositeFieldContainer[AdoptedActorWorker]
+    def __init__(self, withdrawn: _Optional[int] = ..., killed_worker_pids: _Optional[_Iterable[int]] = ..., adopted: _Optional[_Iterable[_Union[AdoptedActorWorker, _Mapping]]] = ...) -> None: ...
+
+class AdoptedActorWorker(_message.Message):
+    __slots__ = ("actor_id", "worker")
+    ACTOR_ID_FIELD_NUMBER: _ClassVar[int]
+    WORKER_FIELD_NUMBER: _ClassVar[int]
+    actor_id: bytes
+    worker: _common_pb2.Address
+    def __init__(self, actor_id: _Optional[bytes] = ..., worker: _Optional[_Union[_common_pb2.Address, _Mapping]] = ...) -> None: ...
 
 class ReleaseUnusedActorWorkersRequest(_message.Message):
-    __slots__ = ("keep_worker_ids", "cause")
+    __slots__ = ("keep_worker_ids", "cause", "adopt_actor_ids")
     KEEP_WORKER_IDS_FIELD_NUMBER: _ClassVar[int]
     CAUSE_FIELD_NUMBER: _ClassVar[int]
+    ADOPT_ACTOR_IDS_FIELD_NUMBER: _ClassVar[int]
     keep_worker_ids: _containers.RepeatedScalarFieldContainer[str]
     cause: str
-    def __init__(self, keep_worker_ids: _Optional[_Iterable[str]] = ..., cause: _Optional[str] = ...) -> None: ...
+    adopt_actor_ids: _containers.RepeatedScalarFieldContainer[bytes]
+    def __init__(self, keep_worker_ids: _Optional[_Iterable[str]] = ..., cause: _Optional[str] = ..., adopt_actor_ids: _Optional[_Iterable[bytes]] = ...) -> None: ...
 
 class ShutdownNodeRequest(_message.Message):
     __slots__ = ()

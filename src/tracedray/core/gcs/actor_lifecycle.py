@@ -8,6 +8,8 @@ States: PENDING_CREATION → ALIVE → (RESTARTING → ALIVE)* → DEAD.
 |---|---|---|---|
 | Registered | PENDING_CREATION | = | Save, Place |
 | Recovered (a restarted GCS) | PENDING_CREATION, RESTARTING | = | Place |
+| Recovered, adopted worker | PENDING_CREATION, RESTARTING | = (its worker) | ResumeCreation |
+| Recovered, adopted worker | DEAD (killed meanwhile) | = | Withdraw |
 | NodeChosen | living | = (placing += node) | RequestWorker |
 | LeaseAnswered, granted | living | = (current worker) | RunCreation |
 | LeaseAnswered, none | living | failure | a failure's |
@@ -40,8 +42,11 @@ worker (the raylet granted none) is about the incarnation waiting for one. As Ra
 A worker that died is restarted while ``max_restarts`` allows (-1: for ever).
 
 **GCS restarts.** A restarted GCS recovers each actor from its record: an ALIVE actor's
-worker kept running, a DEAD one stays dead, the others are placed again
-(``actor_recovery`` says what the raylets drop first).
+worker kept running, a DEAD one stays dead. For the others the GCS before had a creation
+under way: where a raylet holds a worker granted for it, the restarted GCS adopts that
+worker and pushes the creation task to it again (the worker runs ``__init__`` once and
+answers both pushes: ``worker/creation_once.py``), which spares a second worker start;
+otherwise it places the actor again (``actor_recovery`` says what the raylets drop).
 """
 
 from __future__ import annotations
@@ -118,7 +123,9 @@ class Registered:
 
 @dataclass(frozen=True)
 class Recovered:
-    """A restarted GCS read the actor's record."""
+    """A restarted GCS read the actor's record, and the raylets kept for it the worker
+    the GCS before was creating it on (``adopted``), or none."""
+    adopted: Address | None = None
 
 
 @dataclass(frozen=True)
@@ -191,6 +198,13 @@ class RunCreation:
 
 
 @dataclass(frozen=True)
+class ResumeCreation:
+    """Push the creation task again to the worker the GCS before was creating it on."""
+    node_id: str
+    worker: Address
+
+
+@dataclass(frozen=True)
 class KillWorker:
     node_id: str
     worker: Address
@@ -210,7 +224,8 @@ class Log:
     fields: tuple[tuple[str, Any], ...]
 
 
-Action = Save | Place | RequestWorker | RunCreation | KillWorker | Withdraw | Log
+Action = (Save | Place | RequestWorker | RunCreation | ResumeCreation | KillWorker | Withdraw
+          | Log)
 
 
 @dataclass(frozen=True)
@@ -228,7 +243,7 @@ def handle(actor: Actor, event: Event) -> Step:
     if isinstance(event, Registered):
         return Step(actor, (Save(), Place()))
     if isinstance(event, Recovered):
-        return Step(actor, (Place(),) if actor.state in UNSETTLED else ())
+        return _recovered(actor, event.adopted)
     if isinstance(event, NodeChosen):
         if actor.state is DEAD:
             return Step(actor)
@@ -246,6 +261,17 @@ def handle(actor: Actor, event: Event) -> Step:
             return Step(actor)
         return _failure(actor, actor.current_worker_id, f"its node {event.node_id[:12]} died")
     return _killed(actor, event)
+
+
+def _recovered(actor: Actor, adopted: Address | None) -> Step:
+    if adopted is None:
+        return Step(actor, (Place(),) if actor.state in UNSETTLED else ())
+    if actor.state in UNSETTLED:
+        return Step(dataclasses.replace(actor, worker=adopted,
+                                        placing=actor.placing + (adopted.node_id,)),
+                    (ResumeCreation(adopted.node_id, adopted),))
+    # Killed before the raylets answered: the worker kept for it must not stay behind.
+    return Step(actor, (Withdraw(adopted.node_id, actor.death_cause),))
 
 
 def _lease_answered(actor: Actor, event: LeaseAnswered) -> Step:

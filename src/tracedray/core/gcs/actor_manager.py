@@ -19,6 +19,7 @@ from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Any
 
 from tracedray import logs, telemetry
 from tracedray._proto.v1 import common_pb2, gcs_pb2, raylet_pb2
@@ -70,23 +71,26 @@ class ActorManager:
 
     def restore(self, infos: list[gcs_pb2.ActorInfo]) -> None:
         """After a GCS restart: the actors' workers kept running, so their state stands.
-        The creations the GCS before had under way start again, once the raylets it knew
-        have dropped what it left for them."""
+        The creations the GCS before had under way go on, once the raylets it knew have
+        dropped what it left for them and kept the workers it was creating actors on
+        (``actor_recovery``): on such a worker, or placed again."""
         with self._cond:
             for info in infos:
                 self._actors[info.actor_id] = lc.Actor.from_record(info)
                 self._records[info.actor_id] = info
                 if info.name and info.state != ActorState.DEAD.value:
                     self._names[(info.namespace, info.name)] = info.actor_id
+            unsettled = [actor_id for actor_id, actor in self._actors.items()
+                         if actor.state in lc.UNSETTLED]
         raylets = {node.info.node_id: Address.from_proto(node.info.raylet).target
                    for node in self._nodes() if node.info.state == "ALIVE"}
-        to_place = sum(self._actors[info.actor_id].state in lc.UNSETTLED for info in infos)
         if raylets:  # a GCS that recovered no node knows no raylet to ask
             self._placements_open.clear()
-            threading.Thread(target=self._release_unused_workers, args=(raylets, to_place),
+            threading.Thread(target=self._release_unused_workers, args=(raylets, unsettled),
                              daemon=True, name="tracedray-actor-recovery").start()
-        for info in infos:
-            self._handle(info.actor_id, lc.Recovered())
+            return
+        for actor_id in unsettled:
+            self._handle(actor_id, lc.Recovered())
 
     # --- requests
     def create(self, spec: common_pb2.TaskSpec, get_if_exists: bool) -> gcs_pb2.ActorInfo:
@@ -230,6 +234,8 @@ class ActorManager:
         for action in actions:
             if isinstance(action, lc.Place):
                 self._pool.submit(self._place, actor_id)
+            elif isinstance(action, lc.ResumeCreation):
+                self._pool.submit(self._resume, actor_id, action.node_id, action.worker)
             elif isinstance(action, lc.KillWorker):
                 self._kill_worker(actor_id, action.node_id, action.worker)
             elif isinstance(action, lc.Withdraw):
@@ -245,15 +251,9 @@ class ActorManager:
 
     def _place(self, actor_id: bytes) -> None:
         self._placements_open.wait()
-        with self._cond:
-            spec = common_pb2.TaskSpec()
-            spec.CopyFrom(self._records[actor_id].creation_task)
-        resources = dict(spec.resources)
-        attributes = {A.ACTOR_ID: actor_id.hex(), A.ACTOR_CLASS: spec.actor_options.class_name,
-                      A.ACTOR_NAME: spec.actor_options.name}
-        parent = telemetry.context_from_carrier(trace_context.carrier(spec))
+        spec, attributes, parent = self._creation(actor_id)
         with telemetry.span("actor.create", attributes, context=parent) as span:
-            node = self._wait_for_node(actor_id, resources)
+            node = self._wait_for_node(actor_id, dict(spec.resources))
             if node is None:
                 return
             step = self._handle(actor_id, lc.NodeChosen(node.info.node_id))
@@ -267,6 +267,24 @@ class ActorManager:
             span.set_attribute(A.WORKER_PID, address.pid)
             outcome, error = run_creation_task(address, spec)
         self._finish_creation(actor_id, node.info.node_id, address, outcome, error)
+
+    def _resume(self, actor_id: bytes, node_id: str, address: Address) -> None:
+        """Finish the creation the GCS before had under way on ``address``, adopted."""
+        spec, attributes, parent = self._creation(actor_id)
+        attributes.update({A.NODE_ID: address.node_id, A.WORKER_PID: address.pid})
+        with telemetry.span("actor.create", attributes, context=parent):
+            outcome, error = run_creation_task(address, spec)
+        self._finish_creation(actor_id, node_id, address, outcome, error)
+
+    def _creation(self, actor_id: bytes) -> tuple[common_pb2.TaskSpec, dict[str, Any], Any]:
+        """The actor's creation task, and its ``actor.create`` span's attributes and parent."""
+        with self._cond:
+            spec = common_pb2.TaskSpec()
+            spec.CopyFrom(self._records[actor_id].creation_task)
+        attributes: dict[str, Any] = {
+            A.ACTOR_ID: actor_id.hex(), A.ACTOR_CLASS: spec.actor_options.class_name,
+            A.ACTOR_NAME: spec.actor_options.name}
+        return spec, attributes, telemetry.context_from_carrier(trace_context.carrier(spec))
 
     def _wait_for_node(self, actor_id: bytes, resources: dict[str, float]
                        ) -> gcs_pb2.NodeWithLoad | None:
@@ -331,10 +349,14 @@ class ActorManager:
             "actor.creation_withdrawn", actor_id=actor_id.hex(), node_id=node_id,
             cause=cause, requests_withdrawn=reply.withdrawn, killed_worker_pids=killed)
 
-    def _release_unused_workers(self, raylets: dict[str, str], to_place: int) -> None:
+    def _release_unused_workers(self, raylets: dict[str, str],
+                                unsettled: builtins.list[bytes]) -> None:
         """A restarted GCS, before it places any actor: each raylet it knows answers the
-        actor requests waiting there and kills the actor workers it does not use
-        (``actor_recovery``). A raylet that does not answer keeps what it has."""
+        actor requests waiting there, keeps for the GCS one worker of each actor whose
+        creation was under way (adopted: the creation goes on there), and kills the other
+        actor workers it does not use (``actor_recovery``). A raylet that does not answer
+        keeps what it has."""
+        adopted: dict[bytes, Address] = {}
         try:
             with self._cond:
                 in_use = ar.workers_in_use(list(self._records.values()), raylets)
@@ -342,28 +364,38 @@ class ActorManager:
             def release(node_id: str) -> raylet_pb2.WithdrawActorCreationReply | str:
                 try:
                     return RayletClient(raylets[node_id]).release_unused_actor_workers(
-                        in_use[node_id], ar.CAUSE, timeout=WITHDRAW_TIMEOUT_S)
+                        in_use[node_id], ar.CAUSE, timeout=WITHDRAW_TIMEOUT_S,
+                        adopt_actor_ids=unsettled)
                 except RaySystemError as exc:
                     return str(exc)
 
-            attributes = {A.GCS_NODES: len(raylets), A.ACTOR_RECREATED: to_place}
+            attributes = {A.GCS_NODES: len(raylets), A.ACTOR_RECREATED: len(unsettled)}
             with telemetry.span("actor.release_unused", attributes) as span, \
                     ThreadPoolExecutor(max_workers=min(8, len(raylets))) as calls:
                 replies = dict(zip(raylets, calls.map(release, raylets), strict=True))
-                withdrawn = sum(r.withdrawn for r in replies.values() if not isinstance(r, str))
-                killed = [pid for r in replies.values() if not isinstance(r, str)
-                          for pid in r.killed_worker_pids]
+                answered = [r for r in replies.values() if not isinstance(r, str)]
+                withdrawn = sum(r.withdrawn for r in answered)
+                killed = [pid for r in answered for pid in r.killed_worker_pids]
                 unanswered = {n: r for n, r in replies.items() if isinstance(r, str)}
+                spare = ar.adopt(adopted, [kept for r in answered for kept in r.adopted])
                 span.set_attribute(A.ACTOR_REQUESTS_WITHDRAWN, withdrawn)
                 span.set_attribute(A.ACTOR_WORKERS_KILLED, killed)
                 span.set_attribute(A.GCS_NODES_UNANSWERED, sorted(unanswered))
             (log.warning if unanswered else log.info)(
-                "actor.release_unused", nodes=len(raylets), actors_to_place=to_place,
-                requests_withdrawn=withdrawn, killed_worker_pids=killed, unanswered=unanswered)
+                "actor.release_unused", nodes=len(raylets), actors_to_place=len(unsettled),
+                requests_withdrawn=withdrawn, killed_worker_pids=killed,
+                adopted_worker_pids=sorted(a.pid for a in adopted.values()),
+                unanswered=unanswered)
+            for actor_id, address in spare:  # a second one of an actor: nobody's
+                self._kill_worker(actor_id, address.node_id, address)
         except Exception as exc:  # noqa: BLE001 - a thread of its own: say it, or nobody will
             log.error("actor.release_unused_failed", error=repr(exc))
         finally:
-            self._placements_open.set()
+            try:
+                for actor_id in unsettled:
+                    self._handle(actor_id, lc.Recovered(adopted.get(actor_id)))
+            finally:
+                self._placements_open.set()
 
     def _kill_worker(self, actor_id: bytes, node_id: str, address: Address) -> None:
         target = self._raylet_of(node_id)

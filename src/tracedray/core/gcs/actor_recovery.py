@@ -20,7 +20,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from tracedray._proto.v1 import gcs_pb2
+from tracedray._proto.v1 import gcs_pb2, raylet_pb2
+from tracedray.core.address import Address
 from tracedray.core.gcs.actor_lifecycle import ActorState
 
 # What the raylet's log and the killed workers' exit say.
@@ -37,3 +38,18 @@ def workers_in_use(actors: Iterable[gcs_pb2.ActorInfo],
         if info.state == ActorState.ALIVE.value and node_id in in_use and info.address.worker_id:
             in_use[node_id].append(info.address.worker_id)
     return {node_id: sorted(ids) for node_id, ids in in_use.items()}
+
+
+def adopt(adopted: dict[bytes, Address], kept: Iterable[raylet_pb2.AdoptedActorWorker]
+          ) -> list[tuple[bytes, Address]]:
+    """Add to ``adopted`` (actor id -> worker) the workers the raylets kept for actors
+    whose creation was under way: one per actor. Returns the others (an actor whose
+    restarts overlapped may have had a worker on two nodes), which nobody uses."""
+    spare = []
+    for worker in kept:
+        address = Address.from_proto(worker.worker)
+        if worker.actor_id in adopted:
+            spare.append((worker.actor_id, address))
+        else:
+            adopted[worker.actor_id] = address
+    return spare

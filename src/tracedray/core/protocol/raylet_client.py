@@ -135,10 +135,12 @@ class RayletClient:
             actor_id=actor_id, cause=cause), timeout=timeout)
 
     def release_unused_actor_workers(self, keep_worker_ids: list[str], cause: str,
-                                     timeout: float) -> raylet_pb2.WithdrawActorCreationReply:
+                                     timeout: float, adopt_actor_ids: list[bytes] | None = None
+                                     ) -> raylet_pb2.WithdrawActorCreationReply:
         return self._call("ReleaseUnusedActorWorkers",  # type: ignore[return-value]
                           raylet_pb2.ReleaseUnusedActorWorkersRequest(
-                              keep_worker_ids=keep_worker_ids, cause=cause), timeout=timeout)
+                              keep_worker_ids=keep_worker_ids, cause=cause,
+                              adopt_actor_ids=adopt_actor_ids or []), timeout=timeout)
 
     def shutdown_node(self) -> None:
         self._call("ShutdownNode", raylet_pb2.ShutdownNodeRequest(), timeout=10.0)

@@ -70,8 +70,14 @@ class ActorCreationWithdrawn:
 
 @dataclass(frozen=True)
 class UnusedActorWorkersReleased:
+    """A restarted GCS: the actor requests waiting here are all the GCS before's
+    (withdrawn); of the workers granted to actors it uses those in ``in_use`` and adopts
+    one of each actor in ``adopt``; the others are discarded."""
     in_use: frozenset[str]
     cause: str
+    # Actors whose creation the restarted GCS finishes on a worker granted here: one
+    # worker of each is kept (ActorWorkerAdopted).
+    adopt: frozenset[bytes] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -224,5 +230,12 @@ class Log:
     fields: Mapping[str, object]
 
 
+@dataclass(frozen=True)
+class ActorWorkerAdopted:
+    """Kept for the restarted GCS, which finishes the actor's creation on it."""
+    actor_id: bytes
+    worker_id: str
+
+
 Action = (Answer | StartWorker | KillWorker | StopIdleWorker | StopUnlessExited
-          | ReportInfeasible | Log)
+          | ReportInfeasible | ActorWorkerAdopted | Log)

@@ -86,10 +86,12 @@ class LeaseRpcs:
                                                      killed_worker_pids=killed)
 
     def ReleaseUnusedActorWorkers(self, request: Any, context: Any) -> Any:
-        withdrawn, killed = self._r.leasing.release_unused_actor_workers(
-            set(request.keep_worker_ids), request.cause)
-        return raylet_pb2.WithdrawActorCreationReply(withdrawn=withdrawn,
-                                                     killed_worker_pids=killed)
+        withdrawn, killed, adopted = self._r.leasing.release_unused_actor_workers(
+            set(request.keep_worker_ids), request.cause, request.adopt_actor_ids)
+        return raylet_pb2.WithdrawActorCreationReply(
+            withdrawn=withdrawn, killed_worker_pids=killed,
+            adopted=[raylet_pb2.AdoptedActorWorker(actor_id=actor_id, worker=address.to_proto())
+                     for actor_id, address in adopted])
 
 
 def _when_gone(context: Any, withdraw: Callable[[], None]) -> None:

@@ -125,19 +125,27 @@ class LeaseService:
         self._perform(actions)
         return _answered(actions), killed
 
-    def release_unused_actor_workers(self, in_use: set[str], cause: str) -> tuple[int, list[int]]:
+    def release_unused_actor_workers(self, in_use: set[str], cause: str,
+                                     adopt: Collection[bytes] = ()
+                                     ) -> tuple[int, list[int], list[tuple[bytes, Address]]]:
         """A restarted GCS, before it places any actor (``gcs/actor_recovery.py``): answers
-        the actor requests waiting here, kills the actor workers not in ``in_use`` (their
-        exits release the resources); returns how many requests were answered and the
-        pids of the killed workers."""
-        actions = self._handle(ev.UnusedActorWorkersReleased(frozenset(in_use), cause))
+        the actor requests waiting here, keeps one worker of each actor in ``adopt``, kills
+        the other actor workers not in ``in_use`` (their exits release the resources);
+        returns how many requests were answered, the pids of the killed workers and the
+        adopted workers (actor id, address)."""
+        actions = self._handle(ev.UnusedActorWorkersReleased(frozenset(in_use), cause,
+                                                             frozenset(adopt)))
         killed = self._killed_pids(actions)
+        with self.lock:
+            adopted = [(a.actor_id, self.pool.address_of(self.pool.workers[a.worker_id]))
+                       for a in actions if isinstance(a, ev.ActorWorkerAdopted)]
         self._perform(actions)
         waiting = _answered(actions)
-        (log.info if waiting or killed else log.debug)(
+        (log.info if waiting or killed or adopted else log.debug)(
             "actor.release_unused", requests_withdrawn=waiting, killed_worker_pids=killed,
+            adopted_worker_pids=[address.pid for _, address in adopted],
             kept_workers=len(in_use), cause=cause)
-        return waiting, killed
+        return waiting, killed, adopted
 
     def discard_abandoned_actor_grant(self, lease_id: str) -> None:
         self._perform(self._handle(ev.AbandonedActorGrant(lease_id)))
@@ -344,6 +352,9 @@ class LeaseService:
                 timer.start()
             elif isinstance(action, ev.ReportInfeasible):
                 self._bg.submit(self._report_infeasible, action.ask, action.reason)
+            elif isinstance(action, ev.ActorWorkerAdopted):
+                log.info("actor.worker_adopted", actor_id=action.actor_id.hex(),
+                         worker_id=action.worker_id)
             else:
                 getattr(log, action.level)(action.event, **action.fields)
 

@@ -437,12 +437,12 @@ class LeaseBook:
 
     def _unused_actor_workers(self, event: ev.UnusedActorWorkersReleased,
                               out: list[ev.Action]) -> None:
-        """A restarted GCS, before it places any actor: the actor requests waiting here
-        are all the GCS before's; of the workers granted to actors it uses only those
-        in ``in_use``."""
+        """A restarted GCS, before it places any actor (``UnusedActorWorkersReleased``)."""
         for pending in [p for p in self._pending if p.ask.actor_id]:
             self._withdraw(pending, f"the GCS does not want it any more: {event.cause}", out)
-        for worker in unused_actor_workers(self.workers.values(), event.in_use):
+        kept, unused = adoptable(self.workers.values(), event.in_use, event.adopt)
+        out.extend(ev.ActorWorkerAdopted(w.actor_id, w.worker_id) for w in kept)
+        for worker in unused:
             self._discard_unused_actor_worker(worker, event.cause, out)
 
     def _abandoned_actor_grant(self, event: ev.AbandonedActorGrant, out: list[ev.Action]) -> None:
@@ -477,6 +477,21 @@ def unused_actor_workers(workers: Iterable[WorkerSlot],
     ids of its ALIVE actors' workers), leaving those being killed already."""
     return [w for w in workers if w.state is WorkerState.ACTOR and w.actor_id
             and not w.killing and w.worker_id not in in_use]
+
+
+def adoptable(workers: Iterable[WorkerSlot], in_use: frozenset[str], adopt: frozenset[bytes]
+              ) -> tuple[list[WorkerSlot], list[WorkerSlot]]:
+    """The live actor workers the GCS does not use (``unused_actor_workers``), split into
+    those it adopts (the first of each actor in ``adopt``: a restarted GCS finishes that
+    actor's creation there) and the others."""
+    kept: dict[bytes, WorkerSlot] = {}
+    unused = []
+    for worker in unused_actor_workers(workers, in_use):
+        if worker.actor_id in adopt and worker.actor_id not in kept:
+            kept[worker.actor_id] = worker
+        else:
+            unused.append(worker)
+    return list(kept.values()), unused
 
 
 def lessee_name(lessee: Address) -> str:

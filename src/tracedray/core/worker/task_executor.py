@@ -30,6 +30,7 @@ from tracedray.core.process import exit_now
 from tracedray.core.serialization import serialize
 from tracedray.core.worker import remote_debugger
 from tracedray.core.worker.async_actor import ActorEventLoop, actor_concurrency, is_async_actor
+from tracedray.core.worker.creation_once import CreationOnce
 from tracedray.core.worker.pending_task import error_value
 from tracedray.core.worker.slow_tasks import FunctionDurations
 from tracedray.core.worker.stack_dump import LiveTask
@@ -84,12 +85,16 @@ class TaskExecutor:
         self._interrupted: set[bytes] = set()  # running tasks a TaskInterrupt was sent to
         self._cancelled_early: set[bytes] = set()
         self._actor_lock = threading.Lock()  # a single-threaded actor runs one call at a time
+        self._creation = CreationOnce()
         self._executed = self._failed = self._requeued = 0
         self._thread = threading.Thread(target=self._loop, daemon=True, name="tracedray-executor")
         self._thread.start()
 
     # --- intake
     def push(self, spec: common_pb2.TaskSpec, respond: Respond) -> None:
+        if (spec.kind == common_pb2.ACTOR_CREATION
+                and not self._creation.admit(spec.task_id, respond)):
+            return  # pushed again by a restarted GCS: __init__ runs once (creation_once)
         is_method = spec.kind == common_pb2.ACTOR_METHOD
         with self._cond:  # the same lock as cancel(): a cancel is never missed in between
             cancelled = spec.task_id in self._cancelled_early
@@ -158,6 +163,8 @@ class TaskExecutor:
         # Borrowers are registered before the caller hears.
         self._worker.ownership.flush_reference_updates()
         self._worker.output.flush()  # what the task printed reaches the driver before its result
+        if spec.kind == common_pb2.ACTOR_CREATION:
+            self._creation.ended(spec.task_id, result)
         respond(result)
         if self._exit_cause:
             self._worker.exit_actor_soon(self.actor_id, self._exit_cause)
