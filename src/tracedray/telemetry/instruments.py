@@ -22,6 +22,7 @@ from opentelemetry.util.types import AttributeValue
 
 from tracedray.telemetry import _state
 from tracedray.telemetry import attributes as A
+from tracedray.telemetry._api import activate, start_span
 from tracedray.telemetry._record import (
     PendingSpan,
     _start_pending,
@@ -29,6 +30,7 @@ from tracedray.telemetry._record import (
     record_shaped_span,
     record_span,
 )
+from tracedray.telemetry._record import parent_context as _parent_context
 from tracedray.telemetry._state import enabled
 from tracedray.telemetry.span_shape import ShapeCache, SpanShape
 
@@ -99,6 +101,25 @@ def task_dispatched(shape: SpanShape, task_id: bytes, attempt: int, *,
     return span if isinstance(span, PendingSpan) or span.is_recording() else None
 
 
+def lease_first_dispatch(task_id: bytes, attempt: int, decision: Mapping[str, Any],
+                         worker: Mapping[str, Any], *,
+                         parent: SpanContext | PendingSpan | None) -> Span | None:
+    """A lease's first task went out: the raylet's ``decision`` (span attributes, its
+    reason among them) as a ``task.schedule`` span, ended at once, and the task's
+    ``task.dispatch`` span naming ``worker``'s attributes, which the caller ends with the
+    task's result; both under ``parent`` (the task's submission). None when telemetry is
+    off."""
+    if not enabled():
+        return None
+    parent_context = _parent_context(parent)
+    common: dict[str, Any] = {A.TASK_ID: task_id.hex(), A.TASK_ATTEMPT: attempt}
+    reason = str(decision.get(A.SCHEDULING_REASON, ""))
+    start_span("task.schedule", {**common, **decision, A.SCHEDULING_REASON: reason},
+               parent=parent_context).end()
+    return start_span("task.dispatch", {**common, **worker, A.SCHEDULING_REASON: reason},
+                      parent=parent_context)
+
+
 def execution_shape(function: str, kind: str, node_id: str, worker_id: str,
                     actor_hex: str = "") -> SpanShape:
     """The shape of a worker's ``task.execute`` spans of one function (of one actor),
@@ -131,6 +152,17 @@ class Instruments:
 
     def __init__(self, log: LogLines) -> None:
         self._log = log
+
+    def lease_decided(self, dispatch_span: Span | None, task_id: bytes,
+                      job_id: bytes, attempt: int, node_id: str, worker_pid: int,
+                      lease_id: str, decision: Mapping[str, Any]) -> None:
+        """The ``task.dispatch`` line of a lease's first task, inside its dispatch span
+        (:func:`lease_first_dispatch`): one line for the decision and the dispatch."""
+        with activate(dispatch_span or INVALID_SPAN):
+            self._log.info("task.dispatch", task_id=task_id.hex(), job_id=job_id.hex(),
+                           attempt=attempt, node_id=node_id, worker_pid=worker_pid,
+                           lease_id=lease_id,
+                           reason=str(decision.get(A.SCHEDULING_REASON, "")))
 
     def object_put(self, object_id: bytes, size: int, location: str, call_site: str,
                    node_id: str, start_ns: int) -> None:

@@ -86,3 +86,45 @@ def test_telemetry_off_records_nothing_but_the_lines(tmp_path: Path, monkeypatch
                                               "a.py:4", "n1", start_ns=1)
     assert [event for event, _ in lines.lines] == ["object.put"]
     assert not list((tmp_path / "traces").glob("*.jsonl")) or _spans(tmp_path) == {}
+
+
+class _LinesWithSpan(_Lines):
+    """Also notes the span current when each line is written (the log's trace ids)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.span_ids: list[tuple[str, str] | None] = []
+
+    def info(self, event: str, *args: object, **fields: object) -> None:
+        super().info(event, *args, **fields)
+        self.span_ids.append(telemetry.current_trace_ids())
+
+
+def test_a_leases_first_dispatch_records_the_decision_and_its_line_inside(
+        tmp_path: Path) -> None:
+    telemetry.configure("driver", session_dir=tmp_path)
+    task_id, job_id = ids.new_task_id(), ids.new_job_id()
+    lines = _LinesWithSpan()
+    submit = instruments.task_submitted(task_id, "f", "normal", "a.py:3", job_id, 2)
+    decision = {"tracedray.scheduling.reason": "fits here", "tracedray.node.id": "n1"}
+    worker = {"tracedray.node.id": "n1", "tracedray.worker.pid": 7,
+              "tracedray.scheduling.reason": "reused lease"}
+    dispatch = instruments.lease_first_dispatch(task_id, 1, decision, worker, parent=submit)
+    assert dispatch is not None
+    instruments.Instruments(lines).lease_decided(dispatch, task_id, job_id, 1, "n1", 7,
+                                                 "lease-1", decision)
+    dispatch_ids = telemetry.carrier_for(dispatch)
+    telemetry.finish_span(dispatch)
+    telemetry.finish_span(submit)
+    spans = _spans(tmp_path)
+    common = {"tracedray.task.id": task_id.hex(), "tracedray.task.attempt": 1}
+    assert spans["task.schedule"] == {**common, **decision}
+    # the dispatch names its worker and the raylet's reason, not a reused lease's
+    assert spans["task.dispatch"] == {**common, "tracedray.node.id": "n1",
+                                      "tracedray.worker.pid": 7,
+                                      "tracedray.scheduling.reason": "fits here"}
+    assert lines.lines == [("task.dispatch", {
+        "task_id": task_id.hex(), "job_id": job_id.hex(), "attempt": 1, "node_id": "n1",
+        "worker_pid": 7, "lease_id": "lease-1", "reason": "fits here"})]
+    (line_ids,) = lines.span_ids
+    assert line_ids is not None and line_ids[1] in dispatch_ids["traceparent"]
