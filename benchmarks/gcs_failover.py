@@ -152,6 +152,22 @@ def restart_downtime(session_dir: str, new_pid: int) -> float | None:
     return None
 
 
+def actor_workers_at_restarts(session_dir: str) -> dict[str, int]:
+    """How the raylets dealt with the workers of creations under way at the kills: kept
+    for the restarted GCS (``actor.worker_adopted``) or killed as unused
+    (``actor.worker_discarded``; the new actor probe's kills are ``actor.dead`` discards)."""
+    from tracedray.telemetry.append_file import read_data
+
+    counts = {"adopted": 0, "discarded_unused": 0}
+    for path in Path(session_dir, "logs").glob("raylet*.jsonl"):
+        for line in read_data(path).decode(errors="replace").splitlines():
+            if '"actor.worker_adopted"' in line:
+                counts["adopted"] += 1
+            elif '"actor.worker_discarded"' in line and "GCS restarted" in line:
+                counts["discarded_unused"] += 1
+    return counts
+
+
 def run_child(storage: str, kills: int, warmup_s: float, settle_s: float,
               hang_s: float) -> None:
     if storage != "sqlite":
@@ -228,7 +244,8 @@ def run_child(storage: str, kills: int, warmup_s: float, settle_s: float,
         if probe.thread.is_alive():
             hung.append(f"{probe.name} (still in a call at the end)")
     result: dict[str, Any] = {"storage": storage, "kills": outages, "hung": sorted(set(hung)),
-                              "probes": {}}
+                              "probes": {},
+                              "actor_workers": actor_workers_at_restarts(session_dir)}
     windows = [(o["killed_at"], o["killed_at"] + o["restart_s"]) for o in outages]
     for name, probe in probes.items():
         calls = user_calls(probe.calls)
@@ -282,7 +299,8 @@ def print_result(result: dict[str, Any]) -> None:
     r = spread(restarts)
     print(f"\n== {result['storage']}: {len(restarts)} kills, GCS restart "
           f"{r['median']:.2f} s ({r['min']:.2f}-{r['max']:.2f}); hung: "
-          f"{', '.join(result['hung']) or 'none'}")
+          f"{', '.join(result['hung']) or 'none'}; workers of creations under way at the "
+          f"kills: {result.get('actor_workers', {})}")
     print(f"{'probe':12} {'pause median (range)':>22} {'pause - restart (range)':>25} "
           f"{'done after GCS back':>22} {'normal call':>11}  errors")
     for name, probe in result["probes"].items():

@@ -54,6 +54,11 @@ def test_a_finished_job_fails_its_unfinished_tasks_and_leaves_the_rest(gcs: Gcs)
     # Ended now, they may leave memory as every ended task does.
     assert gcs.flusher.flush_now().per_table["tasks"].entries == 3
     assert gcs.tables["tasks"].hot_count() == 1
+    stats = gcs.statistics()
+    assert (stats.jobs_ended_total, stats.tasks_failed_at_job_end_total) == (1, 3)
+    assert gcs.jobs.statistics().ended_total == {"FINISHED": 1}
+    assert gcs.jobs.statistics().registered_total == 2
+    assert gcs.tasks.statistics().ended_jobs == 1
 
 
 def test_a_dead_drivers_tasks_fail_as_their_owner_died(gcs: Gcs) -> None:

@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 
 from tracedray import logs, telemetry
 from tracedray._proto.v1 import gcs_pb2
@@ -17,6 +19,12 @@ from tracedray.core.gcs.task_records import TaskRecords
 from tracedray.telemetry import attributes as A
 
 log = logs.get_logger(__name__)
+
+
+@dataclass(frozen=True)
+class JobStatistics:
+    registered_total: int  # by this GCS
+    ended_total: dict[str, int]  # by this GCS, by end state (FINISHED, FAILED)
 
 
 class JobBook:
@@ -33,6 +41,8 @@ class JobBook:
         # job waits for raylets to withdraw its actors' creations.
         self._node_ends = ThreadPoolExecutor(max_workers=1,
                                              thread_name_prefix="tracedray-job-end")
+        self._registered = 0
+        self._ended: Counter[str] = Counter()
 
     def restore(self) -> None:
         """After a GCS restart: the tasks of the jobs that had ended stay failed."""
@@ -44,6 +54,10 @@ class JobBook:
     def stop(self) -> None:
         self._node_ends.shutdown(wait=False, cancel_futures=True)
 
+    def statistics(self) -> JobStatistics:
+        with self._lock:
+            return JobStatistics(self._registered, dict(self._ended))
+
     def all(self) -> list[gcs_pb2.JobInfo]:
         return [gcs_pb2.JobInfo.FromString(v) for _, v in self._table.scan()]
 
@@ -51,6 +65,7 @@ class JobBook:
         job.state = job_end.RUNNING
         with self._lock:
             self._table.put(job.job_id.hex(), job.SerializeToString(), finished=False)
+            self._registered += 1
         log.info("job.start", job_id=job.job_id.hex(), entrypoint=job.entrypoint)
 
     def finish(self, job_id: bytes) -> None:
@@ -95,6 +110,7 @@ class JobBook:
             job = job if job is not None else gcs_pb2.JobInfo(job_id=job_id)
             job.state, job.end_reason, job.end_time = ending.state, ending.reason, time.time()
             self._table.put(job_id.hex(), job.SerializeToString(), finished=True)
+            self._ended[ending.state] += 1
         attributes = {A.JOB_ID: job_id.hex(), A.JOB_STATE: ending.state,
                       A.JOB_END_REASON: ending.reason}
         with telemetry.span("job.finish", attributes):

@@ -51,6 +51,10 @@ class GcsStatistics:
     # Task-event batches that found the hot set over its high-water mark and flushed it
     # before answering: the producers waited instead of the GCS's memory growing.
     backpressure_flushes_total: int = 0
+    jobs_ended_total: int = 0  # by this GCS
+    tasks_failed_at_job_end_total: int = 0  # by this GCS
+    actor_restarts_total: int = 0  # of the actors this GCS knows
+    actor_creations_under_way: int = 0
 
 
 class Gcs:
@@ -120,13 +124,18 @@ class Gcs:
                 log.warning("gcs.persist_failed", table=table.name, error=repr(exc))
 
     def statistics(self) -> GcsStatistics:
-        nodes = self.nodes.statistics()
+        nodes, tasks = self.nodes.statistics(), self.tasks.statistics()
+        actors = self.actors.statistics()
         return GcsStatistics(
             nodes_alive=nodes.nodes_alive, nodes_dead=nodes.nodes_dead,
             watch_stalls_total=nodes.watch_stalls_total,
             watch_stalled_s_total=nodes.watch_stalled_s_total,
             longest_watch_stall_s=nodes.longest_watch_stall_s,
-            backpressure_flushes_total=self.tasks.backpressure_flushes)
+            backpressure_flushes_total=tasks.backpressure_flushes_total,
+            jobs_ended_total=sum(self.jobs.statistics().ended_total.values()),
+            tasks_failed_at_job_end_total=tasks.failed_at_job_end_total,
+            actor_restarts_total=actors.restarts_total,
+            actor_creations_under_way=actors.creations_under_way)
 
     def _on_node_death(self, info: gcs_pb2.NodeInfo) -> None:
         self.actors.on_node_death(info.node_id)

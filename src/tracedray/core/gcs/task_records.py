@@ -8,6 +8,7 @@ from __future__ import annotations
 import threading
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from opentelemetry.trace import Status, StatusCode
@@ -23,6 +24,15 @@ log = logs.get_logger(__name__)
 TERMINAL = job_tasks.TERMINAL
 # Task records a job's end fails per hold of the lock: task events wait meanwhile.
 _FAIL_BATCH = 500
+
+
+@dataclass(frozen=True)
+class TaskRecordStatistics:
+    ended_jobs: int  # whose late task events are failed on arrival
+    failed_at_job_end_total: int  # tasks an ended job left unfinished, failed by this GCS
+    # Task-event batches that found the hot set over its high-water mark and flushed it
+    # before answering: the producers waited instead of the GCS's memory growing.
+    backpressure_flushes_total: int
 
 
 class TaskRecords:
@@ -43,10 +53,14 @@ class TaskRecords:
         # Whether the table's storage held records when this GCS started (a GCS
         # restarted on Redis): unfinished ones may be there and not in memory.
         self._stored_before = len(table) > 0
+        self._failed_total = 0
 
-    @property
-    def backpressure_flushes(self) -> int:
-        return self._backpressure.flushes if self._backpressure is not None else 0
+    def statistics(self) -> TaskRecordStatistics:
+        with self._lock:
+            return TaskRecordStatistics(
+                ended_jobs=len(self._verdicts), failed_at_job_end_total=self._failed_total,
+                backpressure_flushes_total=(self._backpressure.flushes
+                                            if self._backpressure is not None else 0))
 
     def job_ended(self, verdict: job_tasks.Verdict) -> None:
         """From now on a task of the job whose events arrive is failed on arrival."""
@@ -162,6 +176,7 @@ class TaskRecords:
                     updates[key] = record.SerializeToString()
                     failed.append((record, event))
                 table.put_many(updates, finished=True)
+                self._failed_total += len(updates)
         for record, event in failed:
             _record_task_failure(record, event)
         return failed
