@@ -121,11 +121,9 @@ class CoreWorker:
         # .remote() leaves its built task here; one thread submits them in batches.
         self.inbox: SubmitInbox[Submission] = SubmitInbox(self._submit_batch,
                                                           "tracedray-submit-inbox")
-        self.executor: TaskExecutor | None = TaskExecutor(self) if mode == "worker" else None
         # Only a worker tells its raylet it blocks (and lends its CPU meanwhile).
-        self.blocking = BlockedState(
-            self.raylet, worker_id, tells_raylet=self.executor is not None,
-            on_blocked=self.executor.on_blocked if self.executor is not None else _nothing)
+        self.blocking = BlockedState(self.raylet, worker_id, tells_raylet=mode == "worker",
+                                     on_blocked=self._on_blocked)
         self.values = ObjectValues(self.address, self.references, self.memory_store,
                                    self.blocking, await_verdict=self.recovery.await_verdict,
                                    background=self.background,
@@ -138,6 +136,11 @@ class CoreWorker:
         self.resolver = DependencyResolver(worker_id, self.memory_store,
                                            fetch_from_owner=self.values.fetch_from_owner,
                                            background=self.background)
+        self.executor = (TaskExecutor(
+            self, self.address, functions=self.functions, objects=self.objects,
+            ownership=self.ownership, task_events=self.task_events, output=self.output,
+            flight_recorder=self.flight_recorder, blocking=self.blocking,
+            drain_submissions=self.inbox.drain) if mode == "worker" else None)
         self.submitter = TaskSubmitter(self)
         self.actor_submitter = ActorSubmitter(self.gcs, self.resolver, self.results,
                                               load=self.objects.load, background=self.background)
@@ -154,6 +157,10 @@ class CoreWorker:
         # Streams open only after the worker registered, by when the executor exists.
         assert self.executor is not None
         self.executor.push(spec, reply)
+
+    def _on_blocked(self) -> None:
+        if self.executor is not None:
+            self.executor.on_blocked()
 
     # --- small services used by the submitters and executor
     def background(self, fn: Callable[..., Any], *args: Any) -> bool:
@@ -350,10 +357,6 @@ class CoreWorker:
                            local_refs=entry.local, pending_tasks=entry.submitted,
                            borrowers=len(entry.borrowers))
         return table
-
-
-def _nothing() -> None:
-    pass
 
 
 def _logged(fn: Callable[..., Any], *args: Any) -> None:

@@ -21,7 +21,7 @@ import traceback
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn, Protocol
 
 from tracedray import logs, telemetry
 from tracedray._proto.v1 import common_pb2
@@ -38,7 +38,14 @@ from tracedray.exceptions import ActorDiedError, RayError, RayTaskError, TaskCan
 from tracedray.telemetry import instruments
 
 if TYPE_CHECKING:
-    from tracedray.core.worker.core_worker import CoreWorker
+    from tracedray.core.address import Address
+    from tracedray.core.functions import FunctionManager
+    from tracedray.core.protocol.flight_recorder import FlightRecorder
+    from tracedray.core.worker.blocking import BlockedState
+    from tracedray.core.worker.object_io import ObjectIO
+    from tracedray.core.worker.output_echo import OutputEcho
+    from tracedray.core.worker.ownership import Ownership
+    from tracedray.core.worker.task_events import TaskEventBuffer
 
 log = logs.get_logger(__name__)
 Respond = Callable[[common_pb2.TaskResult], None]
@@ -68,9 +75,37 @@ class ExecutorStatistics:
     requeued_total: int
 
 
+class ExecutorHost(Protocol):
+    """What the executor asks of the process it runs in."""
+
+    current_task: common_pb2.TaskSpec | None  # the task running now (its job, its name)
+
+    def became_actor(self, spec: common_pb2.TaskSpec) -> None:
+        ...
+
+    def exit_soon(self, reason: str, code: int = 0) -> None:
+        ...
+
+    def exit_actor_soon(self, actor_id: bytes, cause: str) -> None:
+        ...
+
+
 class TaskExecutor:
-    def __init__(self, worker: CoreWorker) -> None:
-        self._worker = worker
+    def __init__(self, host: ExecutorHost, address: Address, *, functions: FunctionManager,
+                 objects: ObjectIO, ownership: Ownership, task_events: TaskEventBuffer,
+                 output: OutputEcho, flight_recorder: FlightRecorder, blocking: BlockedState,
+                 drain_submissions: Callable[[], None]) -> None:
+        self._host = host
+        self._worker_id, self._node_id = address.worker_id, address.node_id
+        self._ip, self._pid = address.ip, address.pid
+        self._functions = functions
+        self._objects = objects
+        self._ownership = ownership  # the returns' captured refs, registered before replies
+        self._task_events = task_events
+        self._output = output
+        self._flight_recorder = flight_recorder
+        self._blocking = blocking
+        self._drain_submissions = drain_submissions
         self._queue: collections.deque[tuple[common_pb2.TaskSpec, Respond]] = collections.deque()
         self._cond = threading.Condition()
         self._pool: ThreadPoolExecutor | None = None
@@ -161,30 +196,29 @@ class TaskExecutor:
             log.error("task.executor_bug", task_id=spec.task_id.hex(), error=repr(exc))
             result = _error_result(spec, exc)
         # Borrowers are registered before the caller hears.
-        self._worker.ownership.flush_reference_updates()
-        self._worker.output.flush()  # what the task printed reaches the driver before its result
+        self._ownership.flush_reference_updates()
+        self._output.flush()  # what the task printed reaches the driver before its result
         if spec.kind == common_pb2.ACTOR_CREATION:
             self._creation.ended(spec.task_id, result)
         respond(result)
         if self._exit_cause:
-            self._worker.exit_actor_soon(self.actor_id, self._exit_cause)
+            self._host.exit_actor_soon(self.actor_id, self._exit_cause)
 
     def run(self, spec: common_pb2.TaskSpec) -> common_pb2.TaskResult:
-        worker = self._worker
         task_hex = spec.task_id.hex()
         name = spec.function_name
         result = common_pb2.TaskResult(task_id=spec.task_id, attempt=spec.attempt,
-                                       worker_id=worker.worker_id, worker_pid=worker.address.pid,
-                                       node_id=worker.node_id)
+                                       worker_id=self._worker_id, worker_pid=self._pid,
+                                       node_id=self._node_id)
         actor_hex = (spec.actor_id or self.actor_id).hex()
         kind = _KIND_NAMES.get(spec.kind, "normal")
-        shape = instruments.execution_shape(name, kind, worker.node_id, worker.worker_id,
+        shape = instruments.execution_shape(name, kind, self._node_id, self._worker_id,
                                             actor_hex)
         span, parent_fields = trace_context.start_child(spec, shape, (spec.task_id, spec.attempt))
         # The raylet reads this slot if the process dies mid-task: the parent's trace
         # fields there, so it needs no spec to attach worker.exit to the task's trace.
         started = time.time()
-        worker.flight_recorder.record({"task_id": task_hex, "attempt": spec.attempt,
+        self._flight_recorder.record({"task_id": task_hex, "attempt": spec.attempt,
                                        "function": name, "trace": parent_fields,
                                        "started_at": started})
         try:
@@ -192,8 +226,8 @@ class TaskExecutor:
             # ``finally`` ends that (_stop_interrupts).
             self._running[spec.task_id] = thread_id = threading.get_ident()
             self.live[spec.task_id] = LiveTask(spec, started, thread_id, span)
-            worker.task_events.record(spec, "RUNNING", node_id=worker.node_id,
-                                      worker_id=worker.worker_id, worker_pid=worker.address.pid)
+            self._task_events.record(spec, "RUNNING", node_id=self._node_id,
+                                      worker_id=self._worker_id, worker_pid=self._pid)
             # The span is current while the task runs: attach/detach rather than
             # ``with telemetry.activate(span)``, whose object and two methods cost ~4k
             # instructions a task.
@@ -201,8 +235,8 @@ class TaskExecutor:
             try:
                 with logs.task_context(
                         job_id=spec.job_id.hex(), task_id=task_hex, actor_id=actor_hex,
-                        worker_id=worker.worker_id, task_name=name, attempt=spec.attempt):
-                    worker.current_task = spec
+                        worker_id=self._worker_id, task_name=name, attempt=spec.attempt):
+                    self._host.current_task = spec
                     log.info("task.execute", function=name, attempt=spec.attempt)
                     values = self._execute(spec)
             finally:
@@ -210,13 +244,13 @@ class TaskExecutor:
             # The returns are the caller's: they go when it exits or dies, not with us.
             owner = spec.caller if spec.HasField("caller") else None
             result.returns.extend(
-                worker.objects.to_value(oid, serialize(value, what=f"return value of {name}"),
+                self._objects.to_value(oid, serialize(value, what=f"return value of {name}"),
                                         call_site=spec.call_site, owner=owner)
                 for oid, value in zip(_return_ids(spec), values, strict=True))
             self._register_captured(result)
             self._executed += 1
-            worker.task_events.record(spec, "FINISHED", node_id=worker.node_id,
-                                      worker_id=worker.worker_id, worker_pid=worker.address.pid)
+            self._task_events.record(spec, "FINISHED", node_id=self._node_id,
+                                      worker_id=self._worker_id, worker_pid=self._pid)
         except BaseException as exc:  # noqa: BLE001 - user code may raise anything
             self._failed += 1
             if isinstance(exc, ActorExit) and self.actor_instance is not None:
@@ -233,7 +267,7 @@ class TaskExecutor:
             telemetry.record_error(span, exc, getattr(error, "traceback_str", None))
             with telemetry.activate(span), logs.task_context(
                     job_id=spec.job_id.hex(), task_id=task_hex, actor_id=actor_hex,
-                    worker_id=worker.worker_id, task_name=name, attempt=spec.attempt):
+                    worker_id=self._worker_id, task_name=name, attempt=spec.attempt):
                 log.warning("task.failed", function=name, error_type=type(exc).__qualname__,
                             error=str(exc)[:2000],
                             traceback=_tail(getattr(error, "traceback_str", ""), 8000))
@@ -242,8 +276,8 @@ class TaskExecutor:
             result.retryable_error = spec.retry_exceptions and not cancelled
             result.ClearField("returns")
             result.returns.extend(error_value(oid, error) for oid in _return_ids(spec))
-            worker.task_events.record(spec, "FAILED", node_id=worker.node_id,
-                                      worker_id=worker.worker_id, worker_pid=worker.address.pid,
+            self._task_events.record(spec, "FAILED", node_id=self._node_id,
+                                      worker_id=self._worker_id, worker_pid=self._pid,
                                       error_type=type(exc).__qualname__,
                                       error_message=str(exc)[:2000])
         finally:
@@ -253,9 +287,9 @@ class TaskExecutor:
                 self._stop_interrupts(spec.task_id)
                 interrupted = True
             if interrupted:  # it may have landed in get()'s bookkeeping
-                worker.blocking.settle()
-            worker.current_task = None
-            worker.flight_recorder.clear()
+                self._blocking.settle()
+            self._host.current_task = None
+            self._flight_recorder.clear()
             self.live.pop(spec.task_id, None)
             self.durations.observe(name, time.time() - started)
             span.end()
@@ -283,7 +317,7 @@ class TaskExecutor:
                     attempt=spec.attempt, exit_code=code)
         telemetry.record_error(span, exc)
         span.end()
-        self._worker.inbox.drain()  # what it submitted before the exit is recorded, as sent
+        self._drain_submissions()  # what it submitted before the exit is recorded, as sent
         exit_now(code)
 
     def _stop_interrupts(self, task_id: bytes) -> bool:
@@ -300,9 +334,8 @@ class TaskExecutor:
             return True
 
     def _execute(self, spec: common_pb2.TaskSpec) -> list[Any]:
-        worker = self._worker
-        target: Any = worker.functions.load(spec.function_id) if spec.function_id else None
-        values = [worker.objects.load(arg.value) for arg in spec.args]
+        target: Any = self._functions.load(spec.function_id) if spec.function_id else None
+        values = [self._objects.load(arg.value) for arg in spec.args]
         n_kwargs = len(spec.kwarg_names)
         args = values[: len(values) - n_kwargs]
         kwargs = dict(zip(spec.kwarg_names, values[len(values) - n_kwargs:], strict=True))
@@ -315,7 +348,7 @@ class TaskExecutor:
             if concurrency > 1:
                 self._pool = ThreadPoolExecutor(concurrency, thread_name_prefix="tracedray-actor")
             self.actor_instance = target(*args, **kwargs)
-            worker.became_actor(spec)
+            self._host.became_actor(spec)
             return [None] * max(spec.num_returns, 1)
         if spec.kind == common_pb2.ACTOR_METHOD:
             if self.actor_instance is None:
@@ -341,7 +374,6 @@ class TaskExecutor:
         return outputs
 
     def _task_error(self, spec: common_pb2.TaskSpec, exc: BaseException) -> RayTaskError:
-        worker = self._worker
         if isinstance(exc, RayTaskError):
             return exc  # a nested task's error passes through unchanged
         code_source.ensure_known()  # the source lines of code pickled by value
@@ -349,13 +381,13 @@ class TaskExecutor:
         # Drop the executor's own frames: the user's code is what matters.
         user_frames = [f for f in frames if "tracedray/core/" not in f]
         tb = "".join(user_frames)
-        return RayTaskError(spec.function_name, tb, exc, os.getpid(), worker.ip, worker.node_id,
+        return RayTaskError(spec.function_name, tb, exc, os.getpid(), self._ip, self._node_id,
                             spec.task_id.hex())
 
     def _register_captured(self, result: common_pb2.TaskResult) -> None:
         for value in result.returns:
             for inner in value.contained_refs:
-                self._worker.add_captured(inner, value.object_id)
+                self._ownership.add_captured(inner, value.object_id)
 
     def cancel(self, task_id: bytes, force: bool) -> bool:
         with self._cond:
@@ -382,7 +414,7 @@ class TaskExecutor:
                     ctypes.pythonapi.PyThreadState_SetAsyncExc(
                         ctypes.c_ulong(thread_ident), ctypes.py_object(TaskInterrupt))
                 return True
-        self._worker.exit_soon("force-cancelled", code=1)
+        self._host.exit_soon("force-cancelled", code=1)
         return True
 
     def statistics(self) -> ExecutorStatistics:
