@@ -29,3 +29,21 @@ def test_the_raylet_does_not_load_what_only_the_agent_or_a_query_uses() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=60, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_the_telemetry_agent_does_not_load_rich_but_leaves_it_to_a_driver() -> None:
+    """Run as the agent it sets rich aside, and the OTLP export's code waits for an export
+    to be configured; imported (a driver's start_for_driver) it leaves rich alone, so a
+    program that uses rich still can."""
+    code = ("import contextlib, runpy, sys; sys.argv = ['agent', '--help']\n"
+            "with contextlib.redirect_stdout(None), contextlib.suppress(SystemExit):\n"
+            "    runpy.run_module('tracedray.core.raylet.telemetry_agent', run_name='__main__')\n"
+            "print(sorted(m for m, v in sys.modules.items() if v and (m.startswith('rich') or "
+            "m == 'tracedray.telemetry.agent_export')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=60, check=True)
+    assert out.stdout.strip() == "[]"
+    imported = subprocess.run(
+        [sys.executable, "-c", "import tracedray.core.raylet.telemetry_agent, rich"],
+        capture_output=True, text=True, timeout=60)
+    assert imported.returncode == 0, imported.stderr

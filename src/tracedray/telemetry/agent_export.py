@@ -45,12 +45,11 @@ from pathlib import Path
 
 from tracedray.exceptions import SessionFileCorruptError
 from tracedray.telemetry import otlp_requests
-from tracedray.telemetry.export_config import LOGS, ExportConfig, OtlpTarget
+from tracedray.telemetry.export_config import EXPORT_DIR, LOGS, ExportConfig, OtlpTarget
 from tracedray.telemetry.line_file import LineFile, file_size, follow_rotations, line_files
 from tracedray.telemetry.otlp_transport import Outcome, SendResult, Transport
 from tracedray.telemetry.trace_index import pid_of
 
-EXPORT_DIR = "export"
 MAX_BATCH_BYTES = 1 << 20  # one request's JSON lines; the most a batch holds in memory
 INITIAL_BACKOFF_S = 0.5
 MAX_BACKOFF_S = 30.0

@@ -33,6 +33,9 @@ OTLP = "otlp"
 CONSOLE = "console"
 NONE = "none"
 DEFAULT_TIMEOUT_S = 10.0
+# The session's folder of export cursors (agent_export.py), one file per destination
+# and exported file; rotation (rotation_io.py) moves a file's cursors with it.
+EXPORT_DIR = "export"
 _DEFAULT_ENDPOINTS = {GRPC: "http://localhost:4317", HTTP_PROTOBUF: "http://localhost:4318",
                       HTTP_JSON: "http://localhost:4318"}
 

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from tracedray import config
 from tracedray.telemetry import line_file, rotated_file
-from tracedray.telemetry.agent_export import EXPORT_DIR
+from tracedray.telemetry.export_config import EXPORT_DIR
 from tracedray.telemetry.rotation import Action, FileFact, Limits, Step, plan
 from tracedray.telemetry.spool_files import lock_spool
 from tracedray.telemetry.trace_index import INDEX_NAME, KINDS, IndexWriter

@@ -35,6 +35,7 @@ A driver on a machine where no agent exports its session folder to its destinati
 --parent-pid P [--only-pid PID]``
 """
 
+# ruff: noqa: E402  (rich is set aside before the first import that would load it)
 from __future__ import annotations
 
 import argparse
@@ -49,6 +50,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+# Run as the agent (``python -m``), it writes JSON lines only: structlog would load rich
+# (~70 modules, ~4 MB of RSS) for tracebacks it never renders, as the raylet and the GCS
+# never do. Imported by a driver, whose program may use rich, it leaves rich alone.
+if __name__ == "__main__":
+    sys.modules.setdefault("rich", None)  # type: ignore[arg-type]
 
 from tracedray import logs
 from tracedray.core.process import process_alive
