@@ -144,10 +144,12 @@ class CoreWorker:
         self.submitter = TaskSubmitter(self)
         self.actor_submitter = ActorSubmitter(self.gcs, self.resolver, self.results,
                                               load=self.objects.load, background=self.background)
-        self.slow_tasks = (slow_tasks.start_watch(self, self.executor, self._stopped)
+        self.slow_tasks = (slow_tasks.start_watch(self.address, self.executor,
+                                                  self.task_events.add, self._stopped)
                            if self.executor is not None else None)
         if self.executor is not None:
-            remote_debugger.install(self)  # breakpoint() waits for `tracedray debug`
+            # breakpoint() waits for `tracedray debug`
+            remote_debugger.install(self.address, self.executor)
         self.flusher.start(self._stopped)
         threading.Thread(target=self.recovery.watch_loop, args=(self._stopped,), daemon=True,
                          name="tracedray-node-watch").start()

@@ -31,7 +31,8 @@ from tracedray._proto.v1 import debug_pb2
 from tracedray.exceptions import ConfigError
 
 if TYPE_CHECKING:
-    from tracedray.core.worker.core_worker import CoreWorker
+    from tracedray.core.address import Address
+    from tracedray.core.worker.task_executor import TaskExecutor
 
 log = logs.get_logger(__name__)
 PROMPT = "(tracedray-pdb) "
@@ -52,16 +53,16 @@ POST_MORTEM: config.Variable[bool] = config.Variable(
 
 _lock = threading.Lock()
 _waiting: dict[str, debug_pb2.Breakpoint] = {}
-_worker: CoreWorker | None = None
+_installed: tuple[Address, TaskExecutor] | None = None  # this worker's address, executor
 
 
 _post_mortem = False
 
 
-def install(worker: CoreWorker) -> None:
+def install(address: Address, executor: TaskExecutor) -> None:
     """Make ``breakpoint()`` in this worker's tasks wait for ``tracedray debug``."""
-    global _worker, _post_mortem
-    _worker = worker
+    global _installed, _post_mortem
+    _installed = (address, executor)
     if not os.environ.get("PYTHONBREAKPOINT"):
         sys.breakpointhook = breakpoint_hook
     try:
@@ -149,19 +150,20 @@ def post_mortem(exc: BaseException) -> None:
 def _wait_for_client(frame: FrameType, *, post_mortem: bool,
                      error: str) -> socket.socket | None:
     """Register a breakpoint for this thread's task, wait for an authenticated client."""
-    worker = _worker
-    if worker is None:
+    installed = _installed
+    if installed is None:
         return None
-    host = worker.ip
+    address, executor = installed
+    host = address.ip
     try:
         listener = socket.create_server((host, 0))
     except OSError as exc:
         log.warning("debugger.listen_failed", host=host, error=str(exc))
         return None
-    entry = _entry(worker, frame, listener.getsockname()[1], post_mortem, error)
+    entry = _entry(address, executor, frame, listener.getsockname()[1], post_mortem, error)
     with _lock:
         _waiting[entry.breakpoint_id] = entry
-    _announce(worker, entry)
+    _announce(executor, entry)
     try:
         while True:
             conn, _ = listener.accept()
@@ -189,38 +191,34 @@ def _authenticated(conn: socket.socket, token: str) -> bool:
     return secrets.compare_digest(line.strip(), token)
 
 
-def _entry(worker: CoreWorker, frame: FrameType, port: int, post_mortem: bool,
-           error: str) -> debug_pb2.Breakpoint:
+def _entry(address: Address, executor: TaskExecutor, frame: FrameType, port: int,
+           post_mortem: bool, error: str) -> debug_pb2.Breakpoint:
     entry = debug_pb2.Breakpoint(
-        breakpoint_id=secrets.token_hex(8), host=worker.ip, port=port,
-        token=secrets.token_hex(16), pid=os.getpid(), worker_id=worker.worker_id,
-        node_id=worker.node_id, filename=frame.f_code.co_filename, lineno=frame.f_lineno,
+        breakpoint_id=secrets.token_hex(8), host=address.ip, port=port,
+        token=secrets.token_hex(16), pid=os.getpid(), worker_id=address.worker_id,
+        node_id=address.node_id, filename=frame.f_code.co_filename, lineno=frame.f_lineno,
         since=time.time(), post_mortem=post_mortem, error=error)
-    live = _current_task(worker)
+    live = _current_task(executor)
     if live is not None:
         spec = live.spec
         entry.task_id, entry.attempt = spec.task_id.hex(), spec.attempt
         entry.function, entry.job_id = spec.function_name, spec.job_id.hex()
-        executor = worker.executor
-        entry.actor_id = (spec.actor_id or (executor.actor_id if executor else b"")).hex()
+        entry.actor_id = (spec.actor_id or executor.actor_id).hex()
     return entry
 
 
-def _current_task(worker: CoreWorker) -> Any:
-    executor = worker.executor
-    if executor is None:
-        return None
+def _current_task(executor: TaskExecutor) -> Any:
     me = threading.get_ident()
     return next((t for t in list(executor.live.values()) if t.thread_id == me), None)
 
 
-def _announce(worker: CoreWorker, entry: debug_pb2.Breakpoint) -> None:
+def _announce(executor: TaskExecutor, entry: debug_pb2.Breakpoint) -> None:
     fields = {"breakpoint_id": entry.breakpoint_id, "function": entry.function,
               "task_id": entry.task_id, "node_id": entry.node_id, "pid": entry.pid,
               "host": entry.host, "port": entry.port, "filename": entry.filename,
               "lineno": entry.lineno, "post_mortem": entry.post_mortem}
     log.warning("debugger.waiting", **fields)
-    live = _current_task(worker)
+    live = _current_task(executor)
     if live is not None:
         with contextlib.suppress(Exception):  # telemetry never breaks the runtime
             live.span.add_event("debugger.waiting", {

@@ -29,7 +29,7 @@ from tracedray.core.worker import stack_dump
 from tracedray.core.worker.stack_dump import LiveTask
 
 if TYPE_CHECKING:
-    from tracedray.core.worker.core_worker import CoreWorker
+    from tracedray.core.address import Address
     from tracedray.core.worker.task_executor import TaskExecutor
 
 log = logs.get_logger(__name__)
@@ -171,11 +171,13 @@ class SlowTaskWatch:
                                   self._flagged_total)
 
 
-def start_watch(worker: CoreWorker, executor: TaskExecutor,
+def start_watch(address: Address, executor: TaskExecutor,
+                report: Callable[[gcs_pb2.TaskEvent], None],
                 stopped: threading.Event) -> SlowTaskWatch:
-    """A worker's watch over the tasks its executor runs, started."""
+    """A worker's watch over the tasks its executor runs, started; ``report`` takes
+    the task event of a task found slow."""
     watch = SlowTaskWatch(live=lambda: list(executor.live.values()),
-                          durations=executor.durations, report=worker.task_events.add,
-                          node_id=worker.node_id, worker_id=worker.worker_id, pid=os.getpid())
+                          durations=executor.durations, report=report,
+                          node_id=address.node_id, worker_id=address.worker_id, pid=os.getpid())
     watch.start(stopped)
     return watch

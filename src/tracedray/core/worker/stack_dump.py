@@ -25,7 +25,7 @@ from tracedray import logs
 from tracedray._proto.v1 import common_pb2, debug_pb2
 
 if TYPE_CHECKING:
-    from tracedray.core.worker.core_worker import CoreWorker
+    from tracedray.core.worker.task_executor import TaskExecutor
 
 log = logs.get_logger(__name__)
 
@@ -166,19 +166,18 @@ def summary(stack_dump: debug_pb2.StackDump, limit: int = 16_000) -> str:
     return text if len(text) <= limit else text[:limit] + "..."
 
 
-def dump_process(worker: CoreWorker,
+def dump_process(worker_id: str, component: str, job_id: bytes, executor: TaskExecutor | None,
                  request: debug_pb2.DumpStacksRequest | None = None) -> debug_pb2.StackDump:
     """This process's dump (the CoreWorkerService.DumpStacks answer), also logged as a
     ``worker.stack_dump`` line; with ``breakpoints_only``, just its waiting breakpoints."""
     from tracedray.core.worker import remote_debugger
 
-    executor = worker.executor
     if request is not None and request.breakpoints_only:
-        return debug_pb2.StackDump(worker_id=worker.worker_id, pid=os.getpid(),
-                                   component=worker.mode, dumped_at=time.time(),
+        return debug_pb2.StackDump(worker_id=worker_id, pid=os.getpid(),
+                                   component=component, dumped_at=time.time(),
                                    breakpoints=remote_debugger.waiting())
-    result = dump(worker_id=worker.worker_id, pid=os.getpid(), component=worker.mode,
-                  job_id=worker.job_id, live=list(executor.live.values()) if executor else [],
+    result = dump(worker_id=worker_id, pid=os.getpid(), component=component,
+                  job_id=job_id, live=list(executor.live.values()) if executor else [],
                   actor_id=executor.actor_id if executor else b"",
                   actor_instance=executor.actor_instance if executor else None,
                   skip_thread=threading.get_ident())

@@ -95,4 +95,6 @@ class CoreWorkerServicer(core_worker_pb2_grpc.CoreWorkerServiceServicer):
         return common_pb2.Empty()
 
     def DumpStacks(self, request: Any, context: grpc.ServicerContext) -> Any:
-        return stack_dump.dump_process(self._w, request)
+        worker = self._w
+        return stack_dump.dump_process(worker.worker_id, worker.mode, worker.job_id,
+                                       worker.executor, request)
