@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
 import pickle
 import socket
@@ -157,3 +158,48 @@ def test_receive_into_pre_sizes_the_destination(stores) -> None:
     destination.receive_into(OBJECT, 5000, fill, owner="driver")
     assert sizes == [5000]
     assert os.stat(destination.object_path(OBJECT)).st_size == 5000
+
+
+def test_a_received_copy_reuses_a_freed_file_of_its_class(stores) -> None:
+    _, destination = stores
+    size = 300 << 10
+    _put(destination, np.full(size, 7, dtype=np.uint8))
+    stored = destination.describe(OBJECT)
+    assert stored is not None
+    inode = os.stat(destination.object_path(OBJECT)).st_ino
+    destination.free([OBJECT])
+    assert destination.statistics().pool.files == 1
+    new = "cd" * 14
+    seen: list[tuple[int, int]] = []
+
+    def fill(fd: int) -> None:
+        seen.append((os.fstat(fd).st_ino, os.fstat(fd).st_size))
+        os.pwrite(fd, b"n" * (stored.size - 1000), 0)
+        os.pwrite(fd, b"e" * 990, stored.size - 1000)
+
+    destination.receive_into(new, stored.size - 10, fill, owner="driver")
+    assert seen == [(inode, stored.size - 10)]  # the freed file, cut to the copy's size
+    stats = destination.statistics().pool
+    assert (stats.files, stats.bytes, stats.reused_total) == (0, 0, 1)
+    copy = map_object(destination.object_path(new))
+    assert copy.nbytes == stored.size - 10 and bytes(copy[-990:]) == b"e" * 990
+    assert destination.describe(new) is not None
+
+
+def test_a_pool_file_a_reader_still_locks_is_not_received_into(stores) -> None:
+    _, destination = stores
+    size = _put(destination, np.full(300 << 10, 7, dtype=np.uint8))
+    destination.free([OBJECT])
+    (slot,) = [p for d in (destination.object_path("00").parent).iterdir()
+               if "-pool-" in d.name for p in d.iterdir()]
+    late_reader = os.open(slot, os.O_RDONLY)
+    try:
+        fcntl.flock(late_reader, fcntl.LOCK_SH)  # mapped it just before it was pooled
+        inodes: list[int] = []
+        destination.receive_into("cd" * 14, size, lambda fd: inodes.append(os.fstat(fd).st_ino),
+                                 owner="driver")
+        assert inodes != [os.fstat(late_reader).st_ino]  # a new file instead
+        assert not slot.exists()  # the late reader's file left the pool, deleted
+        assert os.pread(late_reader, 4, size - 4) != b""  # its bytes are still readable
+    finally:
+        os.close(late_reader)

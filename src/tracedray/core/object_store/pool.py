@@ -84,7 +84,7 @@ class PoolStatistics:
     bytes: int
     limit_bytes: int
     kept_total: int  # freed files that entered the pool
-    reused_total: int  # pool files a writer took for a new object
+    reused_total: int  # pool files a writer (or a received copy) took for a new object
     trimmed_total: int  # pool files deleted to make room for objects
     in_use_total: int  # freed files deleted instead, as a reader still mapped them
 
@@ -154,6 +154,29 @@ class FilePool:
         self._drop(entry)
         self._reused += 1
         return True
+
+    def take(self, size: int, destination: Path) -> int | None:
+        """A pool file of ``size``'s class, renamed to ``destination``, as a writable
+        descriptor locked exclusively: the raylet receives a pulled copy into it, whose
+        pages are already there. ``None`` when the class has no file to give (a writer
+        took it, or a late reader maps it: that one is deleted)."""
+        klass = size_class(size)
+        for entry in [e for e in self._by_inode.values() if e.klass == klass]:
+            self._drop(entry)
+            try:  # atomic against a writer's claim (client.write_object)
+                os.rename(entry.path, destination)
+                fd = os.open(destination, os.O_RDWR | os.O_CLOEXEC)
+            except OSError:
+                continue
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                unlink_quietly(destination)
+                continue
+            self._reused += 1
+            return fd
+        return None
 
     def trim(self, keep_bytes: int) -> int:
         """Delete pool files, largest first, until the pool holds at most ``keep_bytes``;

@@ -225,7 +225,8 @@ class ObjectStore:
                      owner_address: Address | None = None) -> None:
         """Store a secondary copy that ``fill`` writes into a file descriptor.
 
-        The file is created at its full size first, so ``fill`` may write its ranges
+        The file is a pool file of the copy's size class when there is one, else a new
+        one; either way it is cut to its full size first, so ``fill`` may write its ranges
         in any order and from several threads (``pwrite``); it is renamed into place
         only after admission, so a reader never maps a partial copy, and removed when
         ``fill`` raises, so a failed transfer leaves nothing behind.
@@ -234,8 +235,11 @@ class ObjectStore:
             return
         start_ns = time.time_ns()
         temporary = files.temp_path(self.object_path(object_id), "receiving")
+        with self._lock:  # a freed file of its class: no page to allocate (pool.py)
+            pooled = self._pool.take(size, temporary)
         try:
-            fd = os.open(temporary, os.O_CREAT | os.O_EXCL | os.O_RDWR | os.O_CLOEXEC, 0o600)
+            fd = pooled if pooled is not None else os.open(
+                temporary, os.O_CREAT | os.O_EXCL | os.O_RDWR | os.O_CLOEXEC, 0o600)
         except OSError as exc:
             raise RaySystemError(f"cannot create {temporary} for a received object: "
                                  f"{exc}") from exc
