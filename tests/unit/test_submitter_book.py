@@ -93,6 +93,9 @@ def test_a_grant_pipelines_queued_tasks_onto_the_lease_the_first_carrying_the_de
     assert all(t.lease is lease for t in tasks[:PIPELINE_DEPTH])
     assert lease.decision["tracedray.scheduling.reason"] == "because"
     assert book.queued() == 2
+    stats = book.statistics()
+    assert (stats.queued, stats.inflight, stats.lease_requests) == (2, PIPELINE_DEPTH, 5)
+    assert stats.leases_by_state == {LeaseState.IDLE: 0, LeaseState.BUSY: 1}
 
 
 def test_a_result_frees_room_for_the_next_queued_task_and_the_last_one_idles_the_lease(
@@ -106,6 +109,9 @@ def test_a_result_frees_room_for_the_next_queued_task_and_the_last_one_idles_the
     rest = [(t, ev.Verdict.DONE) for t in tasks[1:]]
     book.handle(ev.ResultsArrived(lease.conn, rest, 4.0))  # type: ignore[arg-type]
     assert lease.state is LeaseState.IDLE and lease.idle_since == 4.0 and not lease.inflight
+    stats = book.statistics()
+    assert stats.leases_by_state == {LeaseState.IDLE: 1, LeaseState.BUSY: 0}
+    assert stats.inflight == stats.queued == 0
 
 
 def test_a_stolen_task_handed_back_goes_first_in_its_queue() -> None:

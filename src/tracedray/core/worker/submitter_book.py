@@ -17,6 +17,7 @@ from __future__ import annotations
 import collections
 import itertools
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from tracedray._proto.v1 import raylet_pb2
@@ -42,6 +43,16 @@ from tracedray.core.worker.pending_task import PendingTask
 from tracedray.telemetry import attributes as A
 
 Connect = Callable[[Address], WorkerConnection]
+
+
+@dataclass(frozen=True)
+class SubmitterBookStatistics:
+    queued: int  # tasks waiting for a lease
+    inflight: int  # tasks sent to leased workers, results not in yet
+    leases_by_state: dict[LeaseState, int]  # the leases held (IDLE, BUSY)
+    lease_requests: int  # not answered yet, withdrawn ones too
+    lease_requests_withdrawn_total: int
+    unneeded_grants_total: int  # granted to a withdrawn request, given straight back
 
 
 class SubmitterBook:
@@ -85,6 +96,17 @@ class SubmitterBook:
 
     def asks(self) -> list[LeaseAsk]:
         return [ask for asks in self._asks.values() for ask in asks]
+
+    def statistics(self) -> SubmitterBookStatistics:
+        leases = self.leases()
+        by_state = {state: 0 for state in (LeaseState.IDLE, LeaseState.BUSY)}
+        for lease in leases:
+            by_state[lease.state] += 1
+        return SubmitterBookStatistics(
+            queued=self.queued(), inflight=sum(len(le.inflight) for le in leases),
+            leases_by_state=by_state, lease_requests=len(self.asks()),
+            lease_requests_withdrawn_total=self.withdrawn_total,
+            unneeded_grants_total=self.unneeded_grants)
 
     def waiting_long(self, now: float) -> list[Waiting]:
         """Queued work whose oldest lease request has waited long enough to ask whether
@@ -230,7 +252,8 @@ class SubmitterBook:
             A.SCHEDULING_CHOSEN_NODE: reply.chosen_node,
         }
         address = Address.from_proto(reply.worker)
-        lease = Lease(reply.lease_id, key, raylet, address, self._connect(address), decision)
+        lease = Lease(reply.lease_id, key, raylet, address, self._connect(address), decision,
+                      idle_since=now)
         self._leases.setdefault(key, []).append(lease)
         self._by_conn[lease.conn] = lease
         self._pump(key, now, out)

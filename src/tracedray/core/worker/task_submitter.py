@@ -420,14 +420,15 @@ class TaskSubmitter:
 
     def statistics(self) -> SubmitterStatistics:
         with self._lock:
-            book, leases = self._book, self._book.leases()
+            book = self._book.statistics()
             return SubmitterStatistics(
-                queued=book.queued(), inflight=sum(len(le.inflight) for le in leases),
-                leases=len(leases), pending_lease_requests=len(book.asks()),
+                queued=book.queued, inflight=book.inflight,
+                leases=sum(book.leases_by_state.values()),
+                pending_lease_requests=book.lease_requests,
                 submitted_total=self._submitted, finished_total=self._finished,
                 retried_total=self._retried,
-                lease_requests_withdrawn_total=book.withdrawn_total,
-                unneeded_grants_total=book.unneeded_grants,
+                lease_requests_withdrawn_total=book.lease_requests_withdrawn_total,
+                unneeded_grants_total=book.unneeded_grants_total,
                 infeasible_warnings_total=self._infeasible.statistics().warnings,
                 sent_total=self._sent, writes_total=self._writes)
 
