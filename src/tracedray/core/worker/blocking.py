@@ -10,22 +10,30 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from contextlib import AbstractContextManager
+from dataclasses import dataclass
 
 from tracedray import logs
-from tracedray.core.protocol.raylet_client import RayletClient
 from tracedray.exceptions import RaySystemError
 
 log = logs.get_logger(__name__)
 
 
+@dataclass(frozen=True)
+class BlockedStatistics:
+    depth: int  # nested get()/wait() calls blocked now
+    blocks_total: int  # times the raylet was told this worker blocks
+    notify_failures: int  # tellings the raylet did not answer
+
+
 class BlockedState:
-    def __init__(self, raylet: RayletClient, worker_id: str, *, tells_raylet: bool,
-                 on_blocked: Callable[[], None]) -> None:
-        self._raylet = raylet
+    def __init__(self, notify_blocked: Callable[[str, bool], None], worker_id: str, *,
+                 tells_raylet: bool, on_blocked: Callable[[], None]) -> None:
+        self._notify_blocked = notify_blocked  # the raylet's NotifyBlocked
         self._worker_id = worker_id
         self._tells_raylet = tells_raylet  # a worker process; a driver does not
         self._on_blocked = on_blocked
         self._depth = 0
+        self._blocks = self._failures = 0
         self._lock = threading.Lock()
 
     def blocked(self) -> AbstractContextManager[None]:
@@ -42,13 +50,17 @@ class BlockedState:
             changed = depth == (1 if entering else 0)
         if changed:
             if entering:
+                with self._lock:
+                    self._blocks += 1
                 self._on_blocked()
             self._tell_raylet(entering)
 
     def _tell_raylet(self, blocked: bool) -> None:
         try:
-            self._raylet.notify_blocked(self._worker_id, blocked)
+            self._notify_blocked(self._worker_id, blocked)
         except RaySystemError as exc:
+            with self._lock:
+                self._failures += 1
             log.warning("raylet.notify_blocked_failed", error=str(exc))
 
     def settle(self) -> None:
@@ -67,6 +79,11 @@ class BlockedState:
         with self._lock:
             self._depth = 0
         self._tell_raylet(False)
+
+
+    def statistics(self) -> BlockedStatistics:
+        with self._lock:
+            return BlockedStatistics(self._depth, self._blocks, self._failures)
 
 
 class _Blocked:

@@ -109,7 +109,7 @@ class CoreWorker:
         # Every task spec names its caller: built once (a message per task cost ~1 µs).
         # Never mutated: protobuf copies it into each spec.
         self.address_proto = self.address.to_proto()
-        self.output = OutputEcho(self.gcs, ip=ip, pid=self.address.pid, job_id=job_id,
+        self.output = OutputEcho(self.gcs.get_jobs, ip=ip, pid=self.address.pid, job_id=job_id,
                                  current_task=lambda: self.current_task)
         self.flusher = Flusher(self.ownership, self.references, self.task_events, self.output)
         nodes = NodeDirectory(self.gcs)
@@ -122,8 +122,8 @@ class CoreWorker:
         self.inbox: SubmitInbox[Submission] = SubmitInbox(self._submit_batch,
                                                           "tracedray-submit-inbox")
         # Only a worker tells its raylet it blocks (and lends its CPU meanwhile).
-        self.blocking = BlockedState(self.raylet, worker_id, tells_raylet=mode == "worker",
-                                     on_blocked=self._on_blocked)
+        self.blocking = BlockedState(self.raylet.notify_blocked, worker_id,
+                                     tells_raylet=mode == "worker", on_blocked=self._on_blocked)
         self.values = ObjectValues(self.address, self.references, self.memory_store,
                                    self.blocking, await_verdict=self.recovery.await_verdict,
                                    background=self.background,
@@ -319,6 +319,13 @@ class CoreWorker:
                 "actors": self.actor_submitter.statistics(),
                 "lineage": self.lineage.statistics(),
                 "recovery": self.recovery.statistics(),
+                "ownership": self.ownership.statistics(),
+                "values": self.values.statistics(),
+                "blocking": self.blocking.statistics(),
+                "flusher": self.flusher.statistics(),
+                "output": self.output.statistics(),
+                "raylets": self.raylets.statistics(),
+                "objects": self.objects.statistics(),
                 "executor": self.executor.statistics() if self.executor else None,
                 "task_stream": self.task_stream.statistics() if self.task_stream else None}
 

@@ -9,6 +9,7 @@ One flush at a time: two could send a task's events or a job's output out of ord
 from __future__ import annotations
 
 import threading
+from dataclasses import dataclass
 
 from tracedray import logs
 from tracedray.core.worker.output_echo import OutputEcho
@@ -20,6 +21,13 @@ log = logs.get_logger(__name__)
 FLUSH_INTERVAL_S = 0.1
 
 
+@dataclass(frozen=True)
+class FlusherStatistics:
+    flushes: int
+    errors: int  # flushes that raised (logged as flusher.error)
+    early_releases: int  # frees done for a put, ahead of the flusher
+
+
 class Flusher:
     def __init__(self, ownership: Ownership, references: ReferenceTable,
                  task_events: TaskEventBuffer, output: OutputEcho) -> None:
@@ -28,6 +36,7 @@ class Flusher:
         self._task_events = task_events
         self._output = output
         self._lock = threading.Lock()
+        self._flushes = self._errors = self._early = 0  # changed under _lock
 
     def start(self, stopped: threading.Event) -> None:
         threading.Thread(target=self._loop, args=(stopped,), daemon=True,
@@ -40,10 +49,15 @@ class Flusher:
     def flush(self) -> None:
         try:
             with self._lock:
-                self._ownership.release_deferred()
-                self._ownership.flush_reference_updates()
-                self._task_events.flush()
-                self._output.flush()
+                self._flushes += 1
+                try:
+                    self._ownership.release_deferred()
+                    self._ownership.flush_reference_updates()
+                    self._task_events.flush()
+                    self._output.flush()
+                except Exception:
+                    self._errors += 1
+                    raise
         except Exception as exc:  # noqa: BLE001 - the flusher must survive anything
             log.error("flusher.error", error=repr(exc))
 
@@ -54,6 +68,11 @@ class Flusher:
         if not self._references.has_dropped_refs() or not self._lock.acquire(False):
             return
         try:
+            self._early += 1
             self._ownership.release_deferred()
         finally:
             self._lock.release()
+
+    def statistics(self) -> FlusherStatistics:
+        with self._lock:
+            return FlusherStatistics(self._flushes, self._errors, self._early)

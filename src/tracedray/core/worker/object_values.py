@@ -8,8 +8,10 @@ the node and then for its owner to hand out the new copy.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import grpc
 
@@ -26,6 +28,13 @@ from tracedray.exceptions import GetTimeoutError, ObjectLostError, OwnerDiedErro
 log = logs.get_logger(__name__)
 
 
+@dataclass(frozen=True)
+class ObjectValuesStatistics:
+    owner_fetches: int  # GetObject calls to owners of borrowed values
+    owners_unreachable: int  # of those, owners that did not answer (OwnerDiedError)
+    blocked_waits: int  # waits that blocked (the raylet was told, when a worker)
+
+
 class ObjectValues:
     def __init__(self, address: Address, references: ReferenceTable, memory_store: MemoryStore,
                  blocking: BlockedState, *, await_verdict: Callable[[str], bool],
@@ -38,6 +47,8 @@ class ObjectValues:
         self._await_verdict = await_verdict  # True: the GCS declared the node dead
         self._background = background
         self._drain_submissions = drain_submissions
+        self._lock = threading.Lock()
+        self._fetches = self._unreachable = self._blocked = 0
 
     def wait(self, object_ids: list[bytes], num_ready: int, timeout_s: float | None, *,
              stop_on_error: bool = False) -> set[bytes]:
@@ -54,6 +65,8 @@ class ObjectValues:
         if len(ready) >= num_ready or (stop_on_error and any(
                 is_error(store.get_if_ready(oid)) for oid in ready)):
             return ready  # no need to tell the raylet this worker blocks
+        with self._lock:
+            self._blocked += 1
         with self._blocking.blocked():
             return store.wait(object_ids, num_ready, timeout_s, stop_on_error=stop_on_error)
 
@@ -67,11 +80,15 @@ class ObjectValues:
         request = core_worker_pb2.GetObjectRequest(object_id=object_id,
                                                    timeout_s=-1 if timeout_s is None else timeout_s,
                                                    requester=self._address.to_proto())
+        with self._lock:
+            self._fetches += 1
         try:
             reply = core_worker_pb2_grpc.CoreWorkerServiceStub(
                 rpc.channel(owner.target)).GetObject(
                     request, timeout=None if timeout_s is None else timeout_s + 10)
         except grpc.RpcError as exc:
+            with self._lock:
+                self._unreachable += 1
             return error_value(object_id, owner_died_error(object_id, owner, exc.code().name))
         if reply.status == core_worker_pb2.GetObjectReply.PENDING:
             raise GetTimeoutError(f"object {object_id.hex()} was not ready in {timeout_s}s")
@@ -79,6 +96,10 @@ class ObjectValues:
             return error_value(object_id, ObjectLostError(
                 object_id.hex(), "its owner no longer has it (freed, or owner restarted)"))
         return reply.value
+
+    def statistics(self) -> ObjectValuesStatistics:
+        with self._lock:
+            return ObjectValuesStatistics(self._fetches, self._unreachable, self._blocked)
 
     def after_loss(self, value: common_pb2.ObjectValue) -> common_pb2.ObjectValue | None:
         """An object could not be read from its node: if that node died, wait for the

@@ -11,23 +11,31 @@ import contextlib
 import threading
 from collections import defaultdict
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import grpc
 
-from tracedray._proto.v1 import common_pb2, core_worker_pb2, core_worker_pb2_grpc
+from tracedray._proto.v1 import common_pb2, core_worker_pb2, core_worker_pb2_grpc, gcs_pb2
 from tracedray.core import rpc
 from tracedray.core.address import Address
-from tracedray.core.gcs.client import GcsClient
 from tracedray.exceptions import RaySystemError
 
 MAX_PENDING_LINES = 10_000
 
 
+@dataclass(frozen=True)
+class OutputEchoStatistics:
+    pending_lines: int
+    forwarded_total: int  # lines kept to echo
+    dropped_total: int  # lines past MAX_PENDING_LINES, in the log files only
+    batches_sent: int  # PrintOutput calls made (answered or not)
+
+
 class OutputEcho:
-    def __init__(self, gcs: GcsClient, *, ip: str, pid: int, job_id: bytes,
-                 current_task: Callable[[], common_pb2.TaskSpec | None]) -> None:
-        self._gcs = gcs
+    def __init__(self, get_jobs: Callable[[], list[gcs_pb2.JobInfo]], *, ip: str, pid: int,
+                 job_id: bytes, current_task: Callable[[], common_pb2.TaskSpec | None]) -> None:
+        self._get_jobs = get_jobs  # the GCS's job table, to find a job's driver
         self._ip = ip
         self._pid = pid
         self._job_id = job_id
@@ -35,6 +43,7 @@ class OutputEcho:
         self._lines: list[tuple[bytes, core_worker_pb2.OutputLine]] = []
         self._lock = threading.Lock()
         self._drivers: dict[bytes, str] = {}  # job id -> its driver's address
+        self._forwarded = self._dropped = self._batches = 0
 
     def forward(self, stream: str, line: str, fields: Any) -> None:
         spec = self._current_task()
@@ -42,8 +51,11 @@ class OutputEcho:
         job_id = spec.job_id if spec is not None else self._job_id
         with self._lock:
             if len(self._lines) < MAX_PENDING_LINES:
+                self._forwarded += 1
                 self._lines.append((job_id, core_worker_pb2.OutputLine(
                     task_name=name, pid=self._pid, stream=stream, line=line, ip=self._ip)))
+            else:
+                self._dropped += 1
 
     def flush(self) -> None:
         """Echo printed lines to their jobs' drivers now (cheap when nothing was printed)."""
@@ -58,15 +70,22 @@ class OutputEcho:
             target = self._job_driver(job_id)
             if target is None:
                 continue
+            with self._lock:
+                self._batches += 1
             with contextlib.suppress(grpc.RpcError):
                 core_worker_pb2_grpc.CoreWorkerServiceStub(rpc.channel(target)).PrintOutput(
                     core_worker_pb2.OutputBatch(lines=batch), timeout=5)
+
+    def statistics(self) -> OutputEchoStatistics:
+        with self._lock:
+            return OutputEchoStatistics(len(self._lines), self._forwarded, self._dropped,
+                                        self._batches)
 
     def _job_driver(self, job_id: bytes) -> str | None:
         target = self._drivers.get(job_id)
         if target is None:
             try:
-                for job in self._gcs.get_jobs():
+                for job in self._get_jobs():
                     if job.job_id == job_id:
                         target = self._drivers[job_id] = Address.from_proto(job.driver).target
             except RaySystemError:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import threading
 from collections import defaultdict
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import grpc
 
@@ -28,6 +29,14 @@ from tracedray.exceptions import RaySystemError
 log = logs.get_logger(__name__)
 
 
+@dataclass(frozen=True)
+class OwnershipStatistics:
+    released_total: int  # owned objects released (no reference left)
+    local_frees: int  # batches of this node's frees sent over the seal socket
+    grpc_frees: int  # batches of frees sent to raylets over gRPC
+    update_runs_sent: int  # UpdateReferences calls made to other owners
+
+
 class Ownership:
     def __init__(self, references: rt.ReferenceTable, memory_store: MemoryStore,
                  lineage: Lineage, local_raylet: RayletClient, *,
@@ -40,6 +49,8 @@ class Ownership:
         self._free_local = free_local  # False: could not go over the seal socket
         self._background = background
         self._update_send_lock = threading.Lock()  # see flush_reference_updates
+        self._stats_lock = threading.Lock()
+        self._released = self._local_frees = self._grpc_frees = self._update_runs = 0
 
     def store_value(self, value: common_pb2.ObjectValue, status: str) -> None:
         """Record a value this process created (put, a large argument, a task's result).
@@ -73,6 +84,8 @@ class Ownership:
         with self._update_send_lock:
             for owner, run in rt.runs_by_owner(self._references.take_updates()):
                 _send_reference_updates(owner, run)
+                with self._stats_lock:
+                    self._update_runs += 1
 
     def update_borrower(self, object_id: bytes, borrower: str, delta: int) -> None:
         """Apply a borrower's reference update (from another process)."""
@@ -88,10 +101,12 @@ class Ownership:
         frees: dict[Address | None, list[bytes]] = defaultdict(list)
         deleted = []
         notify_owners = False
+        released = 0
         for action in actions:
             deleted.append(action.object_id)
             if not action.owned:
                 continue
+            released += 1
             log.debug("object.release", object_id=action.object_id.hex(), size=action.size)
             if action.store_node_id:
                 frees[action.store_raylet].append(action.object_id)
@@ -103,16 +118,29 @@ class Ownership:
                 self.run_release_actions(self._references.update_borrower(inner_id, borrower, -1))
         deleted = self._references.forget_unreferenced(deleted, self._memory_store.delete)
         self._lineage.forget(deleted)
+        local_frees = grpc_frees = 0
         for raylet_address, object_ids in frees.items():
             local = raylet_address is None or raylet_address.target == self._raylet.address
             # This node's frees go behind the seals on the seal socket: soon, in order.
             if local and self._free_local(object_ids):
+                local_frees += 1
                 continue
             client = self._raylet if local or raylet_address is None \
                 else RayletClient(raylet_address.target)
             self._background(_free, client, object_ids)
+            grpc_frees += 1
+        with self._stats_lock:
+            self._released += released
+            self._local_frees += local_frees
+            self._grpc_frees += grpc_frees
         if notify_owners:
             self._background(self.flush_reference_updates)
+
+
+    def statistics(self) -> OwnershipStatistics:
+        with self._stats_lock:
+            return OwnershipStatistics(self._released, self._local_frees, self._grpc_frees,
+                                       self._update_runs)
 
 
 def _send_reference_updates(owner: Address, updates: list[rt.ReferenceUpdate]) -> None:

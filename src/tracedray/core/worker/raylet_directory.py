@@ -40,6 +40,9 @@ class RayletDirectory:
             client = self._clients[node_id] = RayletClient(address.target)
         return client
 
+    def statistics(self) -> dict[str, int]:
+        return {"clients": len(self._clients)}
+
     def describe_worker_exit(self, raylet: RayletClient, worker: Address) -> WorkerCrashedError:
         """The error for a task whose worker ``worker`` was lost, saying why it exited."""
         try:
