@@ -250,12 +250,7 @@ def shaped_span_json(blob: bytes, trace_id: int, span_id: int, parent_span_id: i
     (``SpanShape.attributes``: an id, ``bytes``, as its hex), no events, links or
     status. ValueError (or EOFError, TypeError) when ``blob`` is not a shape or
     ``values`` do not fit it."""
-    shape = _shapes.get(blob)
-    if shape is None:
-        shape = _decode_shape(blob)
-    name_json, kind, constant_json, prefixes = shape
-    if len(values) != len(prefixes):
-        raise ValueError(f"{len(values)} values for the {len(prefixes)} keys of a shape")
+    name_json, kind, constant_json, prefixes = _shape_of(blob, len(values))
     out = _SPAN_HEAD % (
         trace_id, span_id, ',"traceState":' + _string(trace_state) if trace_state else "",
         _PARENT_MEMBER % parent_span_id if parent_span_id else "",
@@ -277,6 +272,17 @@ def shaped_span_json(blob: bytes, trace_id: int, span_id: int, parent_span_id: i
     return out + ',"status":{}}'
 
 
+def _shape_of(blob: bytes, values: int) -> tuple[str, int, str, tuple[str, ...]]:
+    """The decoded shape of ``blob`` (cached) for spans bringing ``values`` values;
+    ValueError when they do not fit its keys (or EOFError, TypeError: not a shape)."""
+    shape = _shapes.get(blob)
+    if shape is None:
+        shape = _decode_shape(blob)
+    if values != len(shape[3]):
+        raise ValueError(f"{values} values for the {len(shape[3])} keys of a shape")
+    return shape
+
+
 def _decode_shape(blob: bytes) -> tuple[str, int, str, tuple[str, ...]]:
     name, kind, constant, variable = decode_blob(blob)
     # As record_span_json: a variable key that is also constant appears once.
@@ -290,6 +296,47 @@ def _decode_shape(blob: bytes) -> tuple[str, int, str, tuple[str, ...]]:
         _shapes.clear()
     _shapes[bytes(blob)] = shape
     return shape
+
+
+# The parts of a packed span's JSON that its SHAPE fixes, as %-templates (a literal
+# "%" of a name or an attribute doubled): the ids and times go in as the struct gives
+# them, the trace id as its two 64-bit halves, each id value as its hex.
+_PACKED_IDS = '{"traceId":"%016x%016x","spanId":"%016x"'
+_PACKED_PARENT = ',"parentSpanId":"%016x"'
+_PACKED_ID_VALUE = '{"stringValue":"%s"}}'
+_PACKED_INT_VALUE = '{"intValue":"%d"}}'
+
+
+def packed_span_renderer(blob: bytes, codes: Sequence[str]) -> Callable[[Sequence[Any]], str]:
+    """The JSON of a PACKED record (spool_format.py) of the shape ``blob`` whose packing
+    has ``codes`` (span_shape.packing_codes), as a function of the record's unpacked
+    fields: the text :func:`shaped_span_json` writes for the SHAPED record it stands
+    for, from one %-template per shape (with and without a parent) instead of a
+    template for the head and an item per value. ValueError (or EOFError, TypeError)
+    when ``blob`` is not a shape or ``codes`` do not fit it."""
+    name_json, kind, constant_json, prefixes = _shape_of(blob, len(codes))
+    items = [prefix.replace("%", "%%") + (_PACKED_INT_VALUE if code == "q" else _PACKED_ID_VALUE)
+             for prefix, code in zip(prefixes, codes, strict=True)]
+    if constant_json:
+        items.append(constant_json.replace("%", "%%"))
+    tail = (',"name":' + name_json.replace("%", "%%") + ',"kind":' + str(kind)
+            + ',"startTimeUnixNano":"%d","endTimeUnixNano":"%d"'
+            + (',"attributes":[' + ",".join(items) + "]" if items else "") + ',"status":{}}')
+    root, child = _PACKED_IDS + tail, _PACKED_IDS + _PACKED_PARENT + tail
+    ids_at = tuple(index for index, code in enumerate(codes) if code != "q")
+
+    def render(fields: Sequence[Any]) -> str:
+        # fields: mark, SHAPE offset, trace id high and low, span id, parent id, start,
+        # duration, then the values.
+        _, _, high, low, span_id, parent_id, start_ns, duration_ns, *values = fields
+        for index in ids_at:
+            values[index] = values[index].hex()
+        if parent_id:
+            return child % (high, low, span_id, parent_id, start_ns, start_ns + duration_ns,
+                            *values)
+        return root % (high, low, span_id, start_ns, start_ns + duration_ns, *values)
+
+    return render
 
 
 def _resource_json(resource: Resource) -> str:
@@ -311,12 +358,12 @@ def line_prefix(resource: Resource, scope: InstrumentationScope | None) -> str:
             + ',"scopeSpans":[{"scope":' + _scope_json(scope) + ',"spans":[')
 
 
-_LINE_SUFFIX = "]}]}]}"
+LINE_SUFFIX = "]}]}]}"
 
 
 def span_line(prefix: str, span_json: str) -> str:
     """A whole trace-file line: a cached resource+scope ``prefix`` around one span."""
-    return prefix + span_json + _LINE_SUFFIX
+    return prefix + span_json + LINE_SUFFIX
 
 
 class SpanLineEncoder:
@@ -339,7 +386,7 @@ class SpanLineEncoder:
                 self._prefixes.clear()
             cached = (line_prefix(resource, scope), resource, scope)
             self._prefixes[key] = cached
-        return cached[0] + _span_json(span) + _LINE_SUFFIX
+        return cached[0] + _span_json(span) + LINE_SUFFIX
 
 
 def encode_spans_line(spans: Sequence[ReadableSpan]) -> str:

@@ -33,7 +33,8 @@ Payload tags:
     LINE (2, span_json): a span already encoded (spans from the SDK tracer, and
         spans whose attributes marshal cannot carry).
     SPANS (3, [SPAN or SHAPED tuple, ...]): spans that ended together (a batch of
-        task results ends its dispatch spans at once), one record for all.
+        task results ends its dispatch spans at once), one record for all; spans all of
+        packed shapes are a PACKED record each instead.
     SHAPED (4, shape_blob, trace_id, span_id, parent_span_id, start_ns, duration_ns,
             values, trace_state): a span of a SpanShape (span_shape.py) with no
         events, links or status: its name, kind and shared attributes are in the
@@ -61,8 +62,12 @@ from typing import Any
 
 from opentelemetry.trace import Link, SpanContext
 
-from tracedray.telemetry.otlp_json import record_span_json, shaped_span_json
-from tracedray.telemetry.span_shape import PACKED_HEAD
+from tracedray.telemetry.otlp_json import (
+    packed_span_renderer,
+    record_span_json,
+    shaped_span_json,
+)
+from tracedray.telemetry.span_shape import PACKED_HEAD, packing_codes
 
 MAGIC = b"TDSPOOL1"
 HEADER_BYTES = 64
@@ -78,7 +83,7 @@ PREFIX, SPAN, LINE, SPANS, SHAPED, SHAPE = 0, 1, 2, 3, 4, 5
 _TAGS = frozenset((PREFIX, SPAN, LINE, SPANS, SHAPED, SHAPE))
 PACKED_MARK = 0x50  # b"P": not a marshal type code, so a PACKED payload is told apart
 _HEAD = struct.Struct(PACKED_HEAD)
-_SHAPE_AT = struct.Struct("<Q")  # a PACKED record's SHAPE offset, after the mark
+SHAPE_AT = struct.Struct("<Q")  # a PACKED record's SHAPE offset, after the mark
 _dumps: Any = marshal.dumps  # typed loosely: marshal's stub rejects tuples holding Any
 # One span's record is marshalled in format 2: without the table of shared objects
 # that formats 3+ build and free on every call (~8% of the call for a record this
@@ -163,24 +168,31 @@ class PackedShape:
 
     blob: bytes
     unpack: Any  # struct.Struct.unpack of the whole payload
+    render: Any  # the unpacked fields -> the span's JSON (otlp_json.packed_span_renderer)
 
 
 def packed_shape(fields: tuple[Any, ...]) -> PackedShape:
-    """The PackedShape of a decoded SHAPE record; ValueError when it is not one."""
+    """The PackedShape of a decoded SHAPE record; ValueError when it is not one (a bad
+    packing, a blob that is no shape or whose keys the packing does not fit)."""
     if len(fields) != 3 or fields[0] != SHAPE or type(fields[1]) is not bytes \
             or type(fields[2]) is not str:
         raise ValueError("not a SHAPE record")
     try:
-        return PackedShape(fields[1], struct.Struct(PACKED_HEAD + fields[2]).unpack)
+        unpack = struct.Struct(PACKED_HEAD + fields[2]).unpack
     except struct.error as exc:
         raise ValueError(f"a SHAPE record with a bad packing: {exc}") from None
+    try:
+        render = packed_span_renderer(fields[1], packing_codes(fields[2]))
+    except (ValueError, EOFError, TypeError) as exc:
+        raise ValueError(f"a SHAPE record whose shape does not decode: {exc}") from None
+    return PackedShape(fields[1], unpack, render)
 
 
 def packed_shape_offset(payload: bytes | memoryview) -> int:
     """The file offset of the SHAPE record a PACKED payload points at."""
     if len(payload) < _HEAD.size:
         raise ValueError("a PACKED record shorter than its head")
-    offset: int = _SHAPE_AT.unpack_from(payload, 1)[0]
+    offset: int = SHAPE_AT.unpack_from(payload, 1)[0]
     return offset
 
 
@@ -188,12 +200,11 @@ def packed_span_json(payload: bytes | memoryview, shape: PackedShape) -> str:
     """The OTLP JSON of a PACKED record: that of the SHAPED record it stands for, made
     without building that record. ValueError when it does not fit ``shape``."""
     try:
-        (_, _, trace_high, trace_low, span_id, parent_id, start_ns, duration_ns,
-         *values) = shape.unpack(payload)
+        fields = shape.unpack(payload)
     except struct.error as exc:
         raise ValueError(f"a PACKED record that does not fit its shape: {exc}") from None
-    return shaped_span_json(shape.blob, trace_high << 64 | trace_low, span_id, parent_id,
-                            start_ns, duration_ns, values)
+    text: str = shape.render(fields)
+    return text
 
 
 @dataclass(frozen=True)

@@ -58,6 +58,13 @@ def _normal(span_json: str) -> str:
     return json.dumps(json.loads(span_json), separators=(",", ":"))
 
 
+def _payloads(spool: Path) -> list[memoryview]:
+    """The payload of every record of a spool, in order (the PREFIX first)."""
+    data = spool.read_bytes()
+    return [payload for _, payload in fmt.scan_records(data[fmt.HEADER_BYTES:],
+                                                        fmt.HEADER_BYTES).payloads]
+
+
 def _payload_sizes(spool: Path) -> list[int]:
     """The payload length of every record of a spool, in order (the PREFIX first)."""
     data = spool.read_bytes()
@@ -219,3 +226,115 @@ def test_every_number_of_values_packs(tmp_path: Path, arity: int) -> None:
     writer.close()
     assert not convert_spool(spool).warnings
     assert _spans(spool) == [_normal(_expected(shape, 1, values))]
+
+
+def _odd_shape() -> SpanShape:
+    """Text a %-template or a JSON string could trip on: a "%" (a template's own
+    mark), quotes, a backslash and non-ASCII, in the name, a key and a constant."""
+    return SpanShape('odd %s "name" ü', ("tracedray.task.id", "n%d", "count"),
+                     {"tracedray.note": '100% "sure" \\ é', "k%": 3, "flag": True},
+                     packing=instruments.TASK_ID_PACKING + "qq")
+
+
+@pytest.mark.parametrize("parent", [7, 0], ids=["child", "root"])
+def test_a_packed_span_is_the_shaped_span_s_json_byte_for_byte(tmp_path: Path,
+                                                               parent: int) -> None:
+    """The converter renders a PACKED record from one template per shape: its text must
+    be exactly what shaped_span_json writes for the SHAPED record it stands for."""
+    spool = tmp_path / "driver-9.spool"
+    writer = SpoolWriter(spool, PREFIX)
+    cases = [(_odd_shape(), (OBJECT[:ids.TASK_ID_BYTES], -5, (1 << 63) - 1)),
+             (_odd_shape(), (b"", 0, 1)),
+             (SpanShape("bare", (), packing=""), ()),  # no attributes at all
+             (_get_shape(), (2, OBJECT, 0))]
+    for number, (shape, values) in enumerate(cases, 1):
+        writer.append_shaped(shape, TRACE, number, parent, 10**18 + number, 99, values, "")
+        assert shape.packer is not None and shape.blob is not None
+    assert [bytes(p[:1]) for p in _payloads(spool)].count(b"P") == len(cases)
+    writer.close()
+    result = convert_spool(spool)
+    assert result.spans == len(cases) and not result.warnings
+    line = jsonl_path(spool).read_text(encoding="utf-8")
+    expected = [otlp_json.shaped_span_json(shape.blob, TRACE, number, parent,  # type: ignore[arg-type]
+                                           10**18 + number, 99, values)
+                for number, (shape, values) in enumerate(cases, 1)]
+    assert line == otlp_json.span_line(PREFIX, ",".join(expected)) + "\n"
+
+
+def test_a_shape_record_whose_packing_does_not_fit_its_shape_is_skipped(
+        tmp_path: Path) -> None:
+    spool = tmp_path / "driver-10.spool"
+    shape, writer = _get_shape(), SpoolWriter(spool, PREFIX)
+    assert shape.blob is not None
+    for blob in (shape.blob, b"not a shape"):  # three keys for one value; no shape at all
+        writer.append(fmt.shape_payload(blob, "q"))
+    _record(writer, shape, 1, (1, OBJECT, 1))
+    writer.close()
+    result = convert_spool(spool)
+    assert result.spans == 1 and len(result.warnings) == 2
+    assert all("SHAPE record" in warning for warning in result.warnings)
+    assert _spans(spool) == [_normal(_expected(shape, 1, (1, OBJECT, 1)))]
+
+
+def test_many_lines_of_one_conversion_are_one_write_of_whole_lines(tmp_path: Path) -> None:
+    from tracedray.telemetry.spool_convert import SPANS_PER_LINE
+
+    spool = tmp_path / "driver-11.spool"
+    writer = SpoolWriter(spool, PREFIX)
+    shape = _get_shape()
+    count = 2 * SPANS_PER_LINE + 3
+    for number in range(1, count + 1):
+        _record(writer, shape, number, (number, OBJECT, number))
+    writer.close()
+    assert convert_spool(spool).spans == count
+    text = jsonl_path(spool).read_text()
+    assert text.endswith("\n") and text.count("\n") == 3
+    assert [len(json.loads(line)["resourceSpans"][0]["scopeSpans"][0]["spans"])
+            for line in text.splitlines()] == [SPANS_PER_LINE, SPANS_PER_LINE, 3]
+    assert _spans(spool) == [_normal(_expected(shape, n, (n, OBJECT, n)))
+                             for n in range(1, count + 1)]
+
+
+def test_dispatch_spans_ending_together_are_packed_records_in_their_order(
+        tmp_path: Path) -> None:
+    """A batch of results ends its dispatch spans at once: each is a PACKED record, in
+    the order given, and reads back as the plain record of the same span."""
+    from tracedray import telemetry
+
+    telemetry.configure("driver", session_dir=tmp_path)
+    try:
+        shape = instruments.dispatch_shape({"tracedray.node.id": "n1",
+                                            "tracedray.worker.pid": 42})
+        submit = instruments.task_submitted(os.urandom(ids.TASK_ID_BYTES), "f", "normal",
+                                            "here", b"\x01\0\0\0", 0)
+        assert isinstance(submit, telemetry.PendingSpan)
+        tasks = [os.urandom(ids.TASK_ID_BYTES) for _ in range(5)]
+        spans = [instruments.task_dispatched(shape, task, attempt, parent=submit)
+                 for attempt, task in enumerate(tasks)]
+        assert all(isinstance(span, telemetry.PendingSpan) for span in spans)
+        spool = tmp_path / "traces" / f"driver-{os.getpid()}.spool"
+        before = len(_payloads(spool))
+        telemetry.finish_spans(spans)  # type: ignore[arg-type]
+        added = _payloads(spool)[before:]
+        assert shape.packer is not None
+        # The shape's SHAPE record (its first span anywhere), then a PACKED record each.
+        assert fmt.decode_payload(added[0])[0] == fmt.SHAPE
+        assert [bytes(p[:1]) for p in added[1:]] == [b"P"] * 5
+        assert [len(p) for p in added[1:]] == [shape.packer.size] * 5
+    finally:
+        telemetry.shutdown()
+    jsonl = [path for path in (tmp_path / "traces").iterdir() if path.suffix == ".jsonl"]
+    found = [span for line in jsonl[0].read_text().splitlines()
+             for span in json.loads(line)["resourceSpans"][0]["scopeSpans"][0]["spans"]
+             if span["name"] == "task.dispatch"]
+    submit_ids = submit.ids
+    assert [(span["attributes"][0]["value"]["stringValue"],
+             span["attributes"][1]["value"]["intValue"]) for span in found] == [
+        (task.hex(), str(attempt)) for attempt, task in enumerate(tasks)]
+    for span in found:
+        start, end = int(span["startTimeUnixNano"]), int(span["endTimeUnixNano"])
+        text = json.dumps(span, separators=(",", ":"))
+        assert text == _normal(otlp_json.record_span_json(
+            submit_ids[0], int(span["spanId"], 16), submit_ids[1], "task.dispatch", 0, start,
+            end, shape.attributes((bytes.fromhex(span["attributes"][0]["value"]["stringValue"]),
+                                   int(span["attributes"][1]["value"]["intValue"])))))
