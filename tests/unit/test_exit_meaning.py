@@ -18,13 +18,10 @@ from tracedray.core.raylet.exit_meaning import (
     explain_sigkill,
     new_oom_kills,
 )
-from tracedray.core.raylet.worker_exits import (
-    attempt_start_attributes,
-    exit_memory_attributes,
-    exit_memory_fields,
-)
+from tracedray.core.raylet.worker_exits import exit_memory_fields
 from tracedray.core.raylet.worker_pool import WorkerProcess
 from tracedray.telemetry import attributes as A
+from tracedray.telemetry.cluster_events import attempt_start_attributes, exit_memory_attributes
 
 MIB = 1 << 20
 
@@ -173,11 +170,11 @@ def test_exit_facts_for_the_span_and_the_log() -> None:
     worker.exit_cause = CGROUP_OOM
     assert exit_memory_fields(worker) == {"cause": CGROUP_OOM, "cgroup": "/jobs/etl",
                                           "memory_limit": 512 * MIB, "peak_rss": 498 * MIB}
-    assert exit_memory_attributes(worker) == {
+    assert exit_memory_attributes(exit_memory_fields(worker)) == {
         A.EXIT_CAUSE: CGROUP_OOM, A.EXIT_CGROUP: "/jobs/etl", A.EXIT_MEMORY_LIMIT: 512 * MIB,
         A.EXIT_PEAK_RSS: 498 * MIB}
     worker.node_memory_percent = 97.0
-    assert exit_memory_attributes(worker)[A.NODE_MEMORY_PERCENT] == 97.0
+    assert exit_memory_attributes(exit_memory_fields(worker))[A.NODE_MEMORY_PERCENT] == 97.0
     assert attempt_start_attributes({"started_at": 1767225600.5}) == {
         A.TASK_STARTED: 1_767_225_600_500_000_000}
     assert attempt_start_attributes({}) == attempt_start_attributes({"started_at": "x"}) == {}

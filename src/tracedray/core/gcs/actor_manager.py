@@ -19,9 +19,8 @@ from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
 
-from tracedray import logs, telemetry
+from tracedray import logs
 from tracedray._proto.v1 import common_pb2, gcs_pb2, raylet_pb2
 from tracedray.core import trace_context
 from tracedray.core.address import Address
@@ -31,9 +30,10 @@ from tracedray.core.gcs.actor_lifecycle import ActorState, Outcome
 from tracedray.core.gcs.actor_placement import choose_node, run_creation_task
 from tracedray.core.protocol.raylet_client import RayletClient
 from tracedray.exceptions import RaySystemError
-from tracedray.telemetry import attributes as A
+from tracedray.telemetry.cluster_events import GcsEvents
 
 log = logs.get_logger(__name__)
+_events = GcsEvents(log)
 # How long the GCS waits for a raylet to withdraw a dead actor's creation: a job's end
 # waits for it, and the driver gives FinishJob 10 s.
 WITHDRAW_TIMEOUT_S = 5.0
@@ -251,8 +251,9 @@ class ActorManager:
 
     def _place(self, actor_id: bytes) -> None:
         self._placements_open.wait()
-        spec, attributes, parent = self._creation(actor_id)
-        with telemetry.span("actor.create", attributes, context=parent) as span:
+        spec = self._creation(actor_id)
+        with _events.actor_create(actor_id, spec.actor_options.class_name,
+                                  spec.actor_options.name, trace_context.carrier(spec)) as created:
             node = self._wait_for_node(actor_id, dict(spec.resources))
             if node is None:
                 return
@@ -263,28 +264,25 @@ class ActorManager:
             if lease is None:
                 return
             address = Address.from_proto(lease.worker)
-            span.set_attribute(A.NODE_ID, address.node_id)
-            span.set_attribute(A.WORKER_PID, address.pid)
+            created.placed(address.node_id, address.pid)
             outcome, error = run_creation_task(address, spec)
         self._finish_creation(actor_id, node.info.node_id, address, outcome, error)
 
     def _resume(self, actor_id: bytes, node_id: str, address: Address) -> None:
         """Finish the creation the GCS before had under way on ``address``, adopted."""
-        spec, attributes, parent = self._creation(actor_id)
-        attributes.update({A.NODE_ID: address.node_id, A.WORKER_PID: address.pid})
-        with telemetry.span("actor.create", attributes, context=parent):
+        spec = self._creation(actor_id)
+        with _events.actor_create(actor_id, spec.actor_options.class_name,
+                                  spec.actor_options.name, trace_context.carrier(spec)) as created:
+            created.placed(address.node_id, address.pid)
             outcome, error = run_creation_task(address, spec)
         self._finish_creation(actor_id, node_id, address, outcome, error)
 
-    def _creation(self, actor_id: bytes) -> tuple[common_pb2.TaskSpec, dict[str, Any], Any]:
-        """The actor's creation task, and its ``actor.create`` span's attributes and parent."""
+    def _creation(self, actor_id: bytes) -> common_pb2.TaskSpec:
+        """A copy of the actor's creation task."""
         with self._cond:
             spec = common_pb2.TaskSpec()
             spec.CopyFrom(self._records[actor_id].creation_task)
-        attributes: dict[str, Any] = {
-            A.ACTOR_ID: actor_id.hex(), A.ACTOR_CLASS: spec.actor_options.class_name,
-            A.ACTOR_NAME: spec.actor_options.name}
-        return spec, attributes, telemetry.context_from_carrier(trace_context.carrier(spec))
+        return spec
 
     def _wait_for_node(self, actor_id: bytes, resources: dict[str, float]
                        ) -> gcs_pb2.NodeWithLoad | None:
@@ -369,8 +367,7 @@ class ActorManager:
                 except RaySystemError as exc:
                     return str(exc)
 
-            attributes = {A.GCS_NODES: len(raylets), A.ACTOR_RECREATED: len(unsettled)}
-            with telemetry.span("actor.release_unused", attributes) as span, \
+            with _events.release_unused(len(raylets), len(unsettled)) as release_span, \
                     ThreadPoolExecutor(max_workers=min(8, len(raylets))) as calls:
                 replies = dict(zip(raylets, calls.map(release, raylets), strict=True))
                 answered = [r for r in replies.values() if not isinstance(r, str)]
@@ -378,14 +375,9 @@ class ActorManager:
                 killed = [pid for r in answered for pid in r.killed_worker_pids]
                 unanswered = {n: r for n, r in replies.items() if isinstance(r, str)}
                 spare = ar.adopt(adopted, [kept for r in answered for kept in r.adopted])
-                span.set_attribute(A.ACTOR_REQUESTS_WITHDRAWN, withdrawn)
-                span.set_attribute(A.ACTOR_WORKERS_KILLED, killed)
-                span.set_attribute(A.GCS_NODES_UNANSWERED, sorted(unanswered))
-            (log.warning if unanswered else log.info)(
-                "actor.release_unused", nodes=len(raylets), actors_to_place=len(unsettled),
-                requests_withdrawn=withdrawn, killed_worker_pids=killed,
-                adopted_worker_pids=sorted(a.pid for a in adopted.values()),
-                unanswered=unanswered)
+                release_span.answered(withdrawn, killed, sorted(unanswered))
+            _events.unused_released(len(raylets), len(unsettled), withdrawn, killed,
+                                    sorted(a.pid for a in adopted.values()), unanswered)
             for actor_id, address in spare:  # a second one of an actor: nobody's
                 self._kill_worker(actor_id, address.node_id, address)
         except Exception as exc:  # noqa: BLE001 - a thread of its own: say it, or nobody will

@@ -11,14 +11,15 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from tracedray import logs, telemetry
+from tracedray import logs
 from tracedray._proto.v1 import gcs_pb2
 from tracedray.core.gcs import job_end, job_tasks
 from tracedray.core.gcs.storage import TieredTable
 from tracedray.core.gcs.task_records import TaskRecords
-from tracedray.telemetry import attributes as A
+from tracedray.telemetry.cluster_events import GcsEvents
 
 log = logs.get_logger(__name__)
+_events = GcsEvents(log)
 
 
 @dataclass(frozen=True)
@@ -111,12 +112,8 @@ class JobBook:
             job.state, job.end_reason, job.end_time = ending.state, ending.reason, time.time()
             self._table.put(job_id.hex(), job.SerializeToString(), finished=True)
             self._ended[ending.state] += 1
-        attributes = {A.JOB_ID: job_id.hex(), A.JOB_STATE: ending.state,
-                      A.JOB_END_REASON: ending.reason}
-        with telemetry.span("job.finish", attributes):
-            (log.info if ending.state == job_end.FINISHED else log.warning)(
-                "job.finish", job_id=job_id.hex(), state=ending.state, reason=ending.reason,
-                driver_pid=job.driver.pid)
+        with _events.job_finish(job_id, ending.state, ending.reason, job.driver.pid,
+                                finished=ending.state == job_end.FINISHED):
             self._end_actors(job_id, job_end.actor_death_cause(job_id, ending))
         verdict = job_tasks.verdict_for(job)
         assert verdict is not None  # the job has just ended

@@ -15,14 +15,15 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from tracedray import config, logs, telemetry
+from tracedray import config, logs
 from tracedray._proto.v1 import gcs_pb2
 from tracedray.core.environment import drift
 from tracedray.core.gcs import node_health
 from tracedray.core.gcs.storage import TieredTable
-from tracedray.telemetry import attributes as A
+from tracedray.telemetry.cluster_events import GcsEvents
 
 log = logs.get_logger(__name__)
+_events = GcsEvents(log)
 
 
 @dataclass(frozen=True)
@@ -150,11 +151,8 @@ class NodeDirectory:
                 if reason:
                     verdicts[node_id] = (last, reason)
             for info in self._mark_dead(verdicts):
-                attributes = {A.NODE_ID: info.node_id, A.NODE_IP: info.raylet.ip,
-                              A.NODE_DEATH_REASON: info.death_reason}
-                with telemetry.span("node.dead", attributes):
-                    log.warning("node.dead", node_id=info.node_id, ip=info.raylet.ip,
-                                pid=info.raylet.pid, reason=info.death_reason)
+                _events.node_dead(info.node_id, info.raylet.ip, info.raylet.pid,
+                                  info.death_reason)
                 self._on_dead(info)
 
     def _note_stall(self, now: float, stalled_s: float, *, horizon_s: float,

@@ -28,10 +28,10 @@ from tracedray import logs
 from tracedray.core.gcs.launch import GcsLaunchSpec
 from tracedray.core.process import terminate
 from tracedray.exceptions import RayError
-from tracedray.telemetry import attributes as A
-from tracedray.telemetry import record_error, start_span
+from tracedray.telemetry.cluster_events import RayletEvents
 
 log = logs.get_logger(__name__)
+_events = RayletEvents(log)  # the head raylet runs the watch
 
 _POLL_S = 0.2  # how quickly stop() is noticed while waiting for the GCS to die
 _STOP_TIMEOUT_S = 5.0
@@ -177,11 +177,7 @@ class GcsSupervisor:
 
         noticed = time.monotonic()
         old_pid = self._pid
-        span = start_span("gcs.restart", {A.GCS_STORAGE: self.spec.storage,
-                                          A.GCS_ADDRESS: self.address,
-                                          A.GCS_OLD_PID: old_pid, A.GCS_EXIT: how})
-        log.warning("gcs.died", gcs_pid=old_pid, exit=how, address=self.address,
-                    storage=self.spec.storage)
+        restart = _events.gcs_restart(self.spec.storage, self.address, old_pid, how)
         failures = 0
         while not self._stopping.wait(restart_delay(failures)):
             try:
@@ -191,10 +187,7 @@ class GcsSupervisor:
                 failures += 1
                 with self._lock:
                     self._failed_attempts += 1
-                log.error("gcs.restart_failed", attempt=failures, error=str(exc),
-                          retry_in_s=restart_delay(failures))
-                if failures == 1:
-                    record_error(span, exc)
+                restart.attempt_failed(failures, exc, restart_delay(failures))
                 continue
             downtime = time.monotonic() - noticed
             with self._lock:
@@ -202,13 +195,9 @@ class GcsSupervisor:
                 self._pid = process.pid
                 self._restarts += 1
                 self._last_downtime_s = downtime
-            span.set_attribute(A.GCS_NEW_PID, process.pid)
-            span.set_attribute(A.GCS_RESTART_ATTEMPTS, failures + 1)
-            span.end()
-            log.info("gcs.restarted", gcs_pid=process.pid, old_pid=old_pid,
-                     downtime_s=round(downtime, 3), attempts=failures + 1, address=self.address)
+            restart.restarted(process.pid, failures + 1, downtime)
             return True
-        span.end()
+        restart.stopped()
         return False
 
     def statistics(self) -> SupervisorStatistics:

@@ -11,16 +11,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from opentelemetry.trace import Status, StatusCode
-
-from tracedray import logs, telemetry
+from tracedray import logs
 from tracedray._proto.v1 import gcs_pb2
 from tracedray.core.gcs import job_tasks, task_query, tasks_backpressure
 from tracedray.core.gcs.storage import Flusher, TieredTable
-from tracedray.telemetry import attributes as A
-from tracedray.telemetry import remote_parent
+from tracedray.telemetry.cluster_events import GcsEvents
 
 log = logs.get_logger(__name__)
+_events = GcsEvents(log)
 TERMINAL = job_tasks.TERMINAL
 # Task records a job's end fails per hold of the lock: task events wait meanwhile.
 _FAIL_BATCH = 500
@@ -198,21 +196,8 @@ class TaskRecords:
 def _record_task_failure(record: gcs_pb2.TaskRecord, event: gcs_pb2.TaskEvent) -> None:
     """A span in the task's trace (under its task.submit) and a log line, for ``trace``
     and ``logs``: the GCS failed the task as its job ended."""
-    task_hex = record.task_id.hex()
-    attributes: dict[str, Any] = {
-        A.TASK_ID: task_hex, A.TASK_ATTEMPT: event.attempt, A.TASK_FUNCTION: record.function_name,
-        A.TASK_STATE: event.state, A.JOB_ID: record.job_id.hex(), A.ERROR_TYPE: event.error_type,
-        A.TASK_FAILURE_REASON: event.error_message}
-    if record.actor_id:
-        attributes[A.ACTOR_ID] = record.actor_id.hex()
-    parent = None
-    if len(record.trace_id) == 32 and record.submit_span_id:
-        parent = remote_parent(int(record.trace_id, 16), record.submit_span_id, 1)
-    at_ns = int(event.time * 1e9)
-    span = telemetry.start_span("task.job_end", attributes, start_time=at_ns, parent=parent)
-    span.set_status(Status(StatusCode.ERROR, f"{event.error_type}: {event.error_message}"))
-    span.end(at_ns)
-    log.info("task.job_end", task_id=task_hex, attempt=event.attempt,
-             function=record.function_name, job_id=record.job_id.hex(),
-             error_type=event.error_type, reason=event.error_message,
-             **({"trace_id": record.trace_id} if record.trace_id else {}))
+    _events.task_failed_at_job_end(
+        task_id=record.task_id, attempt=event.attempt, function=record.function_name,
+        state=event.state, job_id=record.job_id, actor_id=record.actor_id,
+        error_type=event.error_type, reason=event.error_message, trace_id=record.trace_id,
+        submit_span_id=record.submit_span_id, at=event.time)

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 import grpc
 
-from tracedray import logs, telemetry
+from tracedray import logs
 from tracedray._proto.v1 import core_worker_pb2, core_worker_pb2_grpc, gcs_pb2, raylet_pb2
 from tracedray.core import ids, rpc
 from tracedray.core.address import Address
@@ -34,9 +34,10 @@ from tracedray.core.raylet.leasing import LeaseBook
 from tracedray.core.raylet.scheduler import Decision
 from tracedray.core.raylet.worker_states import WorkerState
 from tracedray.exceptions import RaySystemError
-from tracedray.telemetry import attributes as A
+from tracedray.telemetry.cluster_events import RayletEvents
 
 log = logs.get_logger(__name__)
+_events = RayletEvents(log)
 
 # How long a worker whose lessee lost its connection to it has to be seen exiting before
 # the raylet kills it (a worker that died on its own is seen within milliseconds).
@@ -171,11 +172,7 @@ class LeaseService:
     def register_worker(self, worker_id: str, port: int, task_port: int) -> None:
         worker = self.pool.registered(worker_id, port, task_port)
         actions = self._handle(ev.WorkerRegistered(worker_id, time.monotonic()))
-        if telemetry.enabled():
-            telemetry.start_span("worker.start", {A.WORKER_ID: worker_id,
-                                                  A.WORKER_PID: worker.pid,
-                                                  A.NODE_ID: self.node_id}).end()
-        log.info("worker.start", worker_id=worker_id, worker_pid=worker.pid, port=port)
+        _events.worker_started(worker_id, worker.pid, self.node_id, port)
         self._perform(actions)
 
     def worker_exited(self, worker_id: str) -> None:

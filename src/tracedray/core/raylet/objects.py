@@ -12,7 +12,7 @@ from typing import Any
 
 import grpc
 
-from tracedray import logs, telemetry
+from tracedray import logs
 from tracedray._proto.v1 import raylet_pb2
 from tracedray.core.address import Address
 from tracedray.core.object_store.store import ObjectStore
@@ -21,9 +21,10 @@ from tracedray.core.raylet import object_data
 from tracedray.core.raylet.object_frees import ObjectFrees
 from tracedray.core.raylet.transfers import TransferTable
 from tracedray.exceptions import ObjectStoreFullError, RaySystemError
-from tracedray.telemetry import attributes as A
+from tracedray.telemetry.cluster_events import RayletEvents
 
 log = logs.get_logger(__name__)
+_events = RayletEvents(log)
 
 
 @dataclass(frozen=True)
@@ -88,9 +89,7 @@ class NodeObjects:
         concurrent pulls of one object share this call). The bytes come over the
         holder's data path when it offers one, else in the gRPC stream."""
         started = time.monotonic()
-        with telemetry.span("object.transfer", {A.OBJECT_ID: object_id.hex(),
-                                                A.TRANSFER_FROM_NODE: source.node_id,
-                                                A.TRANSFER_TO_NODE: self._node_id}) as span:
+        with _events.object_transfer(object_id, source.node_id, self._node_id) as transfer:
             client = RayletClient(source.target)
             chunks = client.pull_object(object_id, self._node_id, self._address().to_proto(),
                                         data_path=True)
@@ -118,12 +117,10 @@ class NodeObjects:
                 self.store.receive(object_id.hex(), total, data(), owner=receipt.owner,
                                    owner_address=receipt.owner_address,
                                    call_site=receipt.call_site)
-            span.set_attribute(A.TRANSFER_BYTES, total)
-            span.set_attribute(A.TRANSFER_STREAMS, streams)
+            transfer.received(total, streams)
         self.frees.after_pull(object_id.hex())
-        log.info("object.transfer", object_id=object_id.hex(), bytes=total,
-                 from_node=source.node_id, streams=streams,
-                 duration_s=round(time.monotonic() - started, 6))
+        _events.object_transferred(object_id, total, source.node_id, streams,
+                                   time.monotonic() - started)
 
     def _pull_data_path(self, object_id: bytes, source: Address, port: int, total: int,
                         receipt: _Receipt) -> int:

@@ -44,9 +44,10 @@ from tracedray.core.raylet.transfers import TransferTable
 from tracedray.core.raylet.worker_exits import WorkerExits
 from tracedray.core.raylet.worker_states import WorkerState
 from tracedray.exceptions import ConfigError, RaySystemError
-from tracedray.telemetry import attributes as A
+from tracedray.telemetry.cluster_events import RayletEvents
 
 log = logs.get_logger(__name__)
+_events = RayletEvents(log)
 # How often the idle reaper asks the C allocator to return free memory (a trim of the
 # raylet's heap takes well under a millisecond).
 TRIM_INTERVAL_S = 5.0
@@ -141,17 +142,14 @@ class Raylet:
     def start(self, prestart_workers: int) -> None:
         self._server.start()
         self._agent = start_agent(self.session_dir, self.node_id, ip=self.ip)
-        with telemetry.span("node.start", {A.NODE_ID: self.node_id, A.NODE_IP: self.ip}) as span:
+        with _events.node_start(self.node_id, self.ip) as start:
             info = self._node_info()
             self.gcs.register_node(info)
             differences = self._version_drift(info)
             if differences:
-                span.set_attribute(A.NODE_VERSION_DRIFT, differences)
-        log.info("node.start", node_id=self.node_id, address=self.address.target,
-                 resources=self.total, store_capacity=self.store.statistics().capacity)
-        if differences:
-            log.warning("node.version_drift", node_id=self.node_id, differences=differences,
-                        hint="this node's interpreter or packages differ from the head's")
+                start.version_drift(differences)
+        _events.node_started(self.node_id, self.address.target, self.total,
+                             self.store.statistics().capacity, differences)
         self.leasing.prestart(prestart_workers)
         threading.Thread(target=self.heartbeats.run, daemon=True,
                          name="tracedray-heartbeat").start()

@@ -20,11 +20,13 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from tracedray import logs, telemetry
+from tracedray import logs
 from tracedray.core.protocol.resources import feasible
 from tracedray.exceptions import RayError
+from tracedray.telemetry.cluster_events import OwnerEvents
 
 log = logs.get_logger(__name__)
+_events = OwnerEvents(log)
 
 Shape = tuple[tuple[str, float], ...]  # a resource request, sorted by name
 
@@ -160,13 +162,7 @@ class InfeasibleWatch:
     @staticmethod
     def _say(w: Waiting, totals: list[dict[str, float]], waited_s: float) -> None:
         request = {name: amount for name, amount in w.shape}
-        attributes: dict[str, str | float] = {"tracedray.task.resources": str(request),
-                      "tracedray.cluster.resources": str(cluster_totals(totals)),
-                      "tracedray.waited_s": round(waited_s, 1)}
-        with telemetry.span("task.infeasible", attributes):
-            log.warning("task.infeasible", what=w.what, resources=request,
-                        cluster_resources=cluster_totals(totals), nodes=len(totals),
-                        waited_s=round(waited_s, 1))
+        _events.task_infeasible(w.what, request, cluster_totals(totals), len(totals), waited_s)
         stream = sys.__stderr__
         if stream is not None:
             try:

@@ -19,12 +19,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from tracedray import config, logs, telemetry
+from tracedray import config, logs
 from tracedray._proto.v1 import common_pb2, gcs_pb2
 from tracedray.core.address import Address
 from tracedray.core.worker.pending_task import PendingTask, error_value
 from tracedray.exceptions import ObjectLostError, RaySystemError
-from tracedray.telemetry import attributes as A
+from tracedray.telemetry.cluster_events import OwnerEvents
 
 if TYPE_CHECKING:
     from tracedray.core.gcs.client import GcsClient
@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from tracedray.core.worker.task_events import TaskEventBuffer
 
 log = logs.get_logger(__name__)
+_events = OwnerEvents(log)
 # How often one task is run again to rebuild its results (nodes may keep dying).
 MAX_REBUILDS = 3
 
@@ -151,12 +152,7 @@ class Recovery:
     def _on_node_dead(self, info: gcs_pb2.NodeInfo) -> None:
         owned_there = [oid for oid, entry in self._references.snapshot()
                        if entry.owned and entry.store_node_id == info.node_id]
-        attributes: dict[str, str | int] = {A.NODE_ID: info.node_id,
-                                            A.NODE_DEATH_REASON: info.death_reason,
-                                            A.OBJECT_COUNT: len(owned_there)}
-        with telemetry.span("node.lost_objects", attributes):
-            log.warning("node.dead_seen", node_id=info.node_id, reason=info.death_reason,
-                        owned_objects=len(owned_there))
+        with _events.node_lost_objects(info.node_id, info.death_reason, len(owned_there)):
             for object_id in owned_there:
                 self.rebuild_or_fail(object_id, info)
 
@@ -174,13 +170,8 @@ class Recovery:
         spec, return_ids = taken
         with self._lock:
             self._rebuilt += 1
-        with telemetry.span("object.reconstruct", {
-                A.OBJECT_ID: object_id.hex(), A.TASK_ID: spec.task_id.hex(),
-                A.TASK_FUNCTION: spec.function_name, A.TASK_ATTEMPT: spec.attempt,
-                A.OBJECT_RECONSTRUCTION_CAUSE: cause}):
-            log.warning("object.reconstruct", object_id=object_id.hex(),
-                        task_id=spec.task_id.hex(), function=spec.function_name,
-                        attempt=spec.attempt, cause=cause)
+        with _events.object_reconstruct(object_id, spec.task_id, spec.function_name,
+                                        spec.attempt, cause):
             self._resubmit(spec, list(return_ids))
 
     def _resubmit(self, spec: common_pb2.TaskSpec, return_ids: list[bytes]) -> None:
