@@ -49,7 +49,13 @@ _TAG_OF = {b"task": b"t", b"actor": b"a", b"object": b"o", b"trace": b"r"}
 # Span-name families a line is keyed under (``name:object.``): `memory --timeline` reads
 # the object store's events alone.
 NAME_FAMILIES = ("object.",)
-DEFAULT_MAX_BYTES = 256 << 10  # what one agent round indexes at most (one write lock)
+# What one update indexes at most: one write transaction, one write lock. A commit writes
+# every B-tree page the transaction touched (keys are random ids: a page per key, nearly)
+# to the WAL and checkpoints them: with 256 KiB (~85 tasks' spans) a commit cost ~40 µs of
+# CPU per task's spans and grew with the index; 2 MiB shares each page among ~8x the keys
+# (indexing a task's spans ~70-95 µs -> ~32-47 µs, benchmarks/results/telemetry-2026-11-27b).
+# A writer holds the lock ~20-40 ms of its CPU for it; readers (WAL) never wait on it.
+DEFAULT_MAX_BYTES = 2 << 20
 
 # Byte patterns, whitespace between JSON tokens allowed (tracedray writes none; a tool's
 # rewrite of the files may): a line must never lack a key it holds.

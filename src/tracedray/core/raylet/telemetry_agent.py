@@ -71,6 +71,7 @@ from tracedray.telemetry.spool_convert import (
     has_unconverted,
     sync_traces_dir,
 )
+from tracedray.telemetry.trace_index import DEFAULT_MAX_BYTES as INDEX_BYTES_PER_TRANSACTION
 from tracedray.telemetry.trace_index import IndexWriter
 
 DEFAULT_INTERVAL_S = 0.5
@@ -151,10 +152,11 @@ class SpoolConverter:
         return result.spans
 
     def _update_index(self, blocking: bool, warnings: list[str]) -> int:
-        """Index what this round wrote, AGENT_BYTES_PER_ROUND per transaction (one write
-        lock another node's agent may wait on), as many as a sync converts; the last
-        pass (``blocking``) indexes everything."""
-        budget = MAX_BYTES_PER_ROUND if blocking else AGENT_BYTES_PER_ROUND
+        """Index what this round wrote, trace_index.DEFAULT_MAX_BYTES per transaction
+        (one write lock another node's agent may wait on: fewer, larger commits cost the
+        index a fraction of the CPU), as many as a sync converts; the last pass
+        (``blocking``) indexes everything."""
+        budget = MAX_BYTES_PER_ROUND if blocking else INDEX_BYTES_PER_TRANSACTION
         lines = 0
         for _ in range(1 << 30 if blocking else MAX_ROUNDS_PER_SYNC):
             update = self._index.update(max_bytes=budget)
