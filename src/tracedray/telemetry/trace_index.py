@@ -27,6 +27,7 @@ import contextlib
 import os
 import re
 import sqlite3
+from binascii import unhexlify as _unhexlify
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -116,7 +117,8 @@ _STORE_KEY = name_key("object.")
 
 
 def _id_key(kind: bytes, hex_id: bytes) -> bytes:
-    return _TAG_OF[kind] + bytes.fromhex(hex_id.decode()) if len(hex_id) % 2 == 0 \
+    # The pattern matched hex digits only: unhexlify reads them as bytes.fromhex would.
+    return _TAG_OF[kind] + _unhexlify(hex_id) if len(hex_id) % 2 == 0 \
         else _TAG_OF[kind] + b"~" + hex_id.lower()
 
 
@@ -124,9 +126,10 @@ def _id_key(kind: bytes, hex_id: bytes) -> bytes:
 
 
 def span_line_keys(raw: bytes) -> set[bytes]:
-    keys = {_id_key(m[1], m[2]) for m in _SPAN_ID_ATTR.finditer(raw)}
-    keys.update(_id_key(b"trace", m[1]) for m in _SPAN_TRACE.finditer(raw))
-    names = {m[1] for m in _SPAN_NAME.finditer(raw)}
+    # Each id once (a task's spans share its id and trace) before it becomes a key.
+    keys = {_id_key(kind, hex_id) for kind, hex_id in set(_SPAN_ID_ATTR.findall(raw))}
+    keys.update(_id_key(b"trace", hex_id) for hex_id in set(_SPAN_TRACE.findall(raw)))
+    names = set(_SPAN_NAME.findall(raw))
     keys.update(name_key(family) for family in NAME_FAMILIES
                 if any(name.startswith(family.encode()) for name in names))
     return keys
@@ -150,9 +153,9 @@ def names_node(raw: bytes) -> bool:
 
 
 def span_line_times(raw: bytes) -> tuple[int | None, int | None]:
-    starts = [int(m[1]) for m in _SPAN_START.finditer(raw)]
-    ends = [int(m[1]) for m in _SPAN_END.finditer(raw)]
-    return (min(starts) if starts else None, max(ends) if ends else None)
+    starts = _SPAN_START.findall(raw)
+    ends = _SPAN_END.findall(raw)
+    return (min(map(int, starts)) if starts else None, max(map(int, ends)) if ends else None)
 
 
 def log_line_time(raw: bytes) -> int | None:
