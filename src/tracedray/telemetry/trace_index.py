@@ -207,8 +207,13 @@ def create_index(session_root: Path) -> str:
     """Create the session's (empty) index, so readers know the session is indexed even
     before its agent's first round (they scan what it has not indexed yet); returns a
     warning, "" when it worked. Never raises."""
+    path = index_path(session_root)
     try:
-        _connect(index_path(session_root), timeout_s=1.0).close()
+        # Owner-only as every file of a session, whatever the umask of the process that
+        # starts a node (sqlite gives its -wal and -shm files the database's mode).
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT, 0o600))
+        os.chmod(path, 0o600)
+        _connect(path, timeout_s=1.0).close()
     except (sqlite3.Error, OSError) as exc:
         return f"cannot create the trace index in {session_root}: {exc}"
     return ""

@@ -4,7 +4,9 @@ progress through growing files, lookups with the unindexed tail, a corrupt index
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
+import stat
 from pathlib import Path
 
 from tracedray.telemetry import trace_index as ti
@@ -170,6 +172,16 @@ def test_create_index_makes_the_session_indexed(tmp_path: Path) -> None:
     assert len(list(index.lines(ti.TRACES, [ti.key("task", TASK_A)]))) == 1
     assert index.statistics().tail_lines_scanned == 0
     index.close()
+
+
+def test_create_index_is_owner_only_whatever_the_umask(tmp_path: Path) -> None:
+    root = session(tmp_path)
+    previous = os.umask(0o022)  # a CLI or driver that starts a node keeps the user's umask
+    try:
+        assert ti.create_index(root) == ""
+    finally:
+        os.umask(previous)
+    assert stat.S_IMODE((root / ti.INDEX_NAME).stat().st_mode) == 0o600
 
 
 def test_a_reader_that_may_write_rebuilds_a_corrupt_index_and_says_so(tmp_path: Path) -> None:
