@@ -16,7 +16,7 @@ from tracedray.core import ids, trace_context
 from tracedray.core.object_ref import ObjectRef
 from tracedray.core.serialization import serialize
 from tracedray.core.worker.pending_task import PendingTask
-from tracedray.core.worker.retry_policy import RetryExceptions
+from tracedray.core.worker.retry_policy import NO_RETRY, RetryExceptions
 from tracedray.core.worker.task_submitter import resource_shape
 from tracedray.telemetry import instruments
 
@@ -24,7 +24,6 @@ if TYPE_CHECKING:
     from tracedray.core.worker.core_worker import CoreWorker
 
 log = logs.get_logger("tracedray.core.submission")  # the logger its lines name (the record)
-NO_RETRY = RetryExceptions()
 DEFAULT_MAX_RETRIES = 3  # a normal task's, as in Ray
 _KIND_LABEL: dict[int, str] = {common_pb2.NORMAL: "normal",
                                common_pb2.ACTOR_CREATION: "actor_creation",
@@ -77,14 +76,23 @@ def build_task(worker: CoreWorker, *, kind: int, function_id: str, function_name
     task_id = ids.new_task_id()
     site = call_site or user_call_site(3)
     parent = worker.current_task
-    spec = common_pb2.TaskSpec(
-        task_id=task_id, job_id=worker.current_job_id(), kind=kind,  # type: ignore[arg-type]
-        function_id=function_id, function_name=function_name,
-        num_returns=num_returns, resources=resources, max_retries=max_retries,
-        retry_exceptions=retry_exceptions.allowed, caller=worker.address_proto, call_site=site,
-        actor_id=actor_id, method_name=method_name, namespace=worker.namespace,
-        parent_task_id=parent.task_id if parent is not None else b"",
-        depth=(parent.depth + 1) if parent is not None else 0)
+    spec = _caller_spec(worker)
+    spec.task_id = task_id
+    spec.job_id = worker.current_job_id()
+    spec.kind = kind  # type: ignore[assignment]
+    spec.function_id = function_id
+    spec.function_name = function_name
+    spec.num_returns = num_returns
+    if resources:
+        spec.resources.update(resources)
+    spec.max_retries = max_retries
+    spec.retry_exceptions = retry_exceptions.allowed
+    spec.call_site = site
+    spec.actor_id = actor_id
+    spec.method_name = method_name
+    if parent is not None:
+        spec.parent_task_id = parent.task_id
+        spec.depth = parent.depth + 1
     if actor_options is not None:
         spec.actor_options.CopyFrom(actor_options)
     task_hex = task_id.hex()
@@ -118,10 +126,31 @@ def build_task(worker: CoreWorker, *, kind: int, function_id: str, function_name
     return Built(task, refs, span, line)
 
 
+# (the caller's address proto, its namespace, a spec holding both): every spec a caller
+# builds starts as a copy of it, which costs less than passing both to the constructor.
+_caller_base: tuple[Any, str, common_pb2.TaskSpec] | None = None
+
+
+def _caller_spec(worker: CoreWorker) -> common_pb2.TaskSpec:
+    """A new spec holding the caller's address and namespace (the rest is set by
+    ``build_task``; a field set to its default serializes as one never set)."""
+    global _caller_base
+    caller, namespace = worker.address_proto, worker.namespace
+    base = _caller_base
+    if base is None or base[0] is not caller or base[1] != namespace:
+        base = _caller_base = (caller, namespace,
+                               common_pb2.TaskSpec(caller=caller, namespace=namespace))
+    spec = common_pb2.TaskSpec()
+    spec.CopyFrom(base[2])
+    return spec
+
+
 def _attach_args(worker: CoreWorker, spec: common_pb2.TaskSpec, args: Sequence[Any],
                  kwargs: Mapping[str, Any], max_retries: int) -> PendingTask:
     task = PendingTask(spec=spec, return_ids=[], dep_ids=[], unresolved=[],
                        retries_left=max_retries)
+    if not args and not kwargs:
+        return task  # nothing to serialize, resolve or keep alive
     keep_alive: list[ObjectRef] = []
     values = [*args, *kwargs.values()]
     spec.kwarg_names.extend(kwargs.keys())

@@ -27,9 +27,9 @@ class RetryExceptions:
     @classmethod
     def from_option(cls, value: Any, what: str = "the call") -> RetryExceptions:
         if value is None or value is False:
-            return cls()
+            return NO_RETRY
         if value is True:
-            return cls(True)
+            return ANY_EXCEPTION
         if isinstance(value, Sequence) and not isinstance(value, str) and value and all(
                 isinstance(t, type) and issubclass(t, BaseException) for t in value):
             return cls(True, tuple(value))
@@ -44,6 +44,10 @@ class RetryExceptions:
         if not self.types:
             return isinstance(cause, Exception)
         return isinstance(cause, self.types)
+
+
+NO_RETRY = RetryExceptions()
+ANY_EXCEPTION = RetryExceptions(True)
 
 
 def budget_left(max_retries: int, attempt: int) -> bool:
