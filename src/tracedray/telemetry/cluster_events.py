@@ -18,7 +18,7 @@ Every class here is made with its component's logger, so each line keeps the
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any, Protocol
 
 from opentelemetry.trace import Span, SpanContext, Status, StatusCode
@@ -210,6 +210,55 @@ class RayletEvents:
                        from_node=from_node, streams=streams, duration_s=round(duration_s, 6))
 
 
+class StoreEvents:
+    """A node's object store moving an object: freed, spilled, restored, evicted. Each
+    span covers the move (the store's lock held); ``used_after`` is the store's bytes
+    in use once it is done."""
+
+    __slots__ = ("_log", "_node_id", "_capacity")
+
+    def __init__(self, log: LogLevels, node_id: str, capacity: int) -> None:
+        self._log, self._node_id, self._capacity = log, node_id, capacity
+
+    def _span(self, name: str, object_id: str, size: int, used_after: int,
+              **extra: Any) -> Any:
+        return span(name, {A.OBJECT_ID: object_id, A.OBJECT_SIZE: size,
+                           A.NODE_ID: self._node_id, A.STORE_USED: used_after,
+                           A.STORE_CAPACITY: self._capacity, **extra})
+
+    def object_free(self, object_id: str, size: int, used_after: int, reason: str
+                    ) -> AbstractContextManager[Span]:
+        return self._span("object.free", object_id, size, used_after,
+                          **{A.OBJECT_FREE_REASON: reason})
+
+    def object_spill(self, object_id: str, size: int, used_after: int, path: str
+                     ) -> AbstractContextManager[Span]:
+        return self._span("object.spill", object_id, size, used_after, **{A.SPILL_PATH: path})
+
+    def spilled(self, object_id: str, size: int, path: str, used: int) -> None:
+        self._log.info("object spilled", object_id=object_id, size=size,
+                       node_id=self._node_id, spill_path=path, store_used=used,
+                       store_capacity=self._capacity)
+
+    def object_restore(self, object_id: str, size: int, used_after: int, path: str
+                       ) -> AbstractContextManager[Span]:
+        return self._span("object.restore", object_id, size, used_after,
+                          **{A.SPILL_PATH: path})
+
+    def restored(self, object_id: str, size: int, path: str, used: int) -> None:
+        self._log.info("object restored", object_id=object_id, size=size,
+                       node_id=self._node_id, spill_path=path, store_used=used,
+                       store_capacity=self._capacity)
+
+    def object_evict(self, object_id: str, size: int, used_after: int
+                     ) -> AbstractContextManager[Span]:
+        return self._span("object.evict", object_id, size, used_after)
+
+    def evicted(self, object_id: str, size: int, used: int) -> None:
+        self._log.info("object evicted", object_id=object_id, size=size,
+                       node_id=self._node_id, store_used=used, store_capacity=self._capacity)
+
+
 class GcsEvents:
     """The GCS's events: jobs ending, nodes dying, actors created, tasks failed at their
     job's end."""
@@ -231,6 +280,29 @@ class GcsEvents:
                 "job.finish", job_id=job_hex, state=state, reason=reason,
                 driver_pid=driver_pid)
             yield
+
+    def flushed(self, *, storage: str, entries: int, size: int, rss_before: int,
+                rss_after: int, tables: Mapping[str, int], hot_entries: Mapping[str, int],
+                start_ns: int, duration_s: float) -> None:
+        """A flush moved ``entries`` records (``size`` bytes; per table in ``tables``)
+        to the storage, leaving ``hot_entries`` in memory: the ``gcs.flush`` span, from
+        ``start_ns`` for ``duration_s``, and line."""
+        current = start_span("gcs.flush", {
+            A.GCS_FLUSH_ENTRIES: entries, A.GCS_FLUSH_BYTES: size,
+            A.GCS_MEMORY_BEFORE: rss_before, A.GCS_MEMORY_AFTER: rss_after,
+            A.GCS_HOT_ENTRIES: sum(hot_entries.values()), A.GCS_STORAGE: storage,
+            A.GCS_TABLE: sorted(tables)}, start_time=start_ns)
+        current.end(end_time=start_ns + int(duration_s * 1e9))
+        self._log.info("gcs.flush", entries=entries, bytes=size,
+                       duration_s=round(duration_s, 6), memory_before=rss_before,
+                       memory_after=rss_after, storage=storage, tables=dict(tables),
+                       hot_entries=dict(hot_entries))
+
+    def flush_failed(self, storage: str, error: BaseException) -> None:
+        current = start_span("gcs.flush", {A.GCS_STORAGE: storage})
+        record_error(current, error)
+        current.end()
+        self._log.error("gcs.flush_failed", storage=storage, error=str(error))
 
     def node_dead(self, node_id: str, ip: str, pid: int, reason: str) -> None:
         with span("node.dead", {A.NODE_ID: node_id, A.NODE_IP: ip,

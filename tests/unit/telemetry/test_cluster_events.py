@@ -173,3 +173,41 @@ def test_owner_events(tmp_path: Path) -> None:
     assert [(event, span_ids is not None) for _, event, _, span_ids in lines.lines] == [
         ("task.infeasible", True), ("node.dead_seen", True), ("object.reconstruct", True)]
     assert lines.lines[0][2]["waited_s"] == 61.0
+
+
+def test_store_and_flush_events(tmp_path: Path) -> None:
+    telemetry.configure("raylet", session_dir=tmp_path)
+    lines = _Lines()
+    store = cluster_events.StoreEvents(lines, "n1", 1000)
+    with store.object_spill("ab", 10, 90, "/spill/ab"):
+        pass
+    store.spilled("ab", 10, "/spill/ab", 90)
+    with store.object_evict("cd", 20, 70):
+        pass
+    gcs = cluster_events.GcsEvents(lines)
+    gcs.flushed(storage="sqlite", entries=5, size=500, rss_before=3, rss_after=2,
+                tables={"tasks": 5}, hot_entries={"tasks": 7, "actors": 1},
+                start_ns=1_000, duration_s=0.5)
+    gcs.flush_failed("sqlite", RaySystemError("disk full"))
+    telemetry.force_flush()
+    entries, _ = otlp_json.read_trace_dir(tmp_path / "traces")
+    spans = otlp_json.to_readable_spans(entries)
+    by_name = {span.name: span for span in spans}
+    assert dict(by_name["object.spill"].attributes) == {
+        "tracedray.object.id": "ab", "tracedray.object.size": 10, "tracedray.node.id": "n1",
+        "tracedray.store.used": 90, "tracedray.store.capacity": 1000,
+        "tracedray.spill.path": "/spill/ab"}
+    assert dict(by_name["object.evict"].attributes)["tracedray.store.used"] == 70
+    flushes = [span for span in spans if span.name == "gcs.flush"]
+    assert dict(flushes[0].attributes) == {
+        "tracedray.gcs.flush.entries": 5, "tracedray.gcs.flush.bytes": 500,
+        "tracedray.gcs.memory_before": 3, "tracedray.gcs.memory_after": 2,
+        "tracedray.gcs.hot_entries": 8, "tracedray.gcs.storage": "sqlite",
+        "tracedray.gcs.table": ("tasks",)}
+    assert flushes[0].end_time - flushes[0].start_time == 500_000_000
+    assert flushes[1].status.status_code is StatusCode.ERROR
+    assert [(level, event) for level, event, _, _ in lines.lines] == [
+        ("info", "object spilled"), ("info", "gcs.flush"), ("error", "gcs.flush_failed")]
+    assert lines.lines[1][2] == {
+        "entries": 5, "bytes": 500, "duration_s": 0.5, "memory_before": 3, "memory_after": 2,
+        "storage": "sqlite", "tables": {"tasks": 5}, "hot_entries": {"tasks": 7, "actors": 1}}

@@ -46,8 +46,8 @@ from tracedray.core.object_store.policy import (
 from tracedray.core.object_store.pool import FilePool, PoolStatistics
 from tracedray.exceptions import ConfigError, ObjectLostError, ObjectStoreFullError, RaySystemError
 from tracedray.logs import get_logger
-from tracedray.telemetry import attributes as attr
-from tracedray.telemetry import instruments, span
+from tracedray.telemetry import instruments
+from tracedray.telemetry.cluster_events import StoreEvents
 
 remove_orphans = files.remove_orphans
 
@@ -119,6 +119,7 @@ class ObjectStore:
             raise ConfigError(f"object_store_memory must be positive, got {capacity_bytes}")
         self._node_id = node_id
         self._capacity = capacity_bytes
+        self._events = StoreEvents(_log, node_id, capacity_bytes)
         self._prefix = files.validate_name_prefix(name_prefix)
         self._spill_dir = spill_dir
         self._spilling_enabled = spilling_enabled
@@ -451,9 +452,7 @@ class ObjectStore:
                 self._drop(object_id)
                 self._pins.pop(object_id, None)
                 used_after = self._used if obj.spilled else self._used - obj.size
-                attributes = {**self._attributes(obj, used_after=used_after),
-                              attr.OBJECT_FREE_REASON: reason}
-                with span("object.free", attributes):
+                with self._events.object_free(obj.object_id, obj.size, used_after, reason):
                     if obj.spilled:
                         files.unlink_quietly(self._spill_path(object_id))
                     elif not self._pool.keep(self.object_path(object_id), obj.size):
@@ -560,9 +559,8 @@ class ObjectStore:
         obj = self._objects[object_id]
         source = self.object_path(object_id)
         destination = self._spill_path(object_id)
-        attributes = {**self._attributes(obj, used_after=self._used - obj.size),
-                      attr.SPILL_PATH: str(destination)}
-        with span("object.spill", attributes):
+        with self._events.object_spill(obj.object_id, obj.size, self._used - obj.size,
+                                       str(destination)):
             try:
                 destination.parent.mkdir(parents=True, exist_ok=True)
                 files.copy_atomically(source, destination)
@@ -574,16 +572,14 @@ class ObjectStore:
             self._objects[object_id] = replace(obj, spilled=True)
             self._spilled_count += 1
             self._spilled_bytes += obj.size
-        _log.info("object spilled", object_id=object_id, size=obj.size, node_id=self._node_id,
-                  spill_path=str(destination), store_used=self._used, store_capacity=self._capacity)
+        self._events.spilled(object_id, obj.size, str(destination), self._used)
 
     def _restore(self, object_id: str) -> None:
         obj = self._objects[object_id]
         source = self._spill_path(object_id)
         destination = self.object_path(object_id)
-        attributes = {**self._attributes(obj, used_after=self._used + obj.size),
-                      attr.SPILL_PATH: str(source)}
-        with span("object.restore", attributes):
+        with self._events.object_restore(obj.object_id, obj.size, self._used + obj.size,
+                                         str(source)):
             try:
                 files.copy_atomically(source, destination)
             except OSError as exc:
@@ -598,18 +594,16 @@ class ObjectStore:
             self._objects[object_id] = replace(obj, spilled=False)
             self._restored_count += 1
             self._restored_bytes += obj.size
-        _log.info("object restored", object_id=object_id, size=obj.size, node_id=self._node_id,
-                  spill_path=str(source), store_used=self._used, store_capacity=self._capacity)
+        self._events.restored(object_id, obj.size, str(source), self._used)
 
     def _evict(self, object_id: str) -> None:
         obj = self._drop(object_id)
-        with span("object.evict", self._attributes(obj, used_after=self._used - obj.size)):
+        with self._events.object_evict(obj.object_id, obj.size, self._used - obj.size):
             files.unlink_quietly(self.object_path(object_id))
             self._used -= obj.size
             self._evicted_count += 1
             self._evicted_bytes += obj.size
-        _log.info("object evicted", object_id=object_id, size=obj.size, node_id=self._node_id,
-                  store_used=self._used, store_capacity=self._capacity)
+        self._events.evicted(object_id, obj.size, self._used)
 
     # ------------------------------------------------------------- helpers
 
@@ -661,13 +655,6 @@ class ObjectStore:
             return ObjectLocation(obj.object_id, "spilled", self._spill_path(obj.object_id),
                                   obj.size)
         return ObjectLocation(obj.object_id, "shm", self.object_path(obj.object_id), obj.size)
-
-    def _attributes(self, obj: StoredObject, *, used_after: int | None = None
-                    ) -> dict[str, str | int]:
-        return {attr.OBJECT_ID: obj.object_id, attr.OBJECT_SIZE: obj.size,
-                attr.NODE_ID: self._node_id,
-                attr.STORE_USED: self._used if used_after is None else used_after,
-                attr.STORE_CAPACITY: self._capacity}
 
     def _check_open(self) -> None:
         if self._closed:

@@ -20,10 +20,10 @@ from tracedray.core import allocator
 from tracedray.core.gcs.storage.policy import FlushPolicy
 from tracedray.core.gcs.storage.tiered import TableFlushResult, TieredTable
 from tracedray.logs import get_logger
-from tracedray.telemetry import attributes as attrs
-from tracedray.telemetry import record_error, start_span
+from tracedray.telemetry.cluster_events import GcsEvents
 
 _log = get_logger(__name__)
+_events = GcsEvents(_log)
 
 
 @dataclass(frozen=True)
@@ -125,31 +125,11 @@ class Flusher:
 
     def _emit(self, report: FlushReport, start_ns: int) -> None:
         tables = {name: r.entries for name, r in report.per_table.items() if r.entries}
-        span = start_span(
-            "gcs.flush",
-            {
-                attrs.GCS_FLUSH_ENTRIES: report.entries,
-                attrs.GCS_FLUSH_BYTES: report.bytes,
-                attrs.GCS_MEMORY_BEFORE: report.rss_before,
-                attrs.GCS_MEMORY_AFTER: report.rss_after,
-                attrs.GCS_HOT_ENTRIES: sum(r.hot_after for r in report.per_table.values()),
-                attrs.GCS_STORAGE: self._storage_label,
-                attrs.GCS_TABLE: sorted(tables),
-            },
-            start_time=start_ns,
-        )
-        span.end(end_time=start_ns + int(report.duration_s * 1e9))
-        _log.info(
-            "gcs.flush",
-            entries=report.entries,
-            bytes=report.bytes,
-            duration_s=round(report.duration_s, 6),
-            memory_before=report.rss_before,
-            memory_after=report.rss_after,
-            storage=self._storage_label,
-            tables=tables,
+        _events.flushed(
+            storage=self._storage_label, entries=report.entries, size=report.bytes,
+            rss_before=report.rss_before, rss_after=report.rss_after, tables=tables,
             hot_entries={name: r.hot_after for name, r in report.per_table.items()},
-        )
+            start_ns=start_ns, duration_s=report.duration_s)
 
     # --- background thread -------------------------------------------------------------
 
@@ -176,10 +156,7 @@ class Flusher:
                 # nothing is lost, memory just grows until the storage is back.
                 with self._stats_lock:
                     self._failures += 1
-                failed = start_span("gcs.flush", {attrs.GCS_STORAGE: self._storage_label})
-                record_error(failed, exc)
-                failed.end()
-                _log.error("gcs.flush_failed", storage=self._storage_label, error=str(exc))
+                _events.flush_failed(self._storage_label, exc)
 
     def statistics(self) -> FlusherStatistics:
         with self._stats_lock:
