@@ -291,11 +291,9 @@ class IndexWriter:
             # One read of every file's progress: a round with nothing new writes nothing.
             done = {(kind, name): int(to) for kind, name, to in conn.execute(
                 "SELECT kind, name, indexed_to FROM files").fetchall()}
+            changed = []
             for kind in KINDS:
                 for path in jsonl_files(self.root / kind):
-                    if result.bytes >= max_bytes:
-                        result.pending = True
-                        return result
                     indexed_to = done.get((kind, path.name), -1)
                     try:
                         if path.stat().st_size == indexed_to:
@@ -305,7 +303,13 @@ class IndexWriter:
                             continue
                     except OSError:
                         continue
-                    self._index_file(conn, kind, path, max_bytes - result.bytes, result)
+                    changed.append((kind, path))
+            if changed:
+                # Every file in one transaction: the files' keys share the index's pages,
+                # and a commit rewrites each page it touched once (a commit per file
+                # rewrote them per file).
+                self._in_transaction(conn, lambda staged: self._index_files(
+                    conn, changed, max_bytes, staged), result)
         except sqlite3.OperationalError as exc:
             if "locked" in str(exc) or "busy" in str(exc):
                 result.pending = True
@@ -322,7 +326,9 @@ class IndexWriter:
         part is whole in the index from the start. Never raises (see update)."""
         result = IndexUpdate()
         try:
-            self._index_file(self._connection(result), kind, path, 1 << 62, result)
+            conn = self._connection(result)
+            self._in_transaction(conn, lambda staged: self._index_file(
+                conn, kind, path, 1 << 62, staged), result)
         except sqlite3.Error as exc:
             result.error = f"{self.path}: {exc}"
         self.lines_indexed += result.lines
@@ -377,8 +383,39 @@ class IndexWriter:
             return f"{self.path}: {exc}"
         return result.error
 
+    @staticmethod
+    def _in_transaction(conn: sqlite3.Connection, work: Callable[[IndexUpdate], None],
+                        result: IndexUpdate) -> None:
+        """Run ``work`` in one write transaction; what it staged counts in ``result``
+        once committed (rolled back, nothing does, and the error propagates)."""
+        staged = IndexUpdate()
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            work(staged)
+            conn.execute("COMMIT")
+        except BaseException:
+            with contextlib.suppress(sqlite3.Error):
+                conn.execute("ROLLBACK")
+            raise
+        result.lines += staged.lines
+        result.bytes += staged.bytes
+        result.pending = result.pending or staged.pending
+        result.error = result.error or staged.error
+
+    def _index_files(self, conn: sqlite3.Connection, files: list[tuple[str, Path]],
+                     max_bytes: int, result: IndexUpdate) -> None:
+        """Index ``files`` (kind, path) in turn, inside the caller's transaction, until
+        ``max_bytes`` of lines are in."""
+        for kind, path in files:
+            if result.bytes >= max_bytes:
+                result.pending = True
+                return
+            self._index_file(conn, kind, path, max_bytes - result.bytes, result)
+
     def _index_file(self, conn: sqlite3.Connection, kind: str, path: Path, budget: int,
                     result: IndexUpdate) -> None:
+        """Index what ``path`` gained, up to ``budget`` bytes, inside the caller's
+        transaction."""
         try:
             size = line_file.file_size(path)
         except (OSError, SessionFileCorruptError) as exc:
@@ -386,55 +423,47 @@ class IndexWriter:
             return
         if size is None:
             return
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            row = conn.execute("SELECT id, indexed_to, named FROM files WHERE kind=? AND name=?",
-                               (kind, path.name)).fetchone()
-            if row is None:
-                file_id = int(conn.execute(
-                    "INSERT INTO files(kind, name, pid) VALUES (?, ?, ?)",
-                    (kind, path.name, pid_of(path.name))).lastrowid or 0)
-                indexed_to, named = 0, 0
+        row = conn.execute("SELECT id, indexed_to, named FROM files WHERE kind=? AND name=?",
+                           (kind, path.name)).fetchone()
+        if row is None:
+            file_id = int(conn.execute(
+                "INSERT INTO files(kind, name, pid) VALUES (?, ?, ?)",
+                (kind, path.name, pid_of(path.name))).lastrowid or 0)
+            indexed_to, named = 0, 0
+        else:
+            file_id, indexed_to, named = row
+        if size < indexed_to:  # replaced or truncated: its old entries are wrong
+            conn.execute("DELETE FROM keys WHERE file_id=?", (file_id,))
+            conn.execute("DELETE FROM lines WHERE file_id=?", (file_id,))
+            memory_index.forget_file(conn, file_id)
+            indexed_to, named = 0, 0
+        if size == indexed_to:
+            return
+        data = _read(path, indexed_to, min(size - indexed_to, max(budget, 1)))
+        if b"\n" not in data and len(data) < size - indexed_to:  # one long line
+            data = _read(path, indexed_to, size - indexed_to)
+        end = indexed_to + complete_end(data)
+        line_rows: list[tuple[int, int, int, int | None, int | None]] = []
+        key_rows: list[tuple[bytes, int, int]] = []
+        store_events: list[memory_index.StoreEvent] = []
+        for offset, raw in complete_lines(data, indexed_to):
+            keys = line_keys(kind, raw)
+            if kind == TRACES:
+                t_min, t_max = span_line_times(raw)
+                if _STORE_KEY in keys:  # its store events, for memory --timeline
+                    store_events.extend(memory_index.events_of_line(raw)[0])
             else:
-                file_id, indexed_to, named = row
-            if size < indexed_to:  # replaced or truncated: its old entries are wrong
-                conn.execute("DELETE FROM keys WHERE file_id=?", (file_id,))
-                conn.execute("DELETE FROM lines WHERE file_id=?", (file_id,))
-                memory_index.forget_file(conn, file_id)
-                indexed_to, named = 0, 0
-            if size == indexed_to:
-                conn.execute("COMMIT")
-                return
-            data = _read(path, indexed_to, min(size - indexed_to, max(budget, 1)))
-            if b"\n" not in data and len(data) < size - indexed_to:  # one long line
-                data = _read(path, indexed_to, size - indexed_to)
-            end = indexed_to + complete_end(data)
-            line_rows: list[tuple[int, int, int, int | None, int | None]] = []
-            key_rows: list[tuple[bytes, int, int]] = []
-            store_events: list[memory_index.StoreEvent] = []
-            for offset, raw in complete_lines(data, indexed_to):
-                keys = line_keys(kind, raw)
-                if kind == TRACES:
-                    t_min, t_max = span_line_times(raw)
-                    if _STORE_KEY in keys:  # its store events, for memory --timeline
-                        store_events.extend(memory_index.events_of_line(raw)[0])
-                else:
-                    t_min = t_max = log_line_time(raw)
-                    if not named and names_node(raw):
-                        named = 1
-                        keys.add(CLOCK_KEY)
-                line_rows.append((file_id, offset, len(raw), t_min, t_max))
-                key_rows.extend((k, file_id, offset) for k in keys)
-            conn.executemany("INSERT OR REPLACE INTO lines VALUES (?, ?, ?, ?, ?)", line_rows)
-            conn.executemany("INSERT OR IGNORE INTO keys VALUES (?, ?, ?)", key_rows)
-            memory_index.record(conn, file_id, store_events)
-            conn.execute("UPDATE files SET indexed_to=?, named=? WHERE id=?",
-                         (end, named, file_id))
-            conn.execute("COMMIT")
-        except BaseException:
-            with contextlib.suppress(sqlite3.Error):
-                conn.execute("ROLLBACK")
-            raise
+                t_min = t_max = log_line_time(raw)
+                if not named and names_node(raw):
+                    named = 1
+                    keys.add(CLOCK_KEY)
+            line_rows.append((file_id, offset, len(raw), t_min, t_max))
+            key_rows.extend((k, file_id, offset) for k in keys)
+        conn.executemany("INSERT OR REPLACE INTO lines VALUES (?, ?, ?, ?, ?)", line_rows)
+        conn.executemany("INSERT OR IGNORE INTO keys VALUES (?, ?, ?)", key_rows)
+        memory_index.record(conn, file_id, store_events)
+        conn.execute("UPDATE files SET indexed_to=?, named=? WHERE id=?",
+                     (end, named, file_id))
         result.lines += len(line_rows)
         result.bytes += end - indexed_to
         if end < size and len(data) >= budget:

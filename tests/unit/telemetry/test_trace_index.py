@@ -124,6 +124,42 @@ def test_budget_leaves_the_rest_pending(tmp_path: Path) -> None:
     writer.close()
 
 
+def test_an_update_indexes_every_file_in_one_transaction(tmp_path: Path) -> None:
+    """The files' keys share the index's pages: one commit for all of them rewrites
+    each page once. A failure part-way rolls every file back, and the next update
+    indexes them all."""
+    root = session(tmp_path)
+    append(root / "traces" / "driver-1.jsonl", span_line(TASK_A))
+    append(root / "traces" / "worker-2.jsonl", span_line(TASK_B))
+    append(root / "logs" / "worker-2.jsonl", log_line("x", task_id=TASK_A))
+    writer = ti.IndexWriter(root)
+    statements: list[str] = []
+    conn = writer._connection(ti.IndexUpdate())
+    conn.set_trace_callback(statements.append)
+    update = writer.update()
+    assert update.lines == 3 and not update.pending and not update.error
+    assert [s for s in statements if s.startswith(("BEGIN", "COMMIT"))] == [
+        "BEGIN IMMEDIATE", "COMMIT"]
+    statements.clear()
+    assert writer.update().lines == 0 and statements == [  # nothing new: nothing written
+        "SELECT kind, name, indexed_to FROM files"]
+    conn.set_trace_callback(None)
+    append(root / "traces" / "driver-1.jsonl", span_line(TASK_B))
+    append(root / "logs" / "worker-2.jsonl", "{not json but a line}")
+    def trouble() -> None:
+        raise OSError("disk trouble")
+
+    conn.create_function("trouble", 0, trouble)
+    conn.execute("CREATE TEMP TRIGGER fail BEFORE INSERT ON lines WHEN NEW.file_id = "
+                 "(SELECT id FROM files WHERE kind = 'logs') BEGIN SELECT trouble(); END")
+    failed = writer.update()  # the traces file went in first, then the logs file failed
+    assert "user-defined function raised exception" in failed.error and failed.lines == 0
+    assert conn.execute("SELECT count(*) FROM lines").fetchone() == (3,)  # none of the new
+    conn.execute("DROP TRIGGER fail")
+    assert writer.update().lines == 2
+    writer.close()
+
+
 def test_a_truncated_file_is_indexed_again(tmp_path: Path) -> None:
     root = session(tmp_path)
     path = root / "traces" / "worker-1.jsonl"
