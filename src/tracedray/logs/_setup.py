@@ -54,13 +54,28 @@ def _never_raises(method: Callable[..., Any]) -> Callable[..., Any]:
     return guarded
 
 
+def _leveled(method: Callable[..., Any], level: int) -> Callable[..., Any]:
+    """``method`` (guarded), skipped at once below the configured level: the chain's
+    first processor (filter_by_level) would drop the line anyway, after ~1.4 µs."""
+    guarded = _never_raises(method)
+
+    @functools.wraps(method)
+    def leveled(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if level < _processors.state.min_level:
+            return None
+        return guarded(self, *args, **kwargs)
+
+    return leveled
+
+
 # A FilteringBoundLogger whose calls can never raise into the caller. The level
 # methods interpolate "%s" arguments before the processor chain runs, so each
 # public method is guarded, not only the chain.
 _SafeBoundLogger = type("_SafeBoundLogger", (_BASE,), {
-    name: _never_raises(getattr(_BASE, name))
-    for name in ("debug", "info", "warning", "warn", "error", "exception", "critical",
-                 "fatal", "msg", "log")
+    **{name: _leveled(getattr(_BASE, name), _processors.METHOD_LEVEL[name])
+       for name in ("debug", "info", "warning", "warn", "error", "exception", "critical",
+                    "fatal", "msg")},
+    "log": _never_raises(_BASE.log),
 })
 
 
