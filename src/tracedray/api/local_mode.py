@@ -25,8 +25,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from opentelemetry import trace as otel_trace
-
 from tracedray import logs, telemetry
 from tracedray._proto.v1 import gcs_pb2
 from tracedray.api import runtime
@@ -36,12 +34,11 @@ from tracedray.core import ids, session
 from tracedray.core.object_ref import ObjectRef
 from tracedray.core.serialization import Serialized, deserialize, serialize
 from tracedray.exceptions import ActorDiedError, ObjectLostError, RayTaskError
-from tracedray.telemetry import attributes as A
+from tracedray.telemetry.local_mode_events import LocalModeEvents
 
 log = logs.get_logger("tracedray.core.local_mode")  # the logger its lines name (the record)
 
 LOCAL_ADDRESS = "local_mode"
-_LOCATION = "inline"  # values live in the driver's memory, as inline objects do
 
 
 # --- stored values -----------------------------------------------------------------
@@ -181,6 +178,7 @@ class LocalRuntime:
     def __init__(self, *, node_id: str, worker_id: str, job_id: bytes, namespace: str) -> None:
         self.node_id = node_id
         self.worker_id = worker_id
+        self._events = LocalModeEvents(node_id, worker_id)
         self.job_id = job_id
         self.namespace = namespace
         self.ip = "127.0.0.1"
@@ -209,13 +207,10 @@ class LocalRuntime:
         self._release_unreferenced()
         site = user_call_site(2)
         object_id = ids.object_id_for(ids.new_task_id(), ids.PUT_INDEX_BASE)
-        with telemetry.span("object.put", {A.OBJECT_ID: object_id.hex(), A.OBJECT_CALL_SITE: site,
-                                           A.NODE_ID: self.node_id}) as span:
+        with self._events.object_put(object_id, site) as put:
             stored = _freeze(serialize(value, what="put() value"))
             ref = self._store(object_id, stored, site)
-            if span.is_recording():
-                span.set_attribute(A.OBJECT_SIZE, stored.size)
-                span.set_attribute(A.OBJECT_LOCATION, _LOCATION)
+            put.stored(stored.size)
         return ref
 
     def get(self, refs: Sequence[ObjectRef], timeout: float | None) -> list[Any]:
@@ -228,15 +223,13 @@ class LocalRuntime:
 
     def _get_one(self, ref: ObjectRef) -> Any:
         self._release_unreferenced()
-        with telemetry.span("object.get", {A.OBJECT_ID: ref.hex(), A.OBJECT_COUNT: 1,
-                                           A.NODE_ID: self.node_id}) as span:
+        with self._events.object_get(ref.hex()) as got:
             with self._lock:
                 stored = self._objects.get(ref.binary())
             if stored is None:
                 raise ObjectLostError(ref.hex(), "not in this local-mode driver (created by "
                                       "another cluster, or already freed)")
-            if span.is_recording():
-                span.set_attribute(A.OBJECT_SIZE, stored.size)
+            got.found(stored.size)
             return raise_or_load(stored)
 
     def _store(self, object_id: bytes, stored: _Stored, call_site: str) -> ObjectRef:
@@ -252,11 +245,7 @@ class LocalRuntime:
             if stored is None:
                 continue
             self._freed += 1
-            with telemetry.span("object.free", {A.OBJECT_ID: object_id.hex(),
-                                                A.OBJECT_SIZE: stored.size,
-                                                A.OBJECT_LOCATION: _LOCATION,
-                                                A.NODE_ID: self.node_id}):
-                pass
+            self._events.object_free(object_id, stored.size)
             # The value's captured refs go with it (they may free more on the next drain).
             stored.contained.clear()
 
@@ -290,9 +279,7 @@ class LocalRuntime:
         with self._lock:
             self._actors[actor.actor_id] = actor
         self._actors_created += 1
-        with telemetry.span("actor.create", {A.ACTOR_ID: actor.actor_id.hex(),
-                                             A.ACTOR_CLASS: actor.class_name,
-                                             A.ACTOR_NAME: name, A.NODE_ID: self.node_id}):
+        with self._events.actor_create(actor.actor_id, actor.class_name, name):
             refs = self._run(f"{cls.__qualname__}.__init__", "actor_creation", actor.actor_id,
                              lambda *a, **k: _construct(actor, cls, a, k), args, kwargs, 1)
         # The creation result tells whether the constructor raised; nobody else holds it.
@@ -330,13 +317,9 @@ class LocalRuntime:
         task_id = ids.new_task_id()
         site = user_call_site(2)
         parent = self.current_task
-        attributes: dict[str, Any] = {A.TASK_ID: task_id.hex(), A.TASK_FUNCTION: name,
-                                      A.TASK_KIND: kind, A.TASK_CALL_SITE: site,
-                                      A.JOB_ID: self.job_id.hex(), A.TASK_MAX_RETRIES: 0}
-        if actor_id:
-            attributes[A.ACTOR_ID] = actor_id.hex()
-        with telemetry.span("task.submit", attributes):
-            carrier = telemetry.carrier_from_current()
+        with self._events.task_submit(task_id, name, kind, site, self.job_id,
+                                      actor_id) as submission:
+            carrier = submission.carrier()
             # Arguments are copied now, as a real submission would serialize them.
             frozen_args = [_freeze(serialize(a, what=f"argument {i} of {name}"))
                            if not isinstance(a, ObjectRef) else a for i, a in enumerate(args)]
@@ -354,20 +337,13 @@ class LocalRuntime:
                  carrier: Mapping[str, str], target: Callable[..., Any],
                  args: list[Any], kwargs: dict[str, Any], num_returns: int,
                  parent: _RunningTask | None) -> list[_Stored]:
-        attributes: dict[str, Any] = {A.TASK_ID: task_id.hex(), A.TASK_FUNCTION: name,
-                                      A.TASK_ATTEMPT: 0, A.TASK_KIND: kind,
-                                      A.NODE_ID: self.node_id, A.WORKER_ID: self.worker_id}
-        if actor_id:
-            attributes[A.ACTOR_ID] = actor_id.hex()
-        span = telemetry.start_span("task.execute", attributes,
-                                    context=telemetry.context_from_carrier(carrier))
         outer_task, outer_actor = self.current_task, self.executor.actor_id
         self._tls.task = _RunningTask(task_id, name, parent.depth + 1 if parent else 0)
         self.executor.actor_id = actor_id
         n_returns = max(num_returns, 1)
         try:
-            with otel_trace.use_span(span, end_on_exit=False, record_exception=False,
-                                     set_status_on_exception=False), logs.task_context(
+            with self._events.task_execute(task_id, name, kind, actor_id,
+                                           carrier) as execution, logs.task_context(
                     job_id=self.job_id.hex(), task_id=task_id.hex(), actor_id=actor_id.hex(),
                     worker_id=self.worker_id, task_name=name):
                 log.info("task.execute", function=name, attempt=0)
@@ -380,7 +356,7 @@ class LocalRuntime:
                               for v in values]
                 except BaseException as exc:  # noqa: BLE001 - user code may raise anything
                     error = task_error(name, exc, self.node_id, task_id, self.ip)
-                    telemetry.record_error(span, exc, error.traceback_str)
+                    execution.failed(exc, error.traceback_str)
                     log.warning("task.failed", function=name, error_type=type(exc).__qualname__,
                                 error=str(exc)[:2000])
                     self._failed += 1
@@ -389,7 +365,6 @@ class LocalRuntime:
             return result
         finally:
             self._tls.task, self.executor.actor_id = outer_task, outer_actor
-            span.end()
 
     def _resolve(self, arg: Any) -> Any:
         """A top-level ref becomes its value (its error fails the task); a copy is loaded."""
