@@ -65,7 +65,15 @@ def note_serialized_ref(ref: ObjectRef) -> None:
         refs.append(ref)
 
 
+# Exact instances of these pickle to the same bytes with the plain C pickler (pickle
+# never asks cloudpickle's reducer_override about them, nor holds a buffer out of band
+# or meets a ref), for a tenth of the cost: a task that returns None pays ~0.2 µs.
+_PLAIN_TYPES = frozenset({type(None), bool, int, float, str, bytes})
+
+
 def serialize(value: Any, *, what: str = "value") -> Serialized:
+    if type(value) in _PLAIN_TYPES:
+        return Serialized(pickle.dumps(value, protocol=5), [], [])
     buffers: list[pickle.PickleBuffer] = []
     refs: list[ObjectRef] = []
     outer = getattr(_tls, "refs", None)
