@@ -11,6 +11,11 @@ the puller receives into one small buffer per connection and ``pwrite``s it
 (a fresh mapping of the destination took a page fault per page and was slower).
 Measured against recv + pwrite on the reference machine (benchmarks/transfer.py,
 two runs of 4 rounds, load 9-15): 100 MB 1.05 against 0.92 GB/s, 1 GB the same.
+Receiving with ``recv_into`` straight into a mapping of the destination whose pages
+were all there first (``posix_fallocate``, then ``MAP_POPULATE``) lost to splice too:
+100 MB 0.54-0.93 against 1.11-1.26 GB/s into a reused file, 1 GB 0.62 against 1.10
+(benchmarks/results/transfers-2026-11-27b). The destination is a pool file of its size
+class when the store has one (``ObjectStore.receive_into``): no page to allocate.
 
 Wire format and range planning: :mod:`.object_wire`.
 """
