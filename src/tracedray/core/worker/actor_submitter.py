@@ -11,6 +11,7 @@ with ``RayActorError``; once the actor is DEAD every call fails with
 from __future__ import annotations
 
 import collections
+import functools
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -178,39 +179,56 @@ class ActorSubmitter:
             if info is not None and info.state == "ALIVE":
                 channel.address = Address.from_proto(info.address)
                 channel.num_restarts = info.num_restarts
-                channel.conn = WorkerConnection(channel.address, self._on_results, self._on_broken)
+                channel.conn = WorkerConnection(
+                    channel.address, functools.partial(self._on_results, channel),
+                    self._on_broken)
                 channel.state = "ALIVE"
             else:
                 channel.state = "DEAD"
                 channel.death_cause = info.death_cause if info is not None else cause
             self._flush(channel)
 
-    def _on_results(self, conn: WorkerConnection, results: list[common_pb2.TaskResult]) -> None:
+    def _on_results(self, sent_on: ActorChannel, conn: WorkerConnection,
+                    results: list[common_pb2.TaskResult]) -> None:
+        """Results read from the connection of ``sent_on``: its calls' results, looked up
+        there first (one lookup per result, not one per actor of this process)."""
         done = []
         with self._lock:
             for result in results:
-                for channel in self._channels.values():
-                    task = channel.inflight.pop(result.task_id, None)
-                    if task is None:
-                        continue
-                    if self._retries_error(task, result):
-                        # Runs again on the actor, ahead of the calls still queued.
-                        _end(task, ok=False)
-                        task.spec.attempt += 1
-                        channel.ordered.appendleft(task)
-                        channel.ready.add(task.task_id)
-                        log.info("actor.call_retry", actor_id=channel.actor_id.hex(),
-                                 task_id=task.task_id.hex(), attempt=task.spec.attempt)
-                        self._flush(channel)
-                    else:
-                        done.append((task, result))
-                    break
+                found = self._pop_inflight(sent_on, result.task_id)
+                if found is None:
+                    continue
+                channel, task = found
+                if self._retries_error(task, result):
+                    # Runs again on the actor, ahead of the calls still queued.
+                    _end(task, ok=False)
+                    task.spec.attempt += 1
+                    channel.ordered.appendleft(task)
+                    channel.ready.add(task.task_id)
+                    log.info("actor.call_retry", actor_id=channel.actor_id.hex(),
+                             task_id=task.task_id.hex(), attempt=task.spec.attempt)
+                    self._flush(channel)
+                else:
+                    done.append((task, result))
         end_dispatch_spans(task for task, result in done if not result.is_application_error)
         for task, result in done:
             _end(task, ok=not result.is_application_error)  # the failed ones
             self._results.finish(task, list(result.returns),
                                      "FAILED" if result.is_application_error else "FINISHED",
                                      reported_by_executor=True)
+
+    def _pop_inflight(self, sent_on: ActorChannel, task_id: bytes
+                      ) -> tuple[ActorChannel, PendingTask] | None:
+        """The in-flight call ``task_id`` and its channel, taken out of it: looked for in
+        ``sent_on`` first, then in every channel (lock held)."""
+        task = sent_on.inflight.pop(task_id, None)
+        if task is not None:
+            return sent_on, task
+        for channel in self._channels.values():
+            task = channel.inflight.pop(task_id, None)
+            if task is not None:
+                return channel, task
+        return None
 
     def _on_broken(self, conn: WorkerConnection, error: BaseException | None) -> None:
         with self._lock:
