@@ -38,23 +38,24 @@ from telemetry import ServingProcess, median_interval  # noqa: E402
 
 WARM_TASKS, WARM_CALLS, WARM_PUTS = 1_000, 200, 10
 MB = 1 << 20
-ROLES = ("driver", "gcs", "raylet", "workers", "others")
+ROLES = ("driver", "gcs", "raylet", "workers", "agent", "others")
+WORKER_MODULES = ("tracedray.api.worker_main", "tracedray.core.worker.main")
 FIGURES = ("raylet_rss_mb", "raylet_pss_mb", "raylet_uss_mb", "cluster_rss_mb",
            *(f"{role}_rss_mb" for role in ROLES))
 
 
-def _role(pid: int, root: int) -> str:
-    command = _cmdline(pid)
+def _role(command: str) -> str:
+    """The role of a process of the cluster (not the driver) by its command line."""
     program = command.split(" ", 1)[0]
-    if pid == root:
-        return "driver"
     if "tracedray.core.raylet.main" in command or program.endswith("/raylet"):
         return "raylet"
     if "tracedray.core.gcs.main" in command or program.endswith("/gcs_server"):
         return "gcs"
-    if "tracedray.core.worker.main" in command or command.startswith("ray::") \
+    if any(module in command for module in WORKER_MODULES) or command.startswith("ray::") \
             or "default_worker.py" in command:
         return "workers"
+    if "tracedray.core.raylet.telemetry_agent" in command:
+        return "agent"
     return "others"
 
 
@@ -79,8 +80,13 @@ def measure(root: int) -> dict[str, Any]:
     for pid in _descendants(root):
         memory = _memory_kb(pid)
         if memory["rss"]:
-            processes.append({"pid": pid, "role": _role(pid, root),
-                              "command": _cmdline(pid)[:160], **memory})
+            command = _cmdline(pid)[:160]
+            processes.append({"pid": pid, "role": "driver" if pid == root else _role(command),
+                              "command": command, **memory})
+    return {"figures": figures_of(processes), "processes": processes}
+
+
+def figures_of(processes: list[dict[str, Any]]) -> dict[str, float]:
     figures: dict[str, float] = {f"{role}_rss_mb": 0.0 for role in ROLES}
     for process in processes:
         figures[f"{process['role']}_rss_mb"] += process["rss"] / 1024
@@ -88,7 +94,7 @@ def measure(root: int) -> dict[str, Any]:
     for kind in ("rss", "pss", "uss"):
         figures[f"raylet_{kind}_mb"] = sum(p[kind] for p in raylets) / 1024
     figures["cluster_rss_mb"] = sum(p["rss"] for p in processes) / 1024
-    return {"figures": figures, "processes": processes}
+    return figures
 
 
 def _empty() -> None:
@@ -151,6 +157,32 @@ def summarize(runs: list[dict[str, Any]], engines: list[str]) -> dict[str, Any]:
     return summary
 
 
+def resummarized(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Saved runs with each process's role and the figures worked out again."""
+    for run in runs:
+        for measured in run.values():
+            for process in measured["processes"]:
+                if process["role"] != "driver":
+                    process["role"] = _role(process["command"])
+            measured["figures"] = figures_of(measured["processes"])
+    return runs
+
+
+def report(runs: list[dict[str, Any]], save: Path | None,
+           load_average: list[float]) -> None:
+    engines = list(runs[0])
+    summary = summarize(runs, engines)
+    for key, per_engine in summary.items():
+        cells = "  ".join(f"{engine} {per_engine[engine]['median']:7.1f} "
+                          f"[{per_engine[engine]['interval'][0]:.1f}, "
+                          f"{per_engine[engine]['interval'][1]:.1f}]" for engine in engines)
+        ratio = per_engine.get("ray_over_tracedray")
+        print(f"{key:16} {cells}" + (f"  ray/tracedray {ratio:.2f}" if ratio else ""))
+    if save:
+        save.write_text(json.dumps({"load_average": load_average, "runs": runs,
+                                    "summary": summary}, indent=1))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=7)
@@ -159,10 +191,16 @@ def main() -> None:
     parser.add_argument("--no-ray", action="store_true")
     parser.add_argument("--baseline-src", help="a tracedray src folder to compare against")
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--resummarize", type=Path,
+                        help="summarize the runs of a saved --json file again")
     parser.add_argument("--serve", choices=("tracedray", "ray"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve:
         serve(args.serve, args.idle)
+        return
+    if args.resummarize:
+        saved = json.loads(args.resummarize.read_text())
+        report(resummarized(saved["runs"]), args.json, saved["load_average"])
         return
     engines = ["tracedray"] + (["baseline"] if args.baseline_src else []) \
         + ([] if args.no_ray else ["ray"])
@@ -179,16 +217,7 @@ def main() -> None:
                 {engine: {k: round(v, 1) for k, v in run[engine]["figures"].items()
                           if k.startswith(("raylet", "cluster"))} for engine in engines}),
                 file=sys.stderr)
-    summary = summarize(runs, engines)
-    for key, per_engine in summary.items():
-        cells = "  ".join(f"{engine} {per_engine[engine]['median']:7.1f} "
-                          f"[{per_engine[engine]['interval'][0]:.1f}, "
-                          f"{per_engine[engine]['interval'][1]:.1f}]" for engine in engines)
-        ratio = per_engine.get("ray_over_tracedray")
-        print(f"{key:16} {cells}" + (f"  ray/tracedray {ratio:.2f}" if ratio else ""))
-    if args.json:
-        args.json.write_text(json.dumps({"load_average": os.getloadavg(), "runs": runs,
-                                         "summary": summary}, indent=1))
+    report(runs, args.json, list(os.getloadavg()))
 
 
 if __name__ == "__main__":
