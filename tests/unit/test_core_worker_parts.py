@@ -1,13 +1,21 @@
 """Parts of the core worker on their own: the blocked-in-get bookkeeping the raylet
-hears, and the output echo's bound on lines kept for the driver."""
+hears, the output echo's bound on lines kept for the driver, and where the frees of
+released owned objects go."""
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
+from typing import Any
 
 from tracedray._proto.v1 import common_pb2, gcs_pb2
+from tracedray.core.address import Address
 from tracedray.core.worker.blocking import BlockedState
+from tracedray.core.worker.lineage import Lineage
+from tracedray.core.worker.memory_store import MemoryStore
 from tracedray.core.worker.output_echo import MAX_PENDING_LINES, OutputEcho, echo_name
+from tracedray.core.worker.ownership import Ownership
+from tracedray.core.worker.reference_table import ReferenceTable
 
 
 class _Raylet:
@@ -78,3 +86,68 @@ def test_echo_names_are_the_function_or_the_actor_class() -> None:
     assert echo_name("pkg.mod.work", common_pb2.NORMAL) == "work"
     assert echo_name("pkg.mod.Counter.incr", common_pb2.ACTOR_METHOD) == "Counter"
     assert echo_name("Counter.__init__", common_pb2.ACTOR_CREATION) == "Counter"
+
+
+class _LocalRaylet:
+    address = "127.0.0.1:7000"
+
+    def free_objects(self, object_ids: list[bytes]) -> None:
+        raise AssertionError("frees go through the background pool, not inline")
+
+
+OID = b"\x01" * 20
+
+
+def _owned_object(store_raylet: str, *, free_local_works: bool = True
+                  ) -> tuple[Ownership, MemoryStore, list[list[bytes]], list[tuple[Any, ...]]]:
+    """An Ownership holding OID, stored on the raylet at ``store_raylet``, still referenced
+    once; returns it with its memory store, the local frees and the background calls."""
+    local_frees: list[list[bytes]] = []
+    background: list[tuple[Any, ...]] = []
+
+    def free_local(object_ids: list[bytes]) -> bool:
+        local_frees.append(object_ids)
+        return free_local_works
+
+    def run_later(fn: Callable[..., Any], *args: Any) -> bool:
+        background.append((fn, *args))
+        return True
+
+    references, store = ReferenceTable("me"), MemoryStore()
+    ownership = Ownership(references, store, Lineage(), _LocalRaylet(), free_local=free_local,
+                          background=run_later)
+    references.add_local_ref(OID, None, "site", owned=True)
+    host, _, port = store_raylet.rpartition(":")
+    ownership.store_value(common_pb2.ObjectValue(
+        object_id=OID, size=10, store_node_id="n1",
+        store_raylet=Address("n1", host, int(port)).to_proto()), "FINISHED")
+    references.remove_local_ref(OID)
+    return ownership, store, local_frees, background
+
+
+def test_a_released_object_here_is_freed_over_the_seal_socket() -> None:
+    ownership, store, local_frees, background = _owned_object(_LocalRaylet.address)
+    assert store.contains(OID)
+    ownership.release_deferred()
+    assert local_frees == [[OID]] and background == []
+    assert not store.contains(OID)
+    stats = ownership.statistics()
+    assert (stats.released_total, stats.local_frees, stats.grpc_frees) == (1, 1, 0)
+
+
+def test_a_free_the_seal_socket_refuses_goes_to_the_local_raylet_over_grpc() -> None:
+    ownership, _, local_frees, background = _owned_object(_LocalRaylet.address,
+                                                          free_local_works=False)
+    ownership.release_deferred()
+    [(_, client, object_ids)] = background
+    assert local_frees == [[OID]] and object_ids == [OID]
+    assert client.address == _LocalRaylet.address
+    assert ownership.statistics().grpc_frees == 1
+
+
+def test_an_object_on_another_node_is_freed_by_that_nodes_raylet() -> None:
+    ownership, _, local_frees, background = _owned_object("127.0.0.1:7001")
+    ownership.release_deferred()
+    [(_, client, object_ids)] = background
+    assert local_frees == [] and object_ids == [OID]
+    assert client.address == "127.0.0.1:7001"

@@ -88,8 +88,9 @@ class CoreWorker:
         self._pool = ThreadPoolExecutor(max_workers=64, thread_name_prefix="tracedray-bg")
         self._stopped = threading.Event()
         self.flight_recorder = FlightRecorder(session_dir / "workers" / f"{worker_id}.slot")
-        # Ownership frees this node's objects through ObjectIO (built below: it frees
-        # dropped refs through the flusher before each put), the one late-bound edge.
+        # The parts are built in the order they need each other; the lambdas close the
+        # cycles late: Ownership frees through ObjectIO (which frees dropped refs through
+        # the flusher before a put), Recovery resubmits through the submitter.
         self.ownership = Ownership(self.references, self.memory_store, self.lineage, self.raylet,
                                    free_local=lambda ids: self.objects.free_local(ids),
                                    background=self.background)

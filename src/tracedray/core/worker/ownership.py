@@ -13,6 +13,7 @@ import threading
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 import grpc
 
@@ -29,6 +30,15 @@ from tracedray.exceptions import RaySystemError
 log = logs.get_logger(__name__)
 
 
+class FreeingRaylet(Protocol):
+    """What Ownership asks of a raylet: to free objects in its store."""
+
+    address: str
+
+    def free_objects(self, object_ids: list[bytes]) -> None:
+        ...
+
+
 @dataclass(frozen=True)
 class OwnershipStatistics:
     released_total: int  # owned objects released (no reference left)
@@ -39,7 +49,7 @@ class OwnershipStatistics:
 
 class Ownership:
     def __init__(self, references: rt.ReferenceTable, memory_store: MemoryStore,
-                 lineage: Lineage, local_raylet: RayletClient, *,
+                 lineage: Lineage, local_raylet: FreeingRaylet, *,
                  free_local: Callable[[list[bytes]], bool],
                  background: Callable[..., bool]) -> None:
         self._references = references
@@ -125,7 +135,7 @@ class Ownership:
             if local and self._free_local(object_ids):
                 local_frees += 1
                 continue
-            client = self._raylet if local or raylet_address is None \
+            client: FreeingRaylet = self._raylet if local or raylet_address is None \
                 else RayletClient(raylet_address.target)
             self._background(_free, client, object_ids)
             grpc_frees += 1
@@ -154,7 +164,7 @@ def _send_reference_updates(owner: Address, updates: list[rt.ReferenceUpdate]) -
         log.debug("references.owner_unreachable", owner=owner.target, error=str(exc.code()))
 
 
-def _free(client: RayletClient, object_ids: list[bytes]) -> None:
+def _free(client: FreeingRaylet, object_ids: list[bytes]) -> None:
     try:
         client.free_objects(object_ids)
     except RaySystemError as exc:
