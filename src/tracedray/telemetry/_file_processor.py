@@ -49,6 +49,7 @@ class SpanFileWriter(SpanProcessor):
         # Shaped spans (the hot paths) go straight to the spool, which counts its own
         # errors: one frame per span less. After shutdown it records nothing.
         self.append_shaped = self._spool.append_shaped
+        self.append_packed_batch = self._spool.append_packed_batch
         self._prefix_bytes = spool_format.record_size(
             len(spool_format.prefix_payload(line_prefix)))
         self._final: SpoolStatistics | None = None  # the spool's figures once it closed

@@ -475,16 +475,9 @@ def end_pending_spans(spans: Sequence[PendingSpan]) -> None:
         if all(pending.shape is not None and pending.shape.packer is not None
                and not pending.ids[3] for pending in spans):
             # Spans of packed shapes (a lease's dispatches): a PACKED record each, as one
-            # span of theirs ending alone is recorded; cheaper to write than their SHAPED
-            # tuples in a SPANS record, and a third as costly for the converter.
-            append_shaped = direct.append_shaped
-            for pending in spans:
-                shape = pending.shape
-                assert shape is not None
-                trace_id, span_id, parent_id, _ = pending.ids
-                start_ns = pending.start_ns
-                append_shaped(shape, trace_id, span_id, parent_id, start_ns, end_ns - start_ns,
-                              pending.values, "")
+            # span of theirs ending alone is recorded, packed under one lock; cheaper
+            # for the converter than their SHAPED tuples in a SPANS record.
+            direct.append_packed_batch(spans, end_ns)
             return
         records = [pending.record(end_ns) for pending in spans]
         direct.append_many(records)

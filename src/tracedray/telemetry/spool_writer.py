@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import os
 import struct
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -194,6 +195,57 @@ class SpoolWriter(MappedAppender):
         except Exception as exc:
             if self._fd is not None:  # after close(): nothing to record
                 self._count_error(exc)
+
+    def append_packed_batch(self, spans: Sequence[Any], end_ns: int) -> None:
+        """Record spans that ended together at ``end_ns``, each with the ``shape`` (one
+        with a packing), ``ids`` (trace id, span id, parent span id, "": no tracestate),
+        ``start_ns`` and ``values`` of a ``_record.PendingSpan`` (read from it: a tuple
+        per span would cost the caller its allocation and the collector its tracking):
+        the PACKED records :meth:`append_shaped` writes one by one, in order, packed
+        under one lock into the window. What does not fit the window, or a value the
+        packing does not take (and every span after it), goes through
+        :meth:`append_shaped`. Never raises."""
+        done = 0
+        try:
+            offsets = self._shape_offsets
+            need = 4
+            for span in spans:
+                if span.shape not in offsets:
+                    self._define(span.shape)
+                need += span.shape.packed_size
+            lock = self._lock
+            lock.acquire()
+            try:
+                mapping, pos = self._map, self._pos
+                if mapping is not None and pos + need <= self._size:
+                    for span in spans:
+                        shape = span.shape
+                        packer = shape.packer
+                        trace_id, span_id, parent_id, _ = span.ids
+                        start_ns = span.start_ns
+                        at = pos + 4
+                        try:
+                            packer.pack_into(mapping, at, _PACKED, offsets[shape], trace_id >> 64,
+                                             trace_id & _LOW_64, span_id, parent_id, start_ns,
+                                             end_ns - start_ns, *span.values)
+                        except struct.error:  # as in append_shaped: clear what went in
+                            mapping[at:at + packer.size] = bytes(packer.size)
+                            break
+                        _pack_length_into(mapping, pos, packer.size)  # commits it
+                        pos += shape.packed_size
+                        done += 1
+                    self._pos = pos
+                    self._records += done
+            finally:
+                lock.release()
+        except Exception as exc:  # a full disk must never reach user code
+            if self._fd is not None:
+                self._count_error(exc)
+            return
+        for span in spans[done:]:
+            trace_id, span_id, parent_id, _ = span.ids
+            self.append_shaped(span.shape, trace_id, span_id, parent_id, span.start_ns,
+                               end_ns - span.start_ns, span.values, "")
 
     def _count_error(self, exc: Exception) -> None:
         self._errors += 1  # under the lock, or racing only another failure's count

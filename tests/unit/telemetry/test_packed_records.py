@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import struct
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -338,3 +339,54 @@ def test_dispatch_spans_ending_together_are_packed_records_in_their_order(
             submit_ids[0], int(span["spanId"], 16), submit_ids[1], "task.dispatch", 0, start,
             end, shape.attributes((bytes.fromhex(span["attributes"][0]["value"]["stringValue"]),
                                    int(span["attributes"][1]["value"]["intValue"])))))
+
+
+@dataclass
+class _Ended:
+    """What append_packed_batch reads of a PendingSpan."""
+
+    shape: SpanShape
+    ids: tuple[int, int, int, str]
+    start_ns: int
+    values: tuple[object, ...]
+
+
+@BOTH_MODES
+def test_a_packed_batch_is_the_records_of_its_spans_in_order(tmp_path: Path,
+                                                             mapped: bool) -> None:
+    """Under one lock when the window has room; a value the packing does not take
+    (here the third span's) and every span after it go one by one, as SHAPED or PACKED
+    records; a batch longer than the window's room goes one by one too."""
+    spool = tmp_path / "driver-12.spool"
+    writer = SpoolWriter(spool, PREFIX, mapped=mapped)
+    shape, other = _get_shape(), _odd_shape()
+    task = OBJECT[:ids.TASK_ID_BYTES]
+    spans = [(shape, (1, OBJECT, 1)), (other, (task, 2, 3)), (shape, (1, OBJECT, 1 << 64)),
+             (shape, (4, OBJECT, 4))]
+    many = [(shape, (n, OBJECT, n)) for n in range(10, 4000)]  # ~400 KiB: past the window
+    for batch, first in ((spans, 1), (many, 100)):
+        writer.append_packed_batch([_Ended(s, (TRACE, first + n, 7, ""), 1_000 + first + n, v)
+                                    for n, (s, v) in enumerate(batch)], 10_000)
+    assert writer.statistics().write_errors == 0
+    sizes = _payload_sizes(spool)
+    assert shape.packer is not None and other.packer is not None
+    assert sizes.count(shape.packer.size) == 2 + len(many) and other.packer.size in sizes
+    writer.close()
+    result = convert_spool(spool)
+    assert result.spans == len(spans) + len(many) and not result.warnings
+
+    def ended_at_10_000(shape: SpanShape, number: int, values: tuple[object, ...]) -> str:
+        return _normal(otlp_json.record_span_json(
+            TRACE, number, 7, shape.name, shape.kind.value, 1_000 + number, 10_000,
+            shape.attributes(values), 0, None, (), ""))
+
+    expected = [ended_at_10_000(s, 1 + n, v) for n, (s, v) in enumerate(spans)]
+    expected += [ended_at_10_000(s, 100 + n, v) for n, (s, v) in enumerate(many)]
+    assert _spans(spool) == expected
+
+
+def test_a_closed_spool_records_no_batch(tmp_path: Path) -> None:
+    writer = SpoolWriter(tmp_path / "driver-13.spool", PREFIX)
+    writer.close()
+    writer.append_packed_batch([_Ended(_get_shape(), (TRACE, 1, 7, ""), 0, (1, OBJECT, 1))], 0)
+    assert writer.statistics().write_errors == 0
