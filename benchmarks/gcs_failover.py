@@ -6,7 +6,9 @@ For each storage — the default embedded SQLite and Redis (a real redis-server)
 - ``task``: ``get(f.remote())`` of an empty task;
 - ``actor_call``: ``get(a.ping.remote())`` on a named detached actor;
 - ``get_actor``: ``get_actor(name)`` of that actor;
-- ``new_actor``: create an actor, call it once, kill it.
+- ``new_actor``: create an actor, call it once, kill it;
+- ``slow_init_actor``: the same with an actor whose ``__init__`` takes ``SLOW_INIT_S``
+  (a kill then often finds a worker running ``__init__``, which the restarted GCS adopts).
 
 The GCS is then SIGKILLed ``--kills`` times (the head raylet restarts it on the same port).
 For each kill and probe, the *pause* is how much longer than normal (the median call before
@@ -44,7 +46,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-PROBES = ("task", "actor_call", "get_actor", "new_actor")
+PROBES = ("task", "actor_call", "get_actor", "new_actor", "slow_init_actor")
+SLOW_INIT_S = 1.0
 OP_TIMEOUT_S = 60.0
 
 
@@ -191,8 +194,16 @@ def run_child(storage: str, kills: int, warmup_s: float, settle_s: float,
     named = pinger.options(name="failover-target", lifetime="detached").remote()
     tracedray.get(named.ping.remote(), timeout=OP_TIMEOUT_S)
 
-    def new_actor() -> None:
-        actor = pinger.remote()
+    @tracedray.remote(num_cpus=0)
+    class SlowInit:
+        def __init__(self) -> None:
+            time.sleep(SLOW_INIT_S)
+
+        def ping(self) -> int:
+            return 1
+
+    def new_actor(cls: Any = pinger) -> None:
+        actor = cls.remote()
         tracedray.get(actor.ping.remote(), timeout=OP_TIMEOUT_S)
         tracedray.kill(actor)
 
@@ -201,6 +212,7 @@ def run_child(storage: str, kills: int, warmup_s: float, settle_s: float,
         "actor_call": lambda: tracedray.get(named.ping.remote(), timeout=OP_TIMEOUT_S),
         "get_actor": lambda: tracedray.get_actor("failover-target"),
         "new_actor": new_actor,
+        "slow_init_actor": lambda: new_actor(SlowInit),
     }
     stop = threading.Event()
     probes = {name: Probe(name, ops[name], stop) for name in PROBES}
