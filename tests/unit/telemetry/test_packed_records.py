@@ -247,7 +247,15 @@ def test_a_packed_span_is_the_shaped_span_s_json_byte_for_byte(tmp_path: Path,
     cases = [(_odd_shape(), (OBJECT[:ids.TASK_ID_BYTES], -5, (1 << 63) - 1)),
              (_odd_shape(), (b"", 0, 1)),
              (SpanShape("bare", (), packing=""), ()),  # no attributes at all
-             (_get_shape(), (2, OBJECT, 0))]
+             (_get_shape(), (2, OBJECT, 0)),
+             # The hot shapes' arities: an id (task.submit), an id and an int (dispatch,
+             # execute), read by position; an int first goes the general way.
+             (SpanShape("one %d", ("id",), {"c%": "50%"}, packing=instruments.TASK_ID_PACKING),
+              (OBJECT[:ids.TASK_ID_BYTES],)),
+             (SpanShape("two", ("id", "n"), packing=instruments.TASK_ID_PACKING + "q"),
+              (b"\x00\x01", -(1 << 63))),
+             (SpanShape("int id", ("n", "id"), packing="q" + instruments.TASK_ID_PACKING),
+              (7, b"\xff"))]
     for number, (shape, values) in enumerate(cases, 1):
         writer.append_shaped(shape, TRACE, number, parent, 10**18 + number, 99, values, "")
         assert shape.packer is not None and shape.blob is not None
