@@ -30,6 +30,7 @@ import sqlite3
 from binascii import unhexlify as _unhexlify
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import TypeVar
 
@@ -72,6 +73,8 @@ _LOG_ID = re.compile(rb'"(task|actor|object)_id"\s*:\s*"([0-9A-Fa-f]+)"')
 _LOG_OFFSET = re.compile(rb'"event"\s*:\s*"node\.clock_offset"')
 _LOG_NODE = re.compile(rb'"node_id"\s*:\s*"[0-9A-Fa-f]')
 _LOG_TIME = re.compile(rb'"timestamp"\s*:\s*"([0-9T:.\-]+)Z?"')
+_from_iso = datetime.fromisoformat  # per log line the index enters: bound once
+_UTC = timezone.utc
 _PID_IN_NAME = re.compile(r"-(\d+)\.jsonl$")
 
 _SCHEMA = """
@@ -159,13 +162,11 @@ def span_line_times(raw: bytes) -> tuple[int | None, int | None]:
 
 
 def log_line_time(raw: bytes) -> int | None:
-    from datetime import datetime, timezone
-
     found = _LOG_TIME.search(raw)
     if found is None:
         return None
     try:
-        moment = datetime.fromisoformat(found[1].decode()).replace(tzinfo=timezone.utc)
+        moment = _from_iso(found[1].decode()).replace(tzinfo=_UTC)
     except ValueError:
         return None
     return round(moment.timestamp() * 1_000_000) * 1000
