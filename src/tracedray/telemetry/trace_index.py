@@ -139,7 +139,7 @@ def span_line_keys(raw: bytes) -> set[bytes]:
 
 
 def log_line_keys(raw: bytes) -> set[bytes]:
-    keys = {_id_key(m[1], m[2]) for m in _LOG_ID.finditer(raw)}
+    keys = {_id_key(kind, hex_id) for kind, hex_id in _LOG_ID.findall(raw)}
     if _LOG_OFFSET.search(raw):
         keys.add(CLOCK_KEY)
     return keys
