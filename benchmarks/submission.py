@@ -17,6 +17,7 @@ summary gives each figure's median per engine and the median of the per-round ra
 (> 1: tracedray is better) with a 95% bootstrap interval (``telemetry.median_interval``).
 
 Usage: python benchmarks/submission.py [--rounds 9] [--tasks 5000] [--json out.json]
+       python benchmarks/submission.py --pool run1.json run2.json ...
 """
 
 from __future__ import annotations
@@ -163,14 +164,33 @@ def summarize(rounds: list[dict[str, dict[str, float]]],
     return figures
 
 
+def pool(paths: list[Path]) -> None:
+    """Each figure's per-round ratios of runs saved with ``--json``, taken together: their
+    median and a bootstrap interval that resamples runs, then rounds within them."""
+    sys.path.insert(0, str(Path(__file__).parent))
+    from telemetry import pooled_interval
+
+    saved = [json.loads(path.read_text()) for path in paths]
+    for key in HIGHER_IS_BETTER:
+        runs = [run["figures"][key]["ratios"] for run in saved]
+        low, high = pooled_interval(runs)
+        print(f"{key:20} ratio {statistics.median([r for run in runs for r in run]):.2f} "
+              f"[{low:.2f}, {high:.2f}]  ({sum(map(len, runs))} rounds of {len(runs)} runs)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=9)
     parser.add_argument("--tasks", type=int, default=5000)
     parser.add_argument("--ray-python", default="/tmp/rayvenv/bin/python")
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--pool", type=Path, nargs="+", metavar="FILE",
+                        help="run nothing: pool the rounds of runs saved with --json")
     parser.add_argument("--serve", choices=("tracedray", "ray"), help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.pool:
+        pool(args.pool)
+        return
     if args.serve:
         serve(args.serve, args.tasks)
         return
