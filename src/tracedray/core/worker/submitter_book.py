@@ -159,7 +159,7 @@ class SubmitterBook:
         now = event.now
         for task, verdict in event.results:
             lease = task.lease
-            del lease.inflight[task.task_id]
+            del lease.inflight[task.spec.task_id]
             if not lease.inflight:
                 lease.idle_since = now
                 if lease.state is LeaseState.BUSY:
@@ -183,7 +183,9 @@ class SubmitterBook:
             self._pump(key, now, out)
 
     def _pump(self, key: str, now: float, out: list[ev.Action]) -> None:
-        queue = self._queue(key)
+        queue = self._queues.get(key)
+        if queue is None:
+            queue = self._queues[key] = collections.deque()
         leases = [le for le in self._leases.get(key, ()) if not le.conn.broken]
         while queue:
             lease = least_loaded(leases)
@@ -191,7 +193,7 @@ class SubmitterBook:
                 break
             task = queue.popleft()
             task.lease = lease
-            lease.inflight[task.task_id] = task
+            lease.inflight[task.spec.task_id] = task
             lease.state = LeaseState.BUSY
             lease.dispatched += 1
             # A scheduling decision is made once per lease (by the raylet that granted

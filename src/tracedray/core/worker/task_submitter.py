@@ -116,7 +116,8 @@ class TaskSubmitter:
                 self._tasks[task.task_id] = task
             self._submitted += len(tasks)
             rest = self._decide(ev.TasksReady(ready, time.monotonic()), together=True)
-        self._perform(rest)
+        if rest:
+            self._perform(rest)
         for task in tasks:
             if task.unresolved:
                 self._worker.resolver.resolve(task, self._enqueue, self._fail_with_value)
@@ -136,7 +137,8 @@ class TaskSubmitter:
     def _handle(self, event: ev.Event, *, together: bool = False) -> None:
         with self._lock:
             rest = self._decide(event, together=together)
-        self._perform(rest)
+        if rest:
+            self._perform(rest)
 
     def _decide(self, event: ev.Event, *, together: bool = False) -> list[ev.Action]:
         """(Lock held) hand ``event`` to the book and send the tasks it dispatched (in one
@@ -254,13 +256,15 @@ class TaskSubmitter:
                 task = self._find_inflight(result.task_id)
                 if task is None:
                     continue
-                verdict = self._verdict(task, result)
+                verdict = (ev.Verdict.DONE if not (result.requeued or result.is_application_error)
+                           else self._verdict(task, result))
                 landed.append((task, verdict))
                 if verdict is ev.Verdict.DONE:
                     finished.append((task, result))
             rest = self._decide(ev.ResultsArrived(conn, landed, time.monotonic()),
                                 together=True)
-        self._perform(rest)
+        if rest:
+            self._perform(rest)
         end_dispatch_spans(task for task, result in finished if not result.is_application_error)
         for task, result in finished:
             end_span(task, ok=not result.is_application_error)  # the failed ones
@@ -328,7 +332,8 @@ class TaskSubmitter:
             now = time.monotonic()
             rest = self._decide(ev.TasksRetried(retried, now))
             rest += self._decide(ev.Pump((lease.key,), now))
-        self._perform(rest)
+        if rest:
+            self._perform(rest)
 
     def _retry_after_loss(self, task: PendingTask, input_lost: bool) -> None:
         """Retry a task after a node died: its inputs that lived there are resolved
