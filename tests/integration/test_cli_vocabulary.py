@@ -41,11 +41,16 @@ def test_formats_and_ray_spellings(ray: Any, tmp_path: Path,
     task = ref.task_id().hex()
     where = ("--address", address)
 
-    # json and yaml hold the same data; default and table are the same text
-    listed = json.loads(_cli("list", "tasks", "--format", "json", *where).stdout)
-    assert yaml.safe_load(_cli("list", "tasks", "--format", "yaml", *where).stdout) == listed
-    assert _cli("list", "tasks", "--format", "table", *where).stdout == \
-        _cli("list", "tasks", *where).stdout
+    # json and yaml hold the same data; default and table are the same text. Listed by
+    # this test's finished task: the shared cluster's other tasks may change state
+    # between two calls.
+    mine = ("--filter", f"task_id={task}")
+    listed = json.loads(_cli("list", "tasks", "--format", "json", *mine, *where).stdout)
+    assert [row["task_id"] for row in listed] == [task]
+    assert yaml.safe_load(_cli("list", "tasks", "--format", "yaml", *mine, *where).stdout) == \
+        listed
+    assert _cli("list", "tasks", "--format", "table", *mine, *where).stdout == \
+        _cli("list", "tasks", *mine, *where).stdout
     story = json.loads(_cli("trace", task, "--format", "json", *where).stdout)
     assert yaml.safe_load(_cli("trace", task, "--format", "yaml", *where).stdout) == story
     old = _cli("trace", task, "--format", "text", *where)
