@@ -99,12 +99,17 @@ def test_scan_merges_memory_and_storage_in_key_order(table: tuple[TieredTable, F
     assert len(tiered) == 7
 
 
-def test_delete_removes_from_memory_and_storage(table: tuple[TieredTable, FakeClock]) -> None:
-    tiered, clock = table
+def _one_flushed_one_hot(tiered: TieredTable, clock: FakeClock) -> None:
+    """"flushed" (b"x") in storage only, "hot" (b"y") in memory only."""
     tiered.put("flushed", b"x", finished=True)
     clock.now += 5
     tiered.flush(clock.now, POLICY)
     tiered.put("hot", b"y", finished=False)
+
+
+def test_delete_removes_from_memory_and_storage(table: tuple[TieredTable, FakeClock]) -> None:
+    tiered, clock = table
+    _one_flushed_one_hot(tiered, clock)
     tiered.put("both", b"old", finished=True)
     clock.now += 5
     tiered.flush(clock.now, POLICY)
@@ -234,3 +239,16 @@ def test_put_many_batches_like_put(table: tuple[TieredTable, FakeClock]) -> None
     clock.now += 5
     assert tiered.flush(clock.now, POLICY).entries == 700
     assert tiered.get("k699") == b"v" and len(tiered) == 700
+
+
+def test_get_many_reads_memory_then_storage_once(table: tuple[TieredTable, FakeClock]) -> None:
+    tiered, clock = table
+    _one_flushed_one_hot(tiered, clock)
+    before = tiered.statistics()
+    found = tiered.get_many(["hot", "flushed", "absent", "hot", "absent"])
+    after = tiered.statistics()
+    assert found == {"hot": b"y", "flushed": b"x"}
+    assert after.hot_hits - before.hot_hits == 1
+    assert after.storage_hits - before.storage_hits == 1
+    assert found == {k: v for k in ("hot", "flushed", "absent")
+                     if (v := tiered.get(k)) is not None}

@@ -67,13 +67,15 @@ class TaskRecords:
 
     def add_events(self, events: Any) -> None:
         table = self._table
+        keys = [event.task_id.hex() for event in events]
         with self._lock:
+            # One read for the batch's tasks (one query on sqlite or Redis), not one each.
+            stored = table.get_many(keys)
             records: dict[str, gcs_pb2.TaskRecord] = {}
-            for event in events:
-                key = event.task_id.hex()
+            for key, event in zip(keys, events, strict=True):
                 record = records.get(key)
                 if record is None:
-                    raw = table.get(key)
+                    raw = stored.get(key)
                     record = gcs_pb2.TaskRecord.FromString(raw) if raw else gcs_pb2.TaskRecord(
                         task_id=event.task_id, job_id=event.job_id, kind=event.kind)
                     records[key] = record
