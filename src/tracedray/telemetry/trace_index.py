@@ -10,9 +10,7 @@ round: the agent reads the files' new complete lines from where it stopped
 sharing a session folder (nodes on one machine) serialise on SQLite's write lock; each
 file's progress is read and moved inside one transaction, so no line is indexed twice.
 
-Keys are found with byte patterns, not a JSON parse (a third of the cost): a line is
-named under every id it holds. A reader always applies its exact filter to the lines
-it reads, so an extra key costs a read, never a wrong answer. Lines a file gained after
+What a line is keyed under is ``index_keys.py``'s. Lines a file gained after
 the index's ``indexed_to`` (the agent is behind, or was killed) are scanned by the
 reader itself, so an answer is never missing a line.
 
@@ -25,9 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 import sqlite3
-from binascii import unhexlify as _unhexlify
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -36,21 +32,30 @@ from typing import TypeVar
 
 from tracedray.exceptions import SessionFileCorruptError
 from tracedray.telemetry import line_file, memory_index
+from tracedray.telemetry.index_keys import CLOCK_KEY as CLOCK_KEY
+from tracedray.telemetry.index_keys import KINDS as KINDS
+from tracedray.telemetry.index_keys import LOGS as LOGS
+from tracedray.telemetry.index_keys import NAME_FAMILIES as NAME_FAMILIES
+
+# The keys' names are this module's too: its readers and writer speak them.
+from tracedray.telemetry.index_keys import STORE_KEY, TAGS
+from tracedray.telemetry.index_keys import TRACES as TRACES
+from tracedray.telemetry.index_keys import complete_end as complete_end
+from tracedray.telemetry.index_keys import complete_lines as complete_lines
+from tracedray.telemetry.index_keys import jsonl_files as jsonl_files
+from tracedray.telemetry.index_keys import key as key
+from tracedray.telemetry.index_keys import line_keys as line_keys
+from tracedray.telemetry.index_keys import log_line_keys as log_line_keys
+from tracedray.telemetry.index_keys import log_line_time as log_line_time
+from tracedray.telemetry.index_keys import name_key as name_key
+from tracedray.telemetry.index_keys import names_node as names_node
+from tracedray.telemetry.index_keys import pid_of as pid_of
+from tracedray.telemetry.index_keys import span_line_keys as span_line_keys
+from tracedray.telemetry.index_keys import span_line_times as span_line_times
 
 T = TypeVar("T")
 INDEX_NAME = "trace_index.sqlite"
 SCHEMA_VERSION = "3"
-TRACES = "traces"
-LOGS = "logs"
-KINDS = (TRACES, LOGS)
-CLOCK_KEY = b"clock"  # log lines tracestore.clock needs: offsets, each process's first node line
-# Keys are bytes: a kind's tag and the id's bytes (17 for a task id, not 37 characters of
-# "task:<hex>"): the keys are most of the index.
-_TAGS = {"task": b"t", "actor": b"a", "object": b"o", "trace": b"r"}
-_TAG_OF = {b"task": b"t", b"actor": b"a", b"object": b"o", b"trace": b"r"}
-# Span-name families a line is keyed under (``name:object.``): `memory --timeline` reads
-# the object store's events alone.
-NAME_FAMILIES = ("object.",)
 # What one update indexes at most: one write transaction, one write lock. A commit writes
 # every B-tree page the transaction touched (keys are random ids: a page per key, nearly)
 # to the WAL and checkpoints them: with 256 KiB (~85 tasks' spans) a commit cost ~40 µs of
@@ -58,24 +63,6 @@ NAME_FAMILIES = ("object.",)
 # (indexing a task's spans ~70-95 µs -> ~32-47 µs, benchmarks/results/telemetry-2026-11-27b).
 # A writer holds the lock ~20-40 ms of its CPU for it; readers (WAL) never wait on it.
 DEFAULT_MAX_BYTES = 2 << 20
-
-# Byte patterns, whitespace between JSON tokens allowed (tracedray writes none; a tool's
-# rewrite of the files may): a line must never lack a key it holds.
-_SPAN_ID_ATTR = re.compile(
-    rb'"key"\s*:\s*"tracedray\.(task|actor|object)\.id"\s*,\s*"value"\s*:\s*\{\s*'
-    rb'"stringValue"\s*:\s*"([0-9A-Fa-f]+)"')
-_SPAN_TRACE = re.compile(rb'"traceId"\s*:\s*"([0-9A-Fa-f]+)"')
-_SPAN_START = re.compile(rb'"startTimeUnixNano"\s*:\s*"?(\d+)')
-_SPAN_END = re.compile(rb'"endTimeUnixNano"\s*:\s*"?(\d+)')
-_SPAN_NAME = re.compile(rb'"name"\s*:\s*"([^"]*)"')
-# Not trace_id: a log line is found by its task or actor (the trace by its spans).
-_LOG_ID = re.compile(rb'"(task|actor|object)_id"\s*:\s*"([0-9A-Fa-f]+)"')
-_LOG_OFFSET = re.compile(rb'"event"\s*:\s*"node\.clock_offset"')
-_LOG_NODE = re.compile(rb'"node_id"\s*:\s*"[0-9A-Fa-f]')
-_LOG_TIME = re.compile(rb'"timestamp"\s*:\s*"([0-9T:.\-]+)Z?"')
-_from_iso = datetime.fromisoformat  # per log line the index enters: bound once
-_UTC = timezone.utc
-_PID_IN_NAME = re.compile(r"-(\d+)\.jsonl$")
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta(name TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -100,105 +87,6 @@ CREATE TABLE IF NOT EXISTS keys(
 
 def index_path(session_root: Path) -> Path:
     return session_root / INDEX_NAME
-
-
-def key(kind: str, value: str) -> bytes:
-    """The index key of an id of ``kind`` (task, actor, object, trace) given in hex."""
-    text = value.strip().lower()
-    try:
-        return _TAGS[kind] + bytes.fromhex(text)
-    except ValueError:  # not an id: a key no line has
-        return _TAGS[kind] + b"~" + text.encode()
-
-
-def name_key(family: str) -> bytes:
-    """The key of lines holding spans whose name starts with ``family`` (NAME_FAMILIES)."""
-    return b"name:" + family.encode()
-
-
-_STORE_KEY = name_key("object.")
-
-
-def _id_key(kind: bytes, hex_id: bytes) -> bytes:
-    # The pattern matched hex digits only: unhexlify reads them as bytes.fromhex would.
-    return _TAG_OF[kind] + _unhexlify(hex_id) if len(hex_id) % 2 == 0 \
-        else _TAG_OF[kind] + b"~" + hex_id.lower()
-
-
-# --------------------------------------------------------------------------- pure parts
-
-
-def span_line_keys(raw: bytes) -> set[bytes]:
-    # Each id once (a task's spans share its id and trace) before it becomes a key.
-    keys = {_id_key(kind, hex_id) for kind, hex_id in set(_SPAN_ID_ATTR.findall(raw))}
-    keys.update(_id_key(b"trace", hex_id) for hex_id in set(_SPAN_TRACE.findall(raw)))
-    names = set(_SPAN_NAME.findall(raw))
-    keys.update(name_key(family) for family in NAME_FAMILIES
-                if any(name.startswith(family.encode()) for name in names))
-    return keys
-
-
-def log_line_keys(raw: bytes) -> set[bytes]:
-    keys = {_id_key(kind, hex_id) for kind, hex_id in _LOG_ID.findall(raw)}
-    if _LOG_OFFSET.search(raw):
-        keys.add(CLOCK_KEY)
-    return keys
-
-
-def line_keys(kind: str, raw: bytes) -> set[bytes]:
-    return span_line_keys(raw) if kind == TRACES else log_line_keys(raw)
-
-
-def names_node(raw: bytes) -> bool:
-    """Whether a log line names its node (the first such line of a process is a clock
-    line: tracestore.clock maps the process to its node with it)."""
-    return _LOG_NODE.search(raw) is not None
-
-
-def span_line_times(raw: bytes) -> tuple[int | None, int | None]:
-    starts = _SPAN_START.findall(raw)
-    ends = _SPAN_END.findall(raw)
-    return (min(map(int, starts)) if starts else None, max(map(int, ends)) if ends else None)
-
-
-def log_line_time(raw: bytes) -> int | None:
-    found = _LOG_TIME.search(raw)
-    if found is None:
-        return None
-    try:
-        moment = _from_iso(found[1].decode()).replace(tzinfo=_UTC)
-    except ValueError:
-        return None
-    return round(moment.timestamp() * 1_000_000) * 1000
-
-
-def complete_end(data: bytes) -> int:
-    """Length of the prefix of ``data`` made of complete lines (before any NUL byte)."""
-    nul = data.find(b"\0")
-    return data.rfind(b"\n", 0, len(data) if nul < 0 else nul) + 1
-
-
-def complete_lines(data: bytes, start: int) -> Iterator[tuple[int, bytes]]:
-    """(offset, line without its newline) of every complete non-empty line of ``data``,
-    which begins at file offset ``start``; data after the last newline (a line still
-    being written) or from a NUL byte on is not included."""
-    offset = start
-    for raw in data[:complete_end(data)].split(b"\n")[:-1]:
-        if raw.strip():
-            yield offset, raw
-        offset += len(raw) + 1
-
-
-def pid_of(name: str) -> int | None:
-    """The pid a line file (current or a rotated part) belongs to."""
-    found = _PID_IN_NAME.search(line_file.base_name(name))
-    return int(found[1]) if found else None
-
-
-def jsonl_files(folder: Path) -> list[Path]:
-    """Every line file of ``folder`` by its plain name, rotated parts (compressed or
-    not) before the current file they came from (line_file.py)."""
-    return line_file.line_files(folder)
 
 
 # --------------------------------------------------------------------------- writer
@@ -451,7 +339,7 @@ class IndexWriter:
             keys = line_keys(kind, raw)
             if kind == TRACES:
                 t_min, t_max = span_line_times(raw)
-                if _STORE_KEY in keys:  # its store events, for memory --timeline
+                if STORE_KEY in keys:  # its store events, for memory --timeline
                     store_events.extend(memory_index.events_of_line(raw)[0])
             else:
                 t_min = t_max = log_line_time(raw)
@@ -604,7 +492,7 @@ class IndexReader:
         if found is None:
             return None
         events, indexed = found
-        return events, [raw for _, raw in self._tails(TRACES, {_STORE_KEY}, indexed)]
+        return events, [raw for _, raw in self._tails(TRACES, {STORE_KEY}, indexed)]
 
     def files_of_pid(self, kind: str, pid: int) -> list[Path]:
         """The files a process wrote (one per process and kind)."""
@@ -690,8 +578,8 @@ class IndexReader:
         """Ids of ``kind`` (task, actor, object, trace) starting with ``prefix`` (hex)."""
         text = prefix.strip().lower()
         try:
-            low = _TAGS[kind] + bytes.fromhex(text + "0" * (len(text) % 2))
-            high = _TAGS[kind] + bytes.fromhex(text + "f" * (len(text) % 2)) + b"\xff" * 64
+            low = TAGS[kind] + bytes.fromhex(text + "0" * (len(text) % 2))
+            high = TAGS[kind] + bytes.fromhex(text + "f" * (len(text) % 2)) + b"\xff" * 64
         except ValueError:
             return []
         try:
@@ -805,7 +693,6 @@ def _size(path: Path) -> int:
 
 
 def _when(ns: int | None) -> str:
-    from datetime import datetime, timezone
 
     if ns is None:
         return "?"
