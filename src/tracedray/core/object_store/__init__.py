@@ -5,7 +5,10 @@ One file per object, ``<shm_dir>/<name_prefix>-<object_id_hex>``:
 * core workers write and read the files themselves (:mod:`.client`);
 * the raylet's :class:`ObjectStore` accounts them against capacity, spills,
   restores, evicts and frees them (:mod:`.store`), following the pure decisions
-  of :mod:`.policy`;
+  of :mod:`.policy`; under its one lock it keeps what it holds in :mod:`.holdings`,
+  counts in :mod:`.accounting` and remembers early frees and refused seals in
+  :mod:`.remembered`, moves files with :mod:`.moves`, writes pulled copies with
+  :mod:`.receiving` and keeps freed files for reuse in :mod:`.pool`;
 * :mod:`.layout` is the byte layout of one object (pickle stream + 64-byte
   aligned out-of-band buffers).
 """

@@ -66,6 +66,20 @@ def copy_atomically(source: Path, destination: Path) -> None:
         raise
 
 
+def check_written_size(path: Path, size: int) -> int:
+    """Check the writer's file has ``size`` bytes (else remove it and raise); returns its
+    inode."""
+    try:
+        stat = os.stat(path)
+    except FileNotFoundError as exc:
+        raise RaySystemError(f"cannot seal {path}: the writer's file does not exist") from exc
+    if stat.st_size != size:
+        unlink_quietly(path)
+        raise RaySystemError(f"cannot seal {path}: the file has {stat.st_size} bytes, "
+                             f"the writer reported {size}")
+    return stat.st_ino
+
+
 def unlink_quietly(path: Path) -> bool:
     """Remove ``path``; ``False`` when it was already gone."""
     try:
