@@ -55,10 +55,10 @@ import dataclasses
 import enum
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
 
 from tracedray._proto.v1 import gcs_pb2
 from tracedray.core.address import Address
+from tracedray.core.log_line import LogLine
 
 
 class ActorState(enum.Enum):
@@ -217,11 +217,7 @@ class Withdraw:
     cause: str
 
 
-@dataclass(frozen=True)
-class Log:
-    level: str  # debug | info | warning
-    event: str
-    fields: tuple[tuple[str, Any], ...]
+Log = LogLine  # a line the shell writes after the lock (core/log_line.py)
 
 
 Action = (Save | Place | RequestWorker | RunCreation | ResumeCreation | KillWorker | Withdraw
@@ -279,9 +275,9 @@ def _lease_answered(actor: Actor, event: LeaseAnswered) -> Step:
         actor = _placement_ended(actor, event.node_id)
         if event.worker is not None:  # granted a moment before the withdrawal came, or after
             return Step(actor, (Withdraw(event.node_id, actor.death_cause),))
-        return Step(actor, (Log("debug", "actor.placement_withdrawn", (
-            ("actor_id", actor.actor_id.hex()), ("node_id", event.node_id),
-            ("reply", event.failure))),))
+        return Step(actor, (Log("debug", "actor.placement_withdrawn", {
+            "actor_id": actor.actor_id.hex(), "node_id": event.node_id,
+            "reply": event.failure}),))
     if event.worker is not None:
         return Step(dataclasses.replace(actor, worker=event.worker),
                     (RunCreation(event.node_id, event.worker),))
@@ -298,9 +294,9 @@ def _init_ended(actor: Actor, event: InitEnded) -> Step:
         return Step(actor)
     if event.outcome is Outcome.RETURNED:
         alive = dataclasses.replace(actor, state=ALIVE, recorded=event.worker)
-        return Step(alive, (Save(), Log("info", "actor.alive", (
-            ("actor_id", actor.actor_id.hex()), ("node_id", event.worker.node_id),
-            ("pid", event.worker.pid), ("restarts", actor.num_restarts)))))
+        return Step(alive, (Save(), Log("info", "actor.alive", {
+            "actor_id": actor.actor_id.hex(), "node_id": event.worker.node_id,
+            "pid": event.worker.pid, "restarts": actor.num_restarts})))
     step = _failure(actor, event.worker.worker_id, event.error,
                     restartable=event.outcome is Outcome.WORKER_DIED)
     if step.actor.state is DEAD:  # its worker must not stay behind, holding resources
@@ -339,9 +335,9 @@ def _failure(actor: Actor, failed_worker: str, cause: str, *,
     if restartable and (actor.max_restarts < 0 or actor.num_restarts < actor.max_restarts):
         restarted = dataclasses.replace(actor, state=RESTARTING, worker=None,
                                         num_restarts=actor.num_restarts + 1, death_cause=cause)
-        return Step(restarted, (Save(), Log("warning", "actor.restarting", (
-            ("actor_id", actor.actor_id.hex()), ("cause", cause),
-            ("restart", restarted.num_restarts), ("worker_id", failed_worker))), Place()))
+        return Step(restarted, (Save(), Log("warning", "actor.restarting", {
+            "actor_id": actor.actor_id.hex(), "cause": cause,
+            "restart": restarted.num_restarts, "worker_id": failed_worker}), Place()))
     if restartable and actor.max_restarts:
         cause += f" (no restarts left of max_restarts={actor.max_restarts})"
     return _dead(actor, cause)
@@ -349,8 +345,8 @@ def _failure(actor: Actor, failed_worker: str, cause: str, *,
 
 def _dead(actor: Actor, cause: str) -> Step:
     dead = dataclasses.replace(actor, state=DEAD, worker=None, death_cause=cause)
-    return Step(dead, (Save(), Log("info", "actor.dead", (
-        ("actor_id", actor.actor_id.hex()), ("cause", cause)))))
+    return Step(dead, (Save(), Log("info", "actor.dead", {
+        "actor_id": actor.actor_id.hex(), "cause": cause})))
 
 
 def _placement_ended(actor: Actor, node_id: str) -> Actor:

@@ -241,7 +241,7 @@ class ActorManager:
             elif isinstance(action, lc.Withdraw):
                 self._withdraw_creation(actor_id, action.node_id, action.cause)
             elif isinstance(action, lc.Log):
-                getattr(log, action.level)(action.event, **dict(action.fields))
+                action.write(log)
 
     def _raylet_of(self, node_id: str) -> str | None:
         for node in self._nodes():

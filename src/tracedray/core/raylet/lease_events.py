@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from tracedray.core.address import Address
+from tracedray.core.log_line import LogLine
 from tracedray.core.raylet.scheduler import Decision
 
 # --- events
@@ -223,11 +224,7 @@ class ReportInfeasible:
     reason: str
 
 
-@dataclass(frozen=True)
-class Log:
-    level: str  # "debug" | "info" | "warning"
-    event: str
-    fields: Mapping[str, object]
+Log = LogLine  # a line the shell writes after the lock (core/log_line.py)
 
 
 @dataclass(frozen=True)

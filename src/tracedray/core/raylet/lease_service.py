@@ -353,7 +353,7 @@ class LeaseService:
                 log.info("actor.worker_adopted", actor_id=action.actor_id.hex(),
                          worker_id=action.worker_id)
             else:
-                getattr(log, action.level)(action.event, **action.fields)
+                action.write(log)
 
     def _stop_unless_exited(self, action: ev.StopUnlessExited) -> None:
         with self.lock:
