@@ -17,7 +17,8 @@ state; the parent prints both columns and the ratio. Ray is measured when it
 is importable. ``--telemetry off`` runs tracedray with ``OTEL_SDK_DISABLED=true``
 to show what the tracing costs.
 
-Run: ``.venv/bin/python benchmarks/core.py [--runs 5] [--only tracedray] [--json out.json]``
+Run: ``.venv/bin/python benchmarks/core.py [--runs 5] [--rounds 5] [--only tracedray]
+[--ray-python /tmp/rayvenv/bin/python] [--json out.json]``
 """
 
 from __future__ import annotations
@@ -199,7 +200,7 @@ def _run_child(runtime: str, runs: int) -> dict[str, Any]:
 
 
 # --------------------------------------------------------------------------- parent side
-def _measure(runtime: str, runs: int, telemetry: bool) -> dict[str, Any]:
+def _measure(runtime: str, python: str, runs: int, telemetry: bool) -> dict[str, Any]:
     env = dict(os.environ)
     temp_dir = tempfile.mkdtemp(prefix=f"bench-{runtime}-")
     if runtime == "tracedray":
@@ -207,7 +208,7 @@ def _measure(runtime: str, runs: int, telemetry: bool) -> dict[str, Any]:
         if not telemetry:
             env["OTEL_SDK_DISABLED"] = "true"
     try:
-        out = subprocess.run([sys.executable, __file__, "--child", runtime, "--runs", str(runs)],
+        out = subprocess.run([python, __file__, "--child", runtime, "--runs", str(runs)],
                              env=env, capture_output=True, text=True, timeout=1800)
     finally:
         shutil.rmtree(temp_dir, ignore_errors=True)
@@ -226,9 +227,32 @@ def advantage(metric: Metric, ours: float, theirs: float) -> float:
     return theirs / ours
 
 
-def render(results: dict[str, dict[str, Any]]) -> str:
+def combine(rounds: list[dict[str, Any]]) -> dict[str, Any]:
+    """One engine's figures over its rounds: each metric's median (pure); the version
+    and the zero-copy check as the first round saw them."""
+    combined = dict(rounds[0])
+    for metric in METRICS:
+        combined[metric.key] = statistics.median(r[metric.key] for r in rounds)
+    return combined
+
+
+def ratio_interval(metric: Metric, per_round: list[dict[str, dict[str, Any]]]) -> str:
+    """The 95% bootstrap interval of the per-round advantages, when there are rounds
+    enough to give one."""
+    if len(per_round) < 3:
+        return ""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from telemetry import median_interval
+
+    low, high = median_interval([advantage(metric, r["tracedray"][metric.key],
+                                           r["ray"][metric.key]) for r in per_round])
+    return f" [{low:.2f}, {high:.2f}]"
+
+
+def render(results: dict[str, dict[str, Any]],
+           per_round: list[dict[str, dict[str, Any]]] | None = None) -> str:
     names = list(results)
-    compare = names == ["tracedray", "ray"]
+    compare = sorted(names) == ["ray", "tracedray"]
     header = f"{'metric':46}" + "".join(f"{name:>16}" for name in names)
     if compare:
         header += f"{'td vs ray':>11}"
@@ -239,7 +263,7 @@ def render(results: dict[str, dict[str, Any]]) -> str:
             f"{figures[metric.key]:>11.2f} {metric.unit:<4}" for figures in results.values())
         if compare:
             ratio = advantage(metric, results["tracedray"][metric.key], results["ray"][metric.key])
-            row += f"{ratio:>10.2f}x"
+            row += f"{ratio:>10.2f}x" + ratio_interval(metric, per_round or [])
         lines.append(row)
     for name, figures in results.items():
         copy = figures["zero_copy_100mb"]
@@ -248,7 +272,10 @@ def render(results: dict[str, dict[str, Any]]) -> str:
                      f"mapping={copy['mapping'] or 'anonymous'}, "
                      f"anon RSS +{copy['anon_rss_growth_mb']:.1f} MB)")
     if compare:
-        lines.append("td vs ray: > 1 means tracedray is better (faster or higher throughput)")
+        lines.append("td vs ray: > 1 means tracedray is better (faster or higher throughput)"
+                     + (f"; medians of {len(per_round)} rounds, engines alternating, with "
+                        "the 95% bootstrap interval of the per-round ratios"
+                        if per_round and len(per_round) > 1 else ""))
     lines.append(f"load average during the run: {os.getloadavg()[0]:.1f} "
                  f"on {os.cpu_count()} CPUs (other work on the machine skews every figure)")
     return "\n".join(lines)
@@ -260,6 +287,11 @@ def main() -> None:
     parser.add_argument("--only", choices=("tracedray", "ray"))
     parser.add_argument("--telemetry", choices=("on", "off"), default="on",
                         help="tracedray tracing (off = OTEL_SDK_DISABLED=true)")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="fresh clusters per engine, the engines alternating (and which "
+                        "goes first): a busy machine's load falls on both")
+    parser.add_argument("--ray-python", help="an interpreter where ray is installed "
+                        "(default: this one, when it can import ray)")
     parser.add_argument("--json", help="also write the raw figures to this file")
     parser.add_argument("--child", choices=("tracedray", "ray"), help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -267,16 +299,24 @@ def main() -> None:
         print(json.dumps(_run_child(args.child, args.runs)))
         return
     runtimes = [args.only] if args.only else ["tracedray"]
+    pythons = {"tracedray": sys.executable, "ray": args.ray_python or sys.executable}
     if not args.only:
-        if importlib.util.find_spec("ray") is not None:
+        if args.ray_python or importlib.util.find_spec("ray") is not None:
             runtimes.append("ray")
         else:
-            print("ray is not importable: measuring tracedray only")
-    results = {name: _measure(name, args.runs, args.telemetry == "on") for name in runtimes}
-    print(render(results))
+            print("ray is not importable: measuring tracedray only (--ray-python names "
+                  "an interpreter that has it)")
+    per_round = []
+    for index in range(max(1, args.rounds)):
+        order = runtimes if index % 2 == 0 else runtimes[::-1]
+        per_round.append({name: _measure(name, pythons[name], args.runs,
+                                         args.telemetry == "on") for name in order})
+    results: dict[str, Any] = {name: combine([r[name] for r in per_round])
+                               for name in runtimes}
+    print(render(results, per_round))
     if args.json:
         with open(args.json, "w") as out:
-            json.dump(results, out, indent=2)
+            json.dump({**results, "rounds": per_round}, out, indent=2)
 
 
 if __name__ == "__main__":
