@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from tracedray.logs._capture import install_output_capture, uninstall_output_capture
 from tracedray.logs._context import set_process_context, task_context
+from tracedray.logs._process_info import installed_packages
 from tracedray.logs._setup import (
     DeferredLine,
     configure,
@@ -31,6 +32,7 @@ __all__ = [
     "defer_info",
     "get_logger",
     "install_output_capture",
+    "installed_packages",
     "record_process_exit",
     "set_process_context",
     "statistics",
