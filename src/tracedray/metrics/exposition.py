@@ -5,6 +5,7 @@ the conversion of merged snapshot families into prometheus-client metric familie
 from __future__ import annotations
 
 import errno
+import socket
 import threading
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
@@ -58,6 +59,36 @@ def start_server(host: str, port: int) -> MetricsServer:
             f"{'the port is in use' if taken else exc.strerror or exc}; pass another "
             f"--metrics-export-port (0 picks a free one)") from exc
     return MetricsServer(host, int(server.server_port), registry, server, thread)
+
+
+def adopt_socket(sock: socket.socket, registry: CollectorRegistry) -> Any:
+    """prometheus-client's server (as ``start_server`` runs it: its WSGI app, a thread
+    per request, no request log) on ``sock``, already bound and listening
+    (``deferred.py``); the caller runs its ``serve_forever``."""
+    from wsgiref.simple_server import WSGIRequestHandler
+
+    from prometheus_client.exposition import ThreadingWSGIServer, make_wsgi_app
+
+    class Handler(WSGIRequestHandler):
+        def log_message(self, format: str, *args: Any) -> None:
+            """Log nothing (prometheus-client's server logs no request either)."""
+
+    class AdoptingServer(ThreadingWSGIServer):
+        def server_bind(self) -> None:
+            # http.server's and wsgiref's server_bind without the bind: the socket is.
+            self.server_address = self.socket.getsockname()
+            host, port = self.server_address[:2]
+            self.server_name = socket.getfqdn(str(host))
+            self.server_port = port
+            self.setup_environ()
+
+    server = AdoptingServer(sock.getsockname()[:2], Handler, bind_and_activate=False)
+    server.socket.close()  # the one it made; it serves on ``sock``
+    server.socket = sock
+    server.address_family = sock.family
+    server.server_bind()
+    server.set_app(make_wsgi_app(registry))
+    return server
 
 
 def to_prometheus(families: Iterable[Family],

@@ -17,12 +17,13 @@ import os
 import threading
 import time
 from collections.abc import Iterable, Mapping
-from typing import Any
-
-from prometheus_client.registry import CollectorRegistry
+from typing import TYPE_CHECKING, Any
 
 from tracedray import logs
 from tracedray.telemetry.export_config import GRPC, OTLP
+
+if TYPE_CHECKING:  # the registry is handed in: a raylet loads it on its first scrape
+    from prometheus_client.registry import CollectorRegistry
 
 log = logs.get_logger(__name__)
 DISCOVER_EVERY_S = 5.0

@@ -6,7 +6,9 @@ import argparse
 import json
 import sys
 import threading
+from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 # structlog renders tracebacks with rich when it can import it; the raylet writes JSON lines
 # only, so it never loads rich's ~70 modules (~4 MB of RSS; benchmarks/submission.py).
@@ -16,6 +18,12 @@ from tracedray import logs  # noqa: E402
 from tracedray.core import allocator  # noqa: E402
 from tracedray.core.process import exit_on_sigterm, exit_with_parent, setup_process  # noqa: E402
 from tracedray.exceptions import AuthenticationError  # noqa: E402
+
+if TYPE_CHECKING:
+    from prometheus_client.core import Metric
+
+    from tracedray.core.raylet.server import Raylet
+    from tracedray.metrics.deferred import DeferredMetricsServer
 
 # The raylet's malloc arenas: its RPC threads would each get one (glibc: up to 8 per
 # core), each keeping what a burst freed in it; two keep its RSS near what it holds.
@@ -50,15 +58,14 @@ def main() -> None:
                           "spilling": not args.no_spilling},
                   ip=args.ip)
     from tracedray.core import auth, rpc
-    from tracedray.core.raylet import metrics as raylet_metrics
     from tracedray.core.raylet.server import Raylet
     from tracedray.metrics import serve as metrics
 
     try:
         auth.configure_from_environment()  # no token: a ConfigError, reported below
         # Before the raylet: its port goes into the node's registration.
-        endpoint = metrics.open_endpoint(args.ip, args.metrics_export_port,
-                                         rpc.add_server_interceptor)
+        endpoint = metrics.open_deferred_endpoint(args.ip, args.metrics_export_port,
+                                                  rpc.add_server_interceptor)
         raylet = Raylet(node_id=args.node_id, ip=args.ip, gcs_address=args.gcs,
                         session_dir=args.session_dir, resources=json.loads(args.resources),
                         object_store_memory=args.object_store_memory,
@@ -66,7 +73,7 @@ def main() -> None:
                         listen_host=args.ip,
                         metrics_export_port=endpoint.port if endpoint is not None else 0)
         if endpoint is not None:
-            raylet_metrics.attach(endpoint, raylet)
+            _attach_metrics(endpoint, raylet)
         raylet.start(prestart_workers=args.prestart)
     except Exception as exc:
         logs.get_logger(__name__).error("raylet.start_failed", error=str(exc))
@@ -99,6 +106,20 @@ def main() -> None:
                                "address": raylet.address.target}))
     tmp.replace(args.ready_file)
     threading.Event().wait()
+
+
+def _attach_metrics(endpoint: DeferredMetricsServer, raylet: Raylet) -> None:
+    """Serve the raylet's metrics on ``endpoint``, loading their code on the first scrape."""
+    from tracedray.metrics import serve
+
+    def make_collect() -> Callable[[], Iterable[Metric]]:
+        # Here, not at start: the collector's module imports prometheus-client.
+        from tracedray.core.raylet import metrics as raylet_metrics
+
+        return raylet_metrics.collector(raylet).collect
+
+    serve.attach_deferred(endpoint, "raylet", make_collect, node_id=raylet.node_id,
+                          session_name=raylet.session_dir.name)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,10 @@
 """A raylet's metrics: its node's numbers as ``GetNodeStats`` and ``statistics()`` give
 them to ``tracedray status`` (read at scrape time, nothing counted twice), the RPC
 latencies of its server, and the snapshots of the node's other processes (drivers',
-workers' and the telemetry agent's)."""
+workers' and the telemetry agent's).
+
+This module imports prometheus-client: the raylet imports it only when its endpoint
+loads, on the first scrape (``raylet/main.py``, ``metrics/deferred.py``)."""
 
 from __future__ import annotations
 
@@ -14,8 +17,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from tracedray._proto.v1 import raylet_pb2
 from tracedray.core.process import process_alive
 from tracedray.core.raylet import exit_meaning
-from tracedray.metrics import rpc_latency, serve
-from tracedray.metrics.exposition import MetricsServer, counter, gauge, to_prometheus
+from tracedray.metrics import rpc_latency
+from tracedray.metrics.exposition import counter, gauge, to_prometheus
 from tracedray.metrics.rpc_latency import RpcLatency
 from tracedray.metrics.snapshot import METRICS_DIR, SnapshotReader
 
@@ -116,9 +119,8 @@ class NodeCollector:
             yield from to_prometheus([self._rpc.family()], {**node, "component": "raylet"})
 
 
-def attach(server: MetricsServer, raylet: Raylet) -> None:
-    """Serve the raylet's metrics on ``server`` (opened before the raylet was built)."""
+def collector(raylet: Raylet) -> NodeCollector:
+    """The collector of ``raylet``'s metrics."""
     reader = SnapshotReader(raylet.session_dir / METRICS_DIR / raylet.node_id, process_alive)
-    collector = NodeCollector(raylet, reader, rpc_latency.installed())
-    serve.attach(server, "raylet", collector.collect, node_id=raylet.node_id,
-                 session_name=raylet.session_dir.name)
+    return NodeCollector(raylet, reader, rpc_latency.installed())
+
