@@ -47,3 +47,27 @@ def test_the_telemetry_agent_does_not_load_rich_but_leaves_it_to_a_driver() -> N
         [sys.executable, "-c", "import tracedray.core.raylet.telemetry_agent, rich"],
         capture_output=True, text=True, timeout=60)
     assert imported.returncode == 0, imported.stderr
+
+
+def test_the_environment_fingerprint_names_the_versions_importlib_metadata_names(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Read from the dist-info folders (no importlib.metadata in the raylet), the same
+    versions as the package metadata gives."""
+    from importlib import metadata
+
+    from tracedray.core import environment
+
+    monkeypatch.delenv("TRACEDRAY_FAKE_PACKAGE_VERSIONS", raising=False)
+    environment.environment_fingerprint.cache_clear()
+    try:
+        found = environment.environment_fingerprint()
+    finally:
+        environment.environment_fingerprint.cache_clear()
+    expected = {}
+    for name in environment.WATCHED:
+        try:
+            expected[f"pkg:{name}"] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    assert "pkg:grpcio" in expected
+    assert {k: v for k, v in found.items() if k.startswith("pkg:")} == expected
