@@ -30,7 +30,7 @@ def _parse_bool(text: str) -> bool:
 
 def _parse_positive_float(text: str) -> float:
     value = float(text)
-    if value <= 0:
+    if not value > 0:  # NaN too
         raise ValueError(f"expected a positive number, got {text!r}")
     return value
 
@@ -114,6 +114,15 @@ IDLE_WORKER_TIMEOUT_S: Variable[float] = Variable(
     "A raylet stops a task worker idle this long while it has more task workers than its "
     "soft limit (TRACEDRAY_IDLE_WORKER_SOFT_LIMIT); extra workers are started while tasks "
     "block in get().",
+)
+
+OBJECT_POOL_IDLE_S: Variable[float] = Variable(
+    "TRACEDRAY_OBJECT_POOL_IDLE_S",
+    _parse_positive_float,
+    lambda: 60.0,
+    "Seconds a freed object file kept for reuse by later puts (object_store/pool.py) waits "
+    "for one before the raylet deletes it, giving its shared memory back; 'inf' keeps "
+    "them (within the store's free capacity) until the node stops.",
 )
 
 WORKER_REGISTER_TIMEOUT_S: Variable[float] = Variable(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -13,12 +14,20 @@ import pytest
 from objstore_values import KB, array, load
 
 from tracedray.core.object_store.client import hold_for_reading, map_object, write_object
+from tracedray.core.object_store.deleter import (
+    DEFERRED_BYTES,
+    Deleter,
+    DeleterStatistics,
+    WhenToDelete,
+    when_to_delete,
+)
 from tracedray.core.object_store.layout import pack_into, packed_size, unpack
 from tracedray.core.object_store.pool import (
     FILES_PER_CLASS,
     MIN_POOLED_BYTES,
     PoolDecision,
     decide,
+    idle_files,
     size_class,
 )
 from tracedray.core.object_store.store import ObjectStore
@@ -60,15 +69,108 @@ def test_a_freed_file_is_reused_by_the_next_put_of_its_size(make_store, put) -> 
     assert pooled_files(store) == []
 
 
-def test_the_pool_holds_at_most_a_quarter_of_the_capacity(make_store, put) -> None:
-    store = make_store(2 << 20)  # the pool may hold 512 KiB: one 300 KB file, not two
-    for oid in ("a1", "a2", "a3"):
+def test_the_pool_holds_at_most_what_the_objects_leave_free(make_store, put) -> None:
+    store = make_store(2 << 20)  # 300 KB objects: six fit
+    for oid in ("a1", "a2", "a3", "a4", "a5"):
         put(store, oid, array(1))
-    store.free(["a1", "a2", "a3"])
+    store.free(["a1", "a2", "a3"])  # 1.2 MB of objects left free once they go: all kept
     stats = store.statistics()
-    assert stats.pool.files == 1 and stats.pool.bytes <= stats.pool.limit_bytes == (2 << 20) // 4
-    assert len(pooled_files(store)) == 1
-    assert stats.freed_count == 3 and stats.used == 0
+    assert (stats.pool.files, stats.pool.full_total) == (3, 0)
+    assert stats.used + stats.pool.bytes <= stats.capacity
+    put(store, "b1", array(2, 600 * KB))  # another class: the pool gives up the room
+    stats = store.statistics()
+    assert stats.used + stats.pool.bytes <= stats.capacity
+    assert stats.pool.trimmed_total >= 1 and stats.spilled_count == 0
+    assert len(pooled_files(store)) == stats.pool.files
+
+
+def test_a_freed_file_is_kept_when_its_object_leaves_no_room(make_store, put) -> None:
+    """The pool only ever holds what the capacity leaves free: a file freed while the
+    objects that stay fill the store is deleted, not kept."""
+    store = make_store(1 << 20)
+    put(store, "a1", array(1, 600 * KB))
+    store.free(["a1"])
+    assert store.statistics().pool.files == 1
+    put(store, "a2", array(2, 200 * KB))  # trims nothing: 600 + 200 KB fit
+    put(store, "a3", array(3, 300 * KB))  # another class; the pool file must go for it
+    stats = store.statistics()
+    assert (stats.pool.files, stats.pool.trimmed_total, stats.spilled_count) == (0, 1, 0)
+    store.free(["a2"])  # 200 KB room left once it goes: kept
+    assert store.statistics().pool.files == 1
+
+
+def test_a_big_file_within_the_capacity_is_kept_and_reused(make_store, put) -> None:
+    """A file of most of the store (a GB object on a 2.5 GB store) is kept like a small
+    one, and the next put of its size class and a received copy take it."""
+    store = make_store(8 << 20)
+    size = put(store, "a1", array(1, 6 << 20))
+    inode = os.stat(store.object_path("a1")).st_ino
+    store.free(["a1"])
+    stats = store.statistics()
+    assert (stats.used, stats.pool.files, stats.pool.bytes) == (0, 1, size)
+    assert put(store, "b1", array(2, 6 << 20)) == size
+    assert os.stat(store.object_path("b1")).st_ino == inode
+    np.testing.assert_array_equal(load(map_object(store.object_path("b1"))), array(2, 6 << 20))
+    store.free(["b1"])
+    data = store.object_path("b1").parent / "source"
+    data.write_bytes(bytes(size))
+    store.receive_into("c1", size, lambda fd: os.sendfile(fd, os.open(data, os.O_RDONLY), 0,
+                                                          size), owner="d")
+    assert os.stat(store.object_path("c1")).st_ino == inode  # a pulled copy took it
+    assert store.statistics().pool.reused_total == 2
+
+
+def test_an_idle_pool_gives_its_files_back(make_store, put) -> None:
+    store = make_store(8 << 20, pool_idle_s=30.0)
+    put(store, "a1", array(1, 300 * KB))
+    put(store, "a2", array(2, 3 << 20))
+    store.free(["a1", "a2"])
+    assert store.release_idle_pool(now=time.monotonic()) == 0  # just freed: kept
+    assert store.statistics().pool.files == 2
+    assert store.release_idle_pool(now=time.monotonic() + 31.0) == 2  # small: deleted now
+    stats = store.statistics()
+    assert (stats.pool.files, stats.pool.bytes, stats.pool.released_idle_total) == (0, 0, 2)
+    assert pooled_files(store) == []
+    assert [p.name for p in store.object_path("00").parent.iterdir()
+            if not p.name.endswith(tuple(f"-pool-{c}" for c in range(64)))] == []
+
+
+def test_files_idle_long_enough_are_the_ones_released() -> None:
+    kept_at = {11: 100.0, 12: 140.0, 13: 159.0}
+    assert idle_files(kept_at, now=160.0, idle_s=20.0) == [11, 12]
+    assert idle_files(kept_at, now=160.0, idle_s=float("inf")) == []
+
+
+def test_a_malformed_idle_time_is_a_clear_error(make_store, monkeypatch) -> None:
+    from tracedray.exceptions import ConfigError
+
+    monkeypatch.setenv("TRACEDRAY_OBJECT_POOL_IDLE_S", "soon")
+    with pytest.raises(ConfigError, match="TRACEDRAY_OBJECT_POOL_IDLE_S"):
+        make_store(1 << 20)
+    for bad in ("0", "-5", "nan"):
+        monkeypatch.setenv("TRACEDRAY_OBJECT_POOL_IDLE_S", bad)
+        with pytest.raises(ConfigError, match="positive"):
+            make_store(1 << 20)
+    with pytest.raises(ConfigError, match="positive"):
+        make_store(1 << 20, pool_idle_s=0.0)
+
+
+def test_big_files_are_deleted_off_the_lock_and_none_is_left(make_store, put) -> None:
+    """A big file that is not kept (a reader maps it) is renamed out of the object's name
+    at once and deleted by the deleter; after shutdown nothing is left."""
+    store = make_store(64 << 20)
+    put(store, "a1", array(1, DEFERRED_BYTES + 1))
+    view = map_object(store.object_path("a1"))
+    store.free(["a1"])
+    assert not store.object_path("a1").exists()  # the name is free at once
+    assert store.statistics().pool.in_use_total == 1
+    put(store, "a2", array(2, DEFERRED_BYTES + 1))
+    store.free(["a2"])  # into the pool
+    store.shutdown()  # waits for the deleter
+    assert list(store.object_path("00").parent.iterdir()) == []
+    stats = store.statistics().deleter
+    assert (stats.deleted_total, stats.pending, stats.pending_bytes) == (1, 0, 0)
+    np.testing.assert_array_equal(load(view), array(1, DEFERRED_BYTES + 1))  # pages kept
 
 
 def test_small_objects_are_deleted_not_pooled(make_store, put) -> None:
@@ -258,3 +360,22 @@ def test_a_lookup_waits_for_a_seal_sent_without_waiting(tmp_path: Path) -> None:
         channel.close()
         server[0].close()
         store.shutdown()
+
+
+def test_the_deleter_unlinks_big_files_on_its_thread_and_small_ones_at_once(
+        tmp_path: Path) -> None:
+    deleter = Deleter(tmp_path, "td-x")
+    small, big = tmp_path / "small", tmp_path / "big"
+    small.write_bytes(b"s")
+    big.write_bytes(b"b")
+    assert when_to_delete(DEFERRED_BYTES - 1) is WhenToDelete.NOW
+    deleter.delete([(small, 1), (big, DEFERRED_BYTES)])
+    assert not small.exists()
+    deleter.drain()
+    assert not big.exists()
+    assert deleter.statistics() == DeleterStatistics(0, 0, 1, DEFERRED_BYTES)
+    deleter.close()
+    late = tmp_path / "late"
+    late.write_bytes(b"l")
+    deleter.delete([(late, DEFERRED_BYTES)])  # after close: deleted on the caller's thread
+    assert not late.exists()

@@ -13,6 +13,7 @@ import pytest
 from objstore_values import KB, array, load
 
 from tracedray.core.object_store.client import map_object, read_spilled, write_object
+from tracedray.core.object_store.pool import size_class
 from tracedray.core.object_store.store import ObjectStore, remove_orphans
 from tracedray.exceptions import ObjectLostError, ObjectStoreFullError, RaySystemError
 
@@ -146,13 +147,16 @@ def test_free_removes_shared_memory_and_spill_files(make_store, put, tmp_path: P
     freed = store.free(["e1", "e2", "unknown"])  # e1 is spilled, e2 in memory
     assert freed == sizes[0] + sizes[1]
     assert files_in(tmp_path / "node1-spill") == []
-    assert files_in(tmp_path / "node1-shm") == ["td-node1-e3", "td-node1-e4"]
+    # e2's file went into the pool (pool.py), in its class's folder
+    assert files_in(tmp_path / "node1-shm") == ["td-node1-e3", "td-node1-e4",
+                                                  f"td-node1-pool-{size_class(sizes[1])}"]
     stats = store.statistics()
+    assert stats.pool.files == 1
     assert (stats.freed_count, stats.freed_bytes) == (2, sizes[0] + sizes[1])
     assert (stats.used, stats.num_objects, stats.num_spilled) == (sizes[2] + sizes[3], 2, 0)
     assert store.free(["e1"]) == 0  # freeing twice is harmless
     store.free(["e3", "e4"])
-    assert files_in(tmp_path / "node1-shm") == []
+    assert [f for f in files_in(tmp_path / "node1-shm") if "-pool-" not in f] == []
     assert store.statistics().used == 0
 
 

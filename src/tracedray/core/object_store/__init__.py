@@ -8,7 +8,8 @@ One file per object, ``<shm_dir>/<name_prefix>-<object_id_hex>``:
   of :mod:`.policy`; under its one lock it keeps what it holds in :mod:`.holdings`,
   counts in :mod:`.accounting` and remembers early frees and refused seals in
   :mod:`.remembered`, moves files with :mod:`.moves`, writes pulled copies with
-  :mod:`.receiving` and keeps freed files for reuse in :mod:`.pool`;
+  :mod:`.receiving`, keeps freed files for reuse in :mod:`.pool` and deletes big
+  files off its lock with :mod:`.deleter`;
 * :mod:`.layout` is the byte layout of one object (pickle stream + 64-byte
   aligned out-of-band buffers).
 """

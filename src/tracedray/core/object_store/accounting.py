@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from tracedray.core.object_store.deleter import DeleterStatistics
 from tracedray.core.object_store.holdings import Holdings
 from tracedray.core.object_store.pool import PoolStatistics
 
@@ -29,6 +30,7 @@ class ObjectStoreStatistics:
     freed_by_reason: dict[str, int]  # FREE_RELEASED, "owner exited", "owner died"
     rejected_count: int  # seals refused with ObjectStoreFullError
     pool: PoolStatistics  # freed files kept for reuse (pool.py), counted against capacity
+    deleter: DeleterStatistics  # big files being deleted off the store's lock (deleter.py)
 
 
 @dataclass
@@ -52,7 +54,8 @@ class StoreCounters:
         self.freed_by_reason[reason] = self.freed_by_reason.get(reason, 0) + 1
 
 
-def snapshot(held: Holdings, counts: StoreCounters, pool: PoolStatistics) -> ObjectStoreStatistics:
+def snapshot(held: Holdings, counts: StoreCounters, pool: PoolStatistics,
+             deleter: DeleterStatistics) -> ObjectStoreStatistics:
     """The statistics of a store holding ``held`` (read under its lock)."""
     spilled = [o for o in held.objects.values() if o.spilled]
     return ObjectStoreStatistics(
@@ -75,4 +78,5 @@ def snapshot(held: Holdings, counts: StoreCounters, pool: PoolStatistics) -> Obj
         freed_by_reason=dict(counts.freed_by_reason),
         rejected_count=counts.rejected_count,
         pool=pool,
+        deleter=deleter,
     )

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import errno
 import os
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -65,12 +66,16 @@ def restore(held: Holdings, counts: StoreCounters, events: StoreEvents, object_i
     events.restored(object_id, obj.size, str(source), held.used)
 
 
+# Deletes a shared-memory file of the given size, now or off the lock (store.py, deleter.py).
+Discard = Callable[[Path, int], None]
+
+
 def evict(held: Holdings, counts: StoreCounters, events: StoreEvents, object_id: str,
-          path: Path) -> None:
+          path: Path, discard: Discard) -> None:
     """Drop a secondary copy (its shared-memory file ``path``) to make room."""
     obj = held.drop(object_id)
     with events.object_evict(obj.object_id, obj.size, held.used - obj.size):
-        files.unlink_quietly(path)
+        discard(path, obj.size)
         held.used -= obj.size
         counts.evicted_count += 1
         counts.evicted_bytes += obj.size
@@ -78,15 +83,18 @@ def evict(held: Holdings, counts: StoreCounters, events: StoreEvents, object_id:
 
 
 def free(held: Holdings, counts: StoreCounters, events: StoreEvents, pool: FilePool,
-         obj: StoredObject, reason: str, path: Path) -> None:
+         obj: StoredObject, reason: str, path: Path, discard: Discard) -> None:
     """Forget a stored object and remove its file ``path`` (shared memory or spill file);
-    a shared-memory file may be kept for reuse instead (pool.py)."""
+    a shared-memory file may be kept for reuse instead, in the room the capacity leaves
+    free (pool.py)."""
     held.drop(obj.object_id)
     held.pins.pop(obj.object_id, None)
     used_after = held.used if obj.spilled else held.used - obj.size
     with events.object_free(obj.object_id, obj.size, used_after, reason):
-        if obj.spilled or not pool.keep(path, obj.size):
+        if obj.spilled:
             files.unlink_quietly(path)
+        elif not pool.keep(path, obj.size, held.capacity - used_after, time.monotonic()):
+            discard(path, obj.size)
         held.used = used_after
         counts.count_free(obj.size, reason)
 

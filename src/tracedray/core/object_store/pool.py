@@ -19,8 +19,17 @@ and gives the file up when a late reader got in first. A reader checks, once it 
 its lock, that the object's name still names the file it opened, so it never maps a
 file that became a pool slot meanwhile.
 
-The pool is bounded to a quarter of the store's capacity and counted against it: the
-store trims the pool before it would evict or spill anything (:meth:`FilePool.trim`).
+The pool may hold what the store's capacity leaves free (:func:`decide`): its bytes are
+counted against the capacity, and the store trims the pool before it would evict or spill
+anything (:meth:`FilePool.trim`), so the pool only ever holds room no object wants. A big
+object's file (a GB) is thus kept and reused like a small one's: Ray's plasma keeps its
+pages once faulted, and deleting a GB file costs the raylet a tenth of a second of system
+time, and the next put of that size a fault and a zeroing of every page. Files left
+unused for the pool's idle time (``TRACEDRAY_OBJECT_POOL_IDLE_S``) go
+(:meth:`FilePool.release_idle`, :func:`idle_files`), so an idle node gives its memory back.
+A file leaving the pool is first renamed out of its slot (:func:`doomed_path`), so no
+writer can claim it and its slot's name is free at once; the store deletes it off its lock
+(:mod:`.deleter`).
 The store learns that a writer took a file when the writer seals it: the sealed file's
 inode is the pool file's (:meth:`FilePool.claimed`). All methods run under the store's lock.
 """
@@ -31,10 +40,12 @@ import contextlib
 import enum
 import fcntl
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from tracedray.core.object_store.files import remove_pool_folders, unlink_quietly
+from tracedray.exceptions import ConfigError
 
 FILES_PER_CLASS = 64
 # Files below this size are not worth keeping: their pages cost little to allocate.
@@ -51,22 +62,36 @@ def class_folder(shm_dir: Path, name_prefix: str, klass: int) -> Path:
     return shm_dir / f"{name_prefix}-pool-{klass}"
 
 
+def doomed_path(shm_dir: Path, name_prefix: str, inode: int) -> Path:
+    """Where a file leaving the pool waits for its deletion: outside every class folder (no
+    writer claims it), named like an object file so that ``remove_orphans`` finds it after
+    a crash, and unique (its inode)."""
+    return shm_dir / f"{name_prefix}-deleting-{inode}"
+
+
 class PoolDecision(enum.Enum):
     KEEP = "keep"
     TOO_SMALL = "too small"
-    POOL_FULL = "pool full"  # would exceed the pool's share of the capacity
+    POOL_FULL = "pool full"  # the pool would hold more than the capacity leaves free
     CLASS_FULL = "class full"  # its class's folder holds FILES_PER_CLASS files
 
 
-def decide(size: int, pooled_bytes: int, limit_bytes: int, class_files: int) -> PoolDecision:
-    """Whether a freed file of ``size`` bytes enters the pool (pure)."""
+def decide(size: int, pooled_bytes: int, room_bytes: int, class_files: int) -> PoolDecision:
+    """Whether a freed file of ``size`` bytes enters the pool (pure); ``room_bytes`` is what
+    the store's capacity leaves free once the file's object is gone."""
     if size < MIN_POOLED_BYTES:
         return PoolDecision.TOO_SMALL
-    if pooled_bytes + size > limit_bytes:
+    if pooled_bytes + size > room_bytes:
         return PoolDecision.POOL_FULL
     if class_files >= FILES_PER_CLASS:
         return PoolDecision.CLASS_FULL
     return PoolDecision.KEEP
+
+
+def idle_files(kept_at: Mapping[int, float], now: float, idle_s: float) -> list[int]:
+    """The pool files (inode -> when it entered the pool, monotonic seconds) that have
+    waited at least ``idle_s`` for a writer: the ones to give back (pure)."""
+    return sorted(inode for inode, since in kept_at.items() if now - since >= idle_s)
 
 
 @dataclass(frozen=True)
@@ -76,44 +101,56 @@ class _Pooled:
     name: int
     inode: int
     size: int
+    kept_at: float  # monotonic seconds
 
 
 @dataclass(frozen=True)
 class PoolStatistics:
     files: int  # in the pool now
     bytes: int
-    limit_bytes: int
+    idle_s: float  # a file unused this long is deleted
     kept_total: int  # freed files that entered the pool
     reused_total: int  # pool files a writer (or a received copy) took for a new object
     trimmed_total: int  # pool files deleted to make room for objects
+    released_idle_total: int  # pool files deleted after idle_s unused
     in_use_total: int  # freed files deleted instead, as a reader still mapped them
+    full_total: int  # freed files deleted instead, as the capacity left no room for them
 
 
 class FilePool:
-    """The pool of one store. Not thread-safe: the store calls it under its lock."""
+    """The pool of one store. Not thread-safe: the store calls it under its lock.
 
-    def __init__(self, shm_dir: Path, name_prefix: str, limit_bytes: int) -> None:
+    The methods that let files go return their doomed paths (:func:`doomed_path`) with
+    their sizes; the caller deletes them, off its lock."""
+
+    def __init__(self, shm_dir: Path, name_prefix: str, idle_s: float) -> None:
+        if not idle_s > 0:  # NaN too
+            raise ConfigError(f"the object pool's idle time must be positive, got {idle_s}")
         self._shm_dir = shm_dir
         self._prefix = name_prefix
-        self._limit = max(0, limit_bytes)
+        self._idle_s = idle_s
         self._by_inode: dict[int, _Pooled] = {}
         self._per_class: dict[int, set[int]] = {}  # class -> names believed in its folder
         self._bytes = 0
-        self._kept = self._reused = self._trimmed = self._in_use = 0
+        self._kept = self._reused = self._trimmed = self._released = 0
+        self._in_use = self._full = 0
 
     @property
     def bytes(self) -> int:
         return self._bytes
 
-    def keep(self, path: Path, size: int) -> bool:
-        """Move the freed object file ``path`` into a slot; ``False`` when it stays where
+    def keep(self, path: Path, size: int, room: int, now: float) -> bool:
+        """Move the freed object file ``path`` into a slot, when the pool's bytes and its
+        stay within ``room`` (what the capacity leaves free); ``False`` when it stays where
         it is (the caller deletes it)."""
         klass = size_class(size)
         names = self._per_class.setdefault(klass, set())
-        decision = decide(size, self._bytes, self._limit, len(names))
+        decision = decide(size, self._bytes, room, len(names))
         if decision is PoolDecision.CLASS_FULL:
             self._forget_missing(klass)
-            decision = decide(size, self._bytes, self._limit, len(names))
+            decision = decide(size, self._bytes, room, len(names))
+        if decision is PoolDecision.POOL_FULL:
+            self._full += 1
         if decision is not PoolDecision.KEEP:
             return False
         name = min(set(range(FILES_PER_CLASS)) - names)
@@ -140,7 +177,7 @@ class FilePool:
                 return False
         finally:
             os.close(fd)  # releases the lock
-        self._by_inode[inode] = _Pooled(target, klass, name, inode, size)
+        self._by_inode[inode] = _Pooled(target, klass, name, inode, size, now)
         names.add(name)
         self._bytes += size
         self._kept += 1
@@ -178,18 +215,24 @@ class FilePool:
             return fd
         return None
 
-    def trim(self, keep_bytes: int) -> int:
-        """Delete pool files, largest first, until the pool holds at most ``keep_bytes``;
-        returns the bytes released."""
-        released = 0
+    def trim(self, keep_bytes: int) -> list[tuple[Path, int]]:
+        """Let pool files go, largest first, until the pool holds at most ``keep_bytes``."""
+        doomed: list[tuple[Path, int]] = []
         for entry in sorted(self._by_inode.values(), key=lambda e: e.size, reverse=True):
             if self._bytes <= max(0, keep_bytes):
                 break
-            self._drop(entry)
-            unlink_quietly(entry.path)
-            released += entry.size
+            doomed += self._let_go(entry)
             self._trimmed += 1
-        return released
+        return doomed
+
+    def release_idle(self, now: float) -> list[tuple[Path, int]]:
+        """Let go the pool files unused for the pool's idle time (:func:`idle_files`)."""
+        kept_at = {inode: entry.kept_at for inode, entry in self._by_inode.items()}
+        doomed: list[tuple[Path, int]] = []
+        for inode in idle_files(kept_at, now, self._idle_s):
+            doomed += self._let_go(self._by_inode[inode])
+            self._released += 1
+        return doomed
 
     def clear(self) -> None:
         """Delete every pool file and folder (the store shuts down)."""
@@ -198,10 +241,21 @@ class FilePool:
         remove_pool_folders(self._shm_dir, self._prefix)
 
     def statistics(self) -> PoolStatistics:
-        return PoolStatistics(files=len(self._by_inode), bytes=self._bytes,
-                              limit_bytes=self._limit, kept_total=self._kept,
-                              reused_total=self._reused, trimmed_total=self._trimmed,
-                              in_use_total=self._in_use)
+        return PoolStatistics(files=len(self._by_inode), bytes=self._bytes, idle_s=self._idle_s,
+                              kept_total=self._kept, reused_total=self._reused,
+                              trimmed_total=self._trimmed, released_idle_total=self._released,
+                              in_use_total=self._in_use, full_total=self._full)
+
+    def _let_go(self, entry: _Pooled) -> list[tuple[Path, int]]:
+        """Forget ``entry`` and rename its file out of its slot; its doomed path, or none
+        when a writer claimed it meanwhile."""
+        self._drop(entry)
+        doomed = doomed_path(self._shm_dir, self._prefix, entry.inode)
+        try:
+            os.rename(entry.path, doomed)
+        except OSError:
+            return []
+        return [(doomed, entry.size)]
 
     def _drop(self, entry: _Pooled) -> None:
         del self._by_inode[entry.inode]

@@ -1,8 +1,9 @@
 """Writing a copy pulled from another node into its temporary file.
 
 The store renames the complete file into place only after admission
-(:meth:`~.store.ObjectStore.receive`, :meth:`~.store.ObjectStore.receive_into`), so a
-reader never maps a partial copy; a failed write leaves nothing behind.
+(:meth:`~.store.ObjectStore.receive_into`; :meth:`~.store.ObjectStore.receive` feeds it
+the chunks of the gRPC stream), so a reader never maps a partial copy; a failed write
+leaves nothing behind.
 """
 
 from __future__ import annotations
@@ -17,15 +18,22 @@ from tracedray.core.object_store import files
 from tracedray.exceptions import ObjectStoreFullError, RaySystemError
 
 
-def write_chunks(path: Path, chunks: Iterable[bytes], shm_dir: Path) -> int:
-    """Write ``chunks`` to a new file at ``path``; returns the bytes written."""
-    written = 0
-    # Owner-only like every object file, whatever the process's umask.
-    flags = os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_CLOEXEC
-    with _removed_on_failure(path, shm_dir), os.fdopen(os.open(path, flags, 0o600), "wb") as out:
+def chunks_filler(chunks: Iterable[bytes], size: int, what: str) -> Callable[[int], None]:
+    """A ``fill`` for :func:`fill_file` that writes ``chunks`` one after the other and
+    raises when they do not add up to ``size`` bytes (``what`` ended early)."""
+
+    def fill(fd: int) -> None:
+        written = 0
         for chunk in chunks:
-            written += out.write(chunk)
-    return written
+            view = memoryview(chunk)
+            done = 0
+            while done < view.nbytes:
+                done += os.pwrite(fd, view[done:], written + done)
+            written += done
+        if written != size:
+            raise RaySystemError(f"{what} ended after {written} of {size} bytes")
+
+    return fill
 
 
 def fill_file(path: Path, size: int, fill: Callable[[int], object], pooled: int | None,

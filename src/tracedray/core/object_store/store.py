@@ -29,10 +29,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from tracedray import config
 from tracedray.core.address import Address
 from tracedray.core.object_store import files, moves, receiving
 from tracedray.core.object_store.accounting import ObjectStoreStatistics, StoreCounters, snapshot
 from tracedray.core.object_store.client import map_object
+from tracedray.core.object_store.deleter import Deleter
 from tracedray.core.object_store.holdings import Holdings, StoredObjectInfo
 from tracedray.core.object_store.policy import (
     Admission,
@@ -75,10 +77,12 @@ class ObjectStore:
     def __init__(self, *, node_id: str, capacity_bytes: int, name_prefix: str, spill_dir: Path,
                  spilling_enabled: bool = True, shm_dir: Path = Path("/dev/shm"),
                  on_evict: Callable[[Sequence[str]], None] | None = None,
-                 settle: Callable[[], object] | None = None) -> None:
+                 settle: Callable[[], object] | None = None,
+                 pool_idle_s: float | None = None) -> None:
         """``on_evict`` is told (outside the store's lock) which secondary copies were
         dropped to make room, so the raylet can update the cluster's location table.
-        ``settle`` waits for the seals sent to this node before the call (see above)."""
+        ``settle`` waits for the seals sent to this node before the call (see above).
+        ``pool_idle_s`` defaults to ``TRACEDRAY_OBJECT_POOL_IDLE_S`` (pool.py)."""
         if capacity_bytes <= 0:
             raise ConfigError(f"object_store_memory must be positive, got {capacity_bytes}")
         self._node_id = node_id
@@ -98,8 +102,11 @@ class ObjectStore:
         # were refused (id -> message), oldest first.
         self._freed_early = Remembered()
         self._refused = Remembered()
-        # Freed files kept for new puts (pool.py): up to a quarter of the capacity.
-        self._pool = FilePool(shm_dir, self._prefix, capacity_bytes // 4)
+        # Freed files kept for new puts (pool.py), in the room objects leave free; big
+        # files leave it (and the store) through the deleter, off the lock.
+        self._pool = FilePool(shm_dir, self._prefix, config.OBJECT_POOL_IDLE_S.get()
+                              if pool_idle_s is None else pool_idle_s)
+        self._deleter = Deleter(shm_dir, self._prefix)
         _warn_if_shm_smaller(shm_dir, capacity_bytes, node_id)
 
     # ------------------------------------------------------------------ paths
@@ -139,8 +146,9 @@ class ObjectStore:
             self._pool.claimed(inode)  # the writer reused a pool file
             early = self._freed_early.pop(object_id)
             if early is not None:  # its owner let go before the seal came
-                if not self._pool.keep(path, size):
-                    files.unlink_quietly(path)
+                if not self._pool.keep(path, size, self._capacity - self._held.used,
+                                       time.monotonic()):
+                    self._deleter.discard(path, size)
                 self._counts.count_free(size, early)
                 _log.debug("object freed before its seal", object_id=object_id, size=size,
                            node_id=self._node_id, reason=early)
@@ -159,34 +167,21 @@ class ObjectStore:
 
     def receive(self, object_id: str, size: int, chunks: Iterable[bytes], *, owner: str,
                 call_site: str = "", owner_address: Address | None = None) -> None:
-        """Store a secondary copy pulled from another node, chunk by chunk.
-
-        The bytes go to a temporary file that is renamed into place only after
-        admission, so a reader never maps a partial copy.
-        """
-        if self.contains(object_id):
-            return
-        start_ns = time.time_ns()
-        temporary = files.temp_path(self.object_path(object_id), "receiving")
-        received = receiving.write_chunks(temporary, chunks, self._shm_dir)
-        if received != size:
-            files.unlink_quietly(temporary)
-            raise RaySystemError(f"transfer of object {object_id} to node {self._node_id} "
-                                 f"ended after {received} of {size} bytes")
-        self._enter_received(object_id, size, temporary, start_ns, owner=owner,
-                             call_site=call_site, owner_address=owner_address)
+        """Store a secondary copy pulled from another node, chunk by chunk (the gRPC
+        stream), as :meth:`receive_into` does."""
+        fill = receiving.chunks_filler(chunks, size, f"transfer of object {object_id} to "
+                                                     f"node {self._node_id}")
+        self.receive_into(object_id, size, fill, owner=owner, call_site=call_site,
+                          owner_address=owner_address)
 
     def receive_into(self, object_id: str, size: int, fill: Callable[[int], object], *,
                      owner: str, call_site: str = "",
                      owner_address: Address | None = None) -> None:
-        """Store a secondary copy that ``fill`` writes into a file descriptor.
-
-        The file is a pool file of the copy's size class when there is one, else a new
-        one; either way it is cut to its full size first, so ``fill`` may write its ranges
-        in any order and from several threads (``pwrite``); it is renamed into place
-        only after admission, so a reader never maps a partial copy, and removed when
-        ``fill`` raises, so a failed transfer leaves nothing behind.
-        """
+        """Store a secondary copy that ``fill`` writes into a file descriptor: a pool file
+        of its size class when there is one, else a new one, cut to its full size first
+        (``fill`` may ``pwrite`` its ranges in any order, from several threads); renamed
+        into place only after admission (a reader never maps a partial copy), removed
+        when ``fill`` raises (a failed transfer leaves nothing behind)."""
         if self.contains(object_id):
             return
         start_ns = time.time_ns()
@@ -194,13 +189,7 @@ class ObjectStore:
         with self._lock:  # a freed file of its class: no page to allocate (pool.py)
             pooled = self._pool.take(size, temporary)
         receiving.fill_file(temporary, size, fill, pooled, self._shm_dir)
-        self._enter_received(object_id, size, temporary, start_ns, owner=owner,
-                             call_site=call_site, owner_address=owner_address)
-
-    def _enter_received(self, object_id: str, size: int, temporary: Path, start_ns: int, *,
-                        owner: str, call_site: str, owner_address: Address | None) -> None:
-        """Admit a received copy's complete temporary file and rename it into place."""
-        with self._lock:
+        with self._lock:  # admit the complete copy and rename it into place
             if self._closed:
                 files.unlink_quietly(temporary)
             self._check_open()
@@ -351,12 +340,22 @@ class ObjectStore:
                     self._freed_early.remember(object_id, reason)
                     continue
                 moves.free(self._held, self._counts, self._events, self._pool, obj, reason,
-                           self._location(obj).path)
+                           self._location(obj).path, self._deleter.discard)
                 freed += obj.size
                 _log.debug("object freed", object_id=object_id, size=obj.size,
                            spilled=obj.spilled, node_id=self._node_id, store_used=self._held.used,
                            reason=reason)
         return freed
+
+    def release_idle_pool(self, now: float | None = None) -> int:
+        """Delete the pool files unused for the pool's idle time as of ``now`` (monotonic),
+        so an idle node gives its memory back (the raylet calls it every second or so)."""
+        with self._lock:
+            if self._closed:
+                return 0
+            doomed = self._pool.release_idle(time.monotonic() if now is None else now)
+        self._deleter.delete(doomed)
+        return len(doomed)
 
     def shutdown(self) -> None:
         """Remove every file this store made or was handed (no leaks in /dev/shm)."""
@@ -369,8 +368,9 @@ class ObjectStore:
             count = len(self._held.objects)
             self._pool.clear()
             self._held.clear()
-            # Files written but never sealed, and interrupted transfers.
-            orphans = files.remove_orphans(self._shm_dir, self._prefix)
+        self._deleter.close()  # what it was handed is gone before the orphans' sweep
+        # Files written but never sealed, and interrupted transfers.
+        orphans = files.remove_orphans(self._shm_dir, self._prefix)
         _log.info("object store shut down", node_id=self._node_id, objects=count,
                   unsealed_files=orphans)
 
@@ -408,7 +408,8 @@ class ObjectStore:
 
     def statistics(self) -> ObjectStoreStatistics:
         with self._lock:
-            return snapshot(self._held, self._counts, self._pool.statistics())
+            return snapshot(self._held, self._counts, self._pool.statistics(),
+                            self._deleter.statistics())
 
     def __repr__(self) -> str:
         stats = self.statistics()
@@ -428,7 +429,7 @@ class ObjectStore:
 
     def _evict(self, object_id: str) -> None:
         moves.evict(self._held, self._counts, self._events, object_id,
-                    self.object_path(object_id))
+                    self.object_path(object_id), self._deleter.discard)
 
     # ------------------------------------------------------------- helpers
 
@@ -462,7 +463,7 @@ class ObjectStore:
         spilled."""
         room = self._capacity - self._held.used - size
         if self._pool.bytes > room:
-            self._pool.trim(room)
+            self._deleter.delete(self._pool.trim(room))
         return plan_admission(self._held.state(), size, spilling_enabled=self._spilling_enabled)
 
     def _notify_evicted(self, object_ids: list[str]) -> None:

@@ -255,6 +255,9 @@ class Raylet:
             if time.monotonic() >= trim_at:  # what a burst freed goes back to the system
                 trim_at = time.monotonic() + TRIM_INTERVAL_S
                 allocator.release_free_memory()
+            # Pool files unused for TRACEDRAY_OBJECT_POOL_IDLE_S: an idle node's
+            # shared memory goes back to the system (object_store/pool.py).
+            _survive(self.store.release_idle_pool, "objects.pool_release_failed")
             _survive(functools.partial(self.leasing.reap_idle_workers,
                                        self.idle_worker_timeout_s, self.worker_soft_limit),
                      "worker.reap_failed")
