@@ -133,10 +133,47 @@ def takes_state(record: gcs_pb2.TaskRecord, event: gcs_pb2.TaskEvent) -> bool:
 
 
 def merge(record: gcs_pb2.TaskRecord, event: gcs_pb2.TaskEvent) -> None:
-    """Fold one event into the task's record (in place)."""
+    """Fold one event into the task's record (in place).
+
+    The GCS runs this for every event of every task (two or more per task), so the
+    fields are copied by name rather than by ``getattr``/``setattr``, and a record's
+    first event, whose state it always takes, skips the checks against earlier ones.
+    """
+    events = record.events
+    if not events:
+        _copy_description(record, event)
+        record.state = event.state
+        if event.attempt > record.attempt:
+            record.attempt = event.attempt
+        _copy_place(record, event)
+        _copy_error(record, event)
+        events.append(event)
+        return
     takes = takes_state(record, event)
     if event.job_end and not takes:
         return  # a verdict on a task that ended leaves no trace
+    _copy_description(record, event)
+    verdict_held = failed_by_job_end(record)
+    if takes:
+        if verdict_held:
+            # The verdict's words do not describe how the task itself went on.
+            record.error_type = record.error_message = ""
+        record.state = event.state
+        if event.attempt > record.attempt:
+            record.attempt = event.attempt
+    _copy_place(record, event)
+    # While a verdict holds, its error is the record's: a late event does not blur it.
+    if takes or not verdict_held:
+        _copy_error(record, event)
+    # A batch re-sent after a GCS restart (the reply was lost) must not duplicate events.
+    state, attempt, at = event.state, event.attempt, event.time
+    duplicate = any(e.state == state and e.attempt == attempt and e.time == at for e in events)
+    if not duplicate and (len(events) < MAX_EVENTS_PER_TASK or state in TERMINAL):
+        events.append(event)
+
+
+def _copy_description(record: gcs_pb2.TaskRecord, event: gcs_pb2.TaskEvent) -> None:
+    """What the task is, where an event says it."""
     if event.function_name:
         record.function_name = event.function_name
     if event.call_site:
@@ -151,23 +188,20 @@ def merge(record: gcs_pb2.TaskRecord, event: gcs_pb2.TaskEvent) -> None:
         record.resources.update(event.resources)
     if event.actor_id:
         record.actor_id = event.actor_id
-    verdict_held = failed_by_job_end(record)
-    if takes:
-        if verdict_held:
-            # The verdict's words do not describe how the task itself went on.
-            record.error_type = record.error_message = ""
-        record.state = event.state
-        record.attempt = max(record.attempt, event.attempt)
-    # While a verdict holds, its error is the record's: a late event does not blur it.
-    fields = ("node_id", "worker_id", "worker_pid") + (
-        ("error_type", "error_message") if takes or not verdict_held else ())
-    for field in fields:
-        value = getattr(event, field)
-        if value:
-            setattr(record, field, value)
-    # A batch re-sent after a GCS restart (the reply was lost) must not duplicate events.
-    duplicate = any(e.state == event.state and e.attempt == event.attempt
-                    and e.time == event.time for e in record.events)
-    if not duplicate and (len(record.events) < MAX_EVENTS_PER_TASK
-                          or event.state in TERMINAL):
-        record.events.append(event)
+
+
+def _copy_place(record: gcs_pb2.TaskRecord, event: gcs_pb2.TaskEvent) -> None:
+    """Where it ran, where an event says it."""
+    if event.node_id:
+        record.node_id = event.node_id
+    if event.worker_id:
+        record.worker_id = event.worker_id
+    if event.worker_pid:
+        record.worker_pid = event.worker_pid
+
+
+def _copy_error(record: gcs_pb2.TaskRecord, event: gcs_pb2.TaskEvent) -> None:
+    if event.error_type:
+        record.error_type = event.error_type
+    if event.error_message:
+        record.error_message = event.error_message
