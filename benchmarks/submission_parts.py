@@ -33,7 +33,7 @@ def measure(calls: int, repeat: int) -> dict[str, float]:
     from tracedray._proto.v1 import common_pb2
     from tracedray.api.call_site import user_call_site
     from tracedray.api.calls import global_runtime
-    from tracedray.api.submission import build_task
+    from tracedray.api.submission import build_task, plan_task
     from tracedray.core import ids
 
     tracedray.init(num_cpus=2)
@@ -49,10 +49,10 @@ def measure(calls: int, repeat: int) -> dict[str, float]:
         def whole() -> None:
             refs.append(empty.remote())  # type: ignore[attr-defined]
 
+        plan = plan_task(worker, empty._function, "f", {})  # type: ignore[attr-defined]
+
         def build() -> None:
-            refs.append(build_task(worker, kind=common_pb2.NORMAL, function_id="x",
-                                   function_name="f", args=(), kwargs={}, num_returns=1,
-                                   resources={"CPU": 1.0}).refs)
+            refs.append(build_task(worker, plan, (), {}).refs)
 
         def spec() -> None:
             common_pb2.TaskSpec(task_id=ids.new_task_id(), job_id=worker.current_job_id(),

@@ -23,7 +23,13 @@ from tracedray.api.actor import (
     method_retry_options,
 )
 from tracedray.api.call_site import user_call_site
-from tracedray.api.submission import TaskPlan, build_task, plan_task
+from tracedray.api.submission import (
+    TaskPlan,
+    actor_call_plan,
+    actor_creation_plan,
+    build_task,
+    plan_task,
+)
 from tracedray.core import ids
 from tracedray.core.object_ref import ObjectRef
 from tracedray.core.serialization import serialize
@@ -51,6 +57,8 @@ class ClusterRuntime:
         self.worker = worker
         # id(options) -> the submission plan of the remote function that holds them.
         self._plans: dict[int, TaskPlan] = {}
+        # (actor, class, method, num_returns, retries, retry_exceptions) -> its calls' plan.
+        self._actor_plans: dict[tuple[Any, ...], TaskPlan] = {}
 
     @property
     def node_id(self) -> str:
@@ -141,11 +149,7 @@ class ClusterRuntime:
             if len(self._plans) >= MAX_PLANS:  # ever new options (.options() in a loop)
                 self._plans.clear()
             self._plans[id(options)] = plan  # the plan holds options: the id stays theirs
-        built = build_task(
-            worker, kind=common_pb2.NORMAL, function_id=plan.function_id,
-            function_name=name, args=args, kwargs=kwargs, num_returns=plan.num_returns,
-            resources=plan.resources, max_retries=plan.max_retries,
-            retry_exceptions=plan.retry_exceptions, resource_shape=plan.resource_shape)
+        built = build_task(worker, plan, args, kwargs)
         try:
             worker.submit_later(built.task, built.line)
         finally:
@@ -194,9 +198,8 @@ class ClusterRuntime:
         # Actors hold 0 CPU while alive by default (as in Ray), 1 to be scheduled.
         resources = opts.resource_request(options, 0.0)
         task, refs, span, line = build_task(
-            worker, kind=common_pb2.ACTOR_CREATION, function_id=function_id,
-            function_name=f"{cls.__qualname__}.__init__", args=args, kwargs=kwargs,
-            num_returns=1, resources=resources, actor_id=actor_id, actor_options=actor_options)
+            worker, actor_creation_plan(function_id, cls.__qualname__, resources, actor_id,
+                                        actor_options), args, kwargs)
         if line is not None:
             line.write()
         try:
@@ -214,13 +217,17 @@ class ClusterRuntime:
                           kwargs: Mapping[str, Any], num_returns: int,
                           max_task_retries: int | None, retry_exceptions: Any) -> Any:
         retries = handle._max_task_retries if max_task_retries is None else max_task_retries
-        function_name = f"{handle._class_name}.{method}"
-        built = build_task(
-            self.worker, kind=common_pb2.ACTOR_METHOD, function_id="",
-            function_name=function_name, args=args, kwargs=kwargs,
-            num_returns=num_returns, resources={}, actor_id=handle._actor_id,
-            method_name=method, max_retries=retries,
-            retry_exceptions=RetryExceptions.from_option(retry_exceptions, function_name))
+        allowed = RetryExceptions.from_option(retry_exceptions,
+                                              f"{handle._class_name}.{method}")
+        key = (handle._actor_id, handle._class_name, method, num_returns, retries, allowed)
+        plan = self._actor_plans.get(key)
+        if plan is None:
+            plan = actor_call_plan(handle._actor_id, handle._class_name, method, num_returns,
+                                   retries, allowed)
+            if len(self._actor_plans) >= MAX_PLANS:  # ever new actors or options
+                self._actor_plans.clear()
+            self._actor_plans[key] = plan
+        built = build_task(self.worker, plan, args, kwargs)
         try:
             self.worker.submit_later(built.task, built.line, retries)
         finally:

@@ -40,69 +40,121 @@ class Built(NamedTuple):
     line: logs.DeferredLine | None
 
 
+class SpecTemplate:
+    """The spec every task of one plan starts as, a copy of which each ``.remote()`` takes:
+    every field its tasks share (the function, kind, resources, retries, and the caller's
+    address, namespace and job), so a call sets only its own (task id, call site,
+    parent, depth, trace context). One ``CopyFrom`` costs less than setting a dozen
+    fields one by one (each a upb setattr) or passing them to the constructor.
+
+    It is made again when the caller, namespace or job differs from the last call's (a
+    worker's submissions belong to the job of the task it runs): (caller, namespace,
+    job id, spec) is one tuple, swapped whole, so threads calling at once never pair
+    one job's spec with another's key.
+    """
+
+    __slots__ = ("_fields", "_base")
+
+    def __init__(self, fields: Mapping[str, Any]) -> None:
+        # The shared fields, as TaskSpec's keywords (a default serializes as one never set).
+        self._fields = dict(fields)
+        self._base: tuple[Any, str, bytes, common_pb2.TaskSpec] | None = None
+
+    def new_spec(self, caller: common_pb2.Address, namespace: str,
+                 job_id: bytes) -> common_pb2.TaskSpec:
+        """A new spec holding the shared fields, the caller's address, namespace and job."""
+        base = self._base
+        if base is None or base[0] is not caller or base[1] != namespace or base[2] != job_id:
+            base = self._base = (caller, namespace, job_id, common_pb2.TaskSpec(
+                caller=caller, namespace=namespace, job_id=job_id, **self._fields))
+        spec = common_pb2.TaskSpec()
+        spec.CopyFrom(base[3])
+        return spec
+
+
 @dataclass(frozen=True)
 class TaskPlan:
-    """What every ``.remote()`` of one remote function with one set of options shares,
-    worked out at its first call (``plan_task``) instead of at each."""
-    options: Mapping[str, Any]  # the options it was made from: its cache key is their id
+    """What every ``.remote()`` of one remote function with one set of options (or every
+    call of one actor method with one set of options) shares, worked out once instead of
+    at each call (``plan_task``, ``actor_call_plan``, ``actor_creation_plan``)."""
+    options: Mapping[str, Any] | None  # a remote function's: its cache key is their id
+    kind: int
     function_id: str
+    function_name: str
     num_returns: int
     resources: dict[str, float]
-    resource_shape: str  # the scheduling key's resource part (task_submitter.resource_shape)
+    resource_shape: str  # the scheduling key's resource part ("": the submitter's to find)
     max_retries: int
     retry_exceptions: RetryExceptions
+    template: SpecTemplate
+    actor_id: bytes = b""
+
+
+def _plan(options: Mapping[str, Any] | None, kind: int, function_id: str, function_name: str,
+          num_returns: int, resources: dict[str, float], max_retries: int,
+          retry_exceptions: RetryExceptions, *, resource_shape: str = "",
+          actor_id: bytes = b"", method_name: str = "",
+          actor_options: common_pb2.ActorOptions | None = None) -> TaskPlan:
+    fields: dict[str, Any] = {"kind": kind, "function_id": function_id,
+                              "function_name": function_name, "num_returns": num_returns,
+                              "resources": resources, "max_retries": max_retries,
+                              "retry_exceptions": retry_exceptions.allowed,
+                              "actor_id": actor_id, "method_name": method_name}
+    if actor_options is not None:
+        fields["actor_options"] = actor_options
+    return TaskPlan(options, kind, function_id, function_name, num_returns, resources,
+                    resource_shape, max_retries, retry_exceptions, SpecTemplate(fields),
+                    actor_id)
 
 
 def plan_task(worker: CoreWorker, function: Any, name: str,
               options: Mapping[str, Any]) -> TaskPlan:
+    """A remote function's plan for ``options`` (exports the function, once)."""
     resources = opts.resource_request(options, 1.0)
-    return TaskPlan(options=options,
-                    function_id=worker.functions.export(function, f"function {name}"),
-                    num_returns=options.get("num_returns", 1), resources=resources,
-                    resource_shape=resource_shape(resources),
-                    max_retries=options.get("max_retries", DEFAULT_MAX_RETRIES),
-                    retry_exceptions=RetryExceptions.from_option(
-                        options.get("retry_exceptions"), f"function {name}"))
+    return _plan(options, common_pb2.NORMAL,
+                 worker.functions.export(function, f"function {name}"), name,
+                 options.get("num_returns", 1), resources,
+                 options.get("max_retries", DEFAULT_MAX_RETRIES),
+                 RetryExceptions.from_option(options.get("retry_exceptions"),
+                                             f"function {name}"),
+                 resource_shape=resource_shape(resources))
 
 
-def build_task(worker: CoreWorker, *, kind: int, function_id: str, function_name: str,
-               args: Sequence[Any], kwargs: Mapping[str, Any], num_returns: int,
-               resources: Mapping[str, float], max_retries: int = 0,
-               retry_exceptions: RetryExceptions = NO_RETRY, actor_id: bytes = b"",
-               method_name: str = "",
-               actor_options: common_pb2.ActorOptions | None = None,
-               call_site: str | None = None, resource_shape: str = "") -> Built:
+def actor_creation_plan(function_id: str, class_name: str, resources: dict[str, float],
+                        actor_id: bytes, actor_options: common_pb2.ActorOptions) -> TaskPlan:
+    """The plan of one actor's creation task (made for it alone)."""
+    return _plan(None, common_pb2.ACTOR_CREATION, function_id, f"{class_name}.__init__", 1,
+                 resources, 0, NO_RETRY, actor_id=actor_id, actor_options=actor_options)
+
+
+def actor_call_plan(actor_id: bytes, class_name: str, method: str, num_returns: int,
+                    max_retries: int, retry_exceptions: RetryExceptions) -> TaskPlan:
+    """The plan of the calls of one actor method with one set of options."""
+    return _plan(None, common_pb2.ACTOR_METHOD, "", f"{class_name}.{method}", num_returns,
+                 {}, max_retries, retry_exceptions, actor_id=actor_id, method_name=method)
+
+
+def build_task(worker: CoreWorker, plan: TaskPlan, args: Sequence[Any],
+               kwargs: Mapping[str, Any], *, call_site: str | None = None) -> Built:
     """Builds the task; an argument that cannot be pickled raises here, at ``.remote()``."""
     task_id = ids.new_task_id()
     site = call_site or user_call_site(3)
     parent = worker.current_task
-    spec = _caller_spec(worker)
+    job_id = worker.current_job_id()
+    spec = plan.template.new_spec(worker.address_proto, worker.namespace, job_id)
     spec.task_id = task_id
-    spec.job_id = worker.current_job_id()
-    spec.kind = kind  # type: ignore[assignment]
-    spec.function_id = function_id
-    spec.function_name = function_name
-    spec.num_returns = num_returns
-    if resources:
-        spec.resources.update(resources)
-    spec.max_retries = max_retries
-    spec.retry_exceptions = retry_exceptions.allowed
     spec.call_site = site
-    spec.actor_id = actor_id
-    spec.method_name = method_name
     if parent is not None:
         spec.parent_task_id = parent.task_id
         spec.depth = parent.depth + 1
-    if actor_options is not None:
-        spec.actor_options.CopyFrom(actor_options)
-    task_hex = task_id.hex()
+    function_name, max_retries = plan.function_name, plan.max_retries
     # Not made current: its context goes into the spec and the log line directly.
-    span: Any = instruments.task_submitted(task_id, function_name, _KIND_LABEL[kind], site,
-                                           spec.job_id, max_retries, actor_id)
+    span: Any = instruments.task_submitted(task_id, function_name, _KIND_LABEL[plan.kind],
+                                           site, job_id, max_retries, plan.actor_id)
     try:
         hex_ids = None if span is INVALID_SPAN else trace_context.stamp(spec, span)
         trace_ids = {} if hex_ids is None else {"trace_id": hex_ids[0], "span_id": hex_ids[1]}
-        line = logs.defer_info(__name__, "task.submit", task_id=task_hex,
+        line = logs.defer_info(__name__, "task.submit", task_id=task_id.hex(),
                                function=function_name, call_site=site, attempt=0, **trace_ids)
         try:
             task = _attach_args(worker, spec, args, kwargs, max_retries)
@@ -110,8 +162,8 @@ def build_task(worker: CoreWorker, *, kind: int, function_id: str, function_name
             if line is not None:  # the record tells of the attempt, as it always did
                 line.write()
             raise
-        task.retry_exceptions = retry_exceptions
-        task.resource_shape = resource_shape
+        task.retry_exceptions = plan.retry_exceptions
+        task.resource_shape = plan.resource_shape
         if trace_ids:
             # The dispatch's parent: a PendingSpan serves as one without a SpanContext.
             task.trace_parent = (span if isinstance(span, telemetry.PendingSpan)
@@ -120,29 +172,10 @@ def build_task(worker: CoreWorker, *, kind: int, function_id: str, function_name
         telemetry.finish_span(span, error=exc)
         raise
     refs = [worker.new_owned_ref(ids.object_id_for(task_id, i + 1), site)
-            for i in range(max(num_returns, 1))]
+            for i in range(max(plan.num_returns, 1))]
     task.return_ids = [r.binary() for r in refs]
     worker.task_events.record(spec, "PENDING_ARGS_AVAIL")
     return Built(task, refs, span, line)
-
-
-# (the caller's address proto, its namespace, a spec holding both): every spec a caller
-# builds starts as a copy of it, which costs less than passing both to the constructor.
-_caller_base: tuple[Any, str, common_pb2.TaskSpec] | None = None
-
-
-def _caller_spec(worker: CoreWorker) -> common_pb2.TaskSpec:
-    """A new spec holding the caller's address and namespace (the rest is set by
-    ``build_task``; a field set to its default serializes as one never set)."""
-    global _caller_base
-    caller, namespace = worker.address_proto, worker.namespace
-    base = _caller_base
-    if base is None or base[0] is not caller or base[1] != namespace:
-        base = _caller_base = (caller, namespace,
-                               common_pb2.TaskSpec(caller=caller, namespace=namespace))
-    spec = common_pb2.TaskSpec()
-    spec.CopyFrom(base[2])
-    return spec
 
 
 def _attach_args(worker: CoreWorker, spec: common_pb2.TaskSpec, args: Sequence[Any],
