@@ -13,7 +13,12 @@ stderr in a short form, nothing is written to a file. Logging never raises.
 from __future__ import annotations
 
 from tracedray.logs._capture import install_output_capture, uninstall_output_capture
-from tracedray.logs._context import set_process_context, task_context
+from tracedray.logs._context import (
+    enter_task_context,
+    exit_task_context,
+    set_process_context,
+    task_context,
+)
 from tracedray.logs._process_info import installed_packages
 from tracedray.logs._setup import (
     DeferredLine,
@@ -30,6 +35,8 @@ __all__ = [
     "LogStatistics",
     "configure",
     "defer_info",
+    "enter_task_context",
+    "exit_task_context",
     "get_logger",
     "install_output_capture",
     "installed_packages",
