@@ -118,3 +118,28 @@ def test_a_value_arriving_after_its_refs_are_gone_is_released_with_what_it_captu
     assert late.contained == ((b"\x03" * 20, None),) and late.released_remote_captured
     assert table.take_updates() == [(OID, OWNER, captured_in(OUTER), -1)]
     assert table.get(OUTER) is None
+
+
+def test_borrowers_are_each_entry_s_own() -> None:
+    # Entries share one empty borrower set until their first borrower: a borrower of
+    # one object must never show on another, and the last one leaving releases it.
+    table = ReferenceTable("me")
+    mine = Address("node", "127.0.0.1", 5002, "me", 44)
+    other_oid = b"\x03" * 20
+    table.add_local_ref(OID, mine, "site", owned=True)
+    table.add_local_ref(other_oid, mine, "site", owned=True)
+    table.update_borrower(OID, "w1", +1)
+    table.update_borrower(OID, "w2", +1)
+    table.add_captured(OID, None, OUTER)
+    first, second = table.get(OID), table.get(other_oid)
+    assert first is not None and second is not None
+    assert set(first.borrowers) == {"w1", "w2", captured_in(OUTER)}
+    assert not second.borrowers
+    assert table.update_borrower(other_oid, "w1", -1) == []  # none to lose: still held
+    table.remove_local_ref(OID)
+    for borrower in ("w1", "w2"):
+        assert table.update_borrower(OID, borrower, -1) == []
+    table.remove_local_ref(other_oid)
+    assert [a.object_id for a in table.drain()] == [other_oid]
+    [action] = table.update_borrower(OID, captured_in(OUTER), -1)
+    assert action.object_id == OID and action.owned

@@ -51,6 +51,20 @@ class ObjectRef:
         if worker is not None:
             worker.references.add_local_ref(self._id, owner, call_site, owned=_owned)
 
+    @classmethod
+    def _owned_by(cls, worker: CoreWorker, object_id: bytes, owner: Address,
+                  call_site: str) -> ObjectRef:
+        """A ref to an object ``worker`` owns, under an id it made itself (a return of a
+        task it submits, a put): the constructor without its checks, at every
+        ``.remote()``."""
+        ref = _new_ref(cls)
+        ref._id = object_id
+        ref._owner = owner
+        ref._call_site = call_site
+        ref._worker = worker
+        worker.references.add_local_ref(object_id, owner, call_site, owned=True)
+        return ref
+
     def __del__(self) -> None:
         worker = self._worker
         if worker is not None:
@@ -110,6 +124,9 @@ class ObjectRef:
         import asyncio
 
         return asyncio.wrap_future(self.future()).__await__()
+
+
+_new_ref = object.__new__
 
 
 def _rebuild(object_id: bytes, owner: tuple[Any, ...] | None, call_site: str) -> ObjectRef:

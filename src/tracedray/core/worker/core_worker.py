@@ -190,7 +190,7 @@ class CoreWorker:
     def new_owned_ref(self, object_id: bytes, call_site: str) -> Any:
         from tracedray.core.object_ref import ObjectRef
 
-        return ObjectRef(object_id, self.address, call_site, _worker=self, _owned=True)
+        return ObjectRef._owned_by(self, object_id, self.address, call_site)
 
     def finish_task(self, task: PendingTask, values: list[common_pb2.ObjectValue],
                     state: str, *, reported_by_executor: bool = False) -> None:

@@ -27,7 +27,7 @@ from __future__ import annotations
 import collections
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -41,6 +41,13 @@ PINNED_IN_MEMORY = "PINNED_IN_MEMORY"
 ACTOR_HANDLE = "ACTOR_HANDLE"
 
 
+# An entry's borrowers and captured refs until it has some: most entries never do, and a
+# set and a list per ref made two of the three objects the cyclic collector tracked for
+# each live ref (it scans them all in each full pass).
+NO_BORROWERS: frozenset[str] = frozenset()
+NOTHING_CONTAINED: tuple[tuple[bytes, Address | None], ...] = ()
+
+
 @dataclass
 class RefEntry:
     owned: bool
@@ -48,13 +55,22 @@ class RefEntry:
     call_site: str = ""
     local: int = 0
     submitted: int = 0
-    borrowers: set[str] = field(default_factory=set)
+    # A set of its own from the first borrower on (``add_borrower``).
+    borrowers: set[str] | frozenset[str] = NO_BORROWERS
     size: int = -1
     store_node_id: str = ""  # node whose shared-memory store holds the primary copy
     store_raylet: Address | None = None
     task_status: str = "PENDING"
-    contained: list[tuple[bytes, Address | None]] = field(default_factory=list)
+    contained: Sequence[tuple[bytes, Address | None]] = NOTHING_CONTAINED
     created_at: float = field(default_factory=time.time)
+
+
+def add_borrower(entry: RefEntry, borrower: str) -> None:
+    borrowers = entry.borrowers
+    if isinstance(borrowers, frozenset):
+        entry.borrowers = {borrower}
+    else:
+        borrowers.add(borrower)
 
 
 def captured_in(outer_id: bytes) -> str:
@@ -147,7 +163,8 @@ class ReferenceTable:
         with self._lock:
             # Releases drained here are kept for the flusher: the caller (ObjectRef's
             # constructor) cannot run them, and dropping them would leak the objects.
-            self._drain_into_actions()
+            if self._pending:
+                self._drain_into_actions()
             entry = self._entries.get(object_id)
             if entry is None:
                 is_owned = owned or (owner is not None and owner.worker_id == self.worker_id)
@@ -205,7 +222,7 @@ class ReferenceTable:
             if self._is_local(owner):
                 entry = self._entries.get(inner_id)
                 if entry is not None:
-                    entry.borrowers.add(captured_in(outer_id))
+                    add_borrower(entry, captured_in(outer_id))
             else:
                 assert owner is not None
                 self._updates.append(ReferenceUpdate(inner_id, owner, captured_in(outer_id), +1))
@@ -216,9 +233,11 @@ class ReferenceTable:
             if entry is None:
                 return []
             if delta > 0:
-                entry.borrowers.add(borrower)
+                add_borrower(entry, borrower)
                 return []
-            entry.borrowers.discard(borrower)
+            borrowers = entry.borrowers
+            if isinstance(borrowers, set):  # else it has none
+                borrowers.discard(borrower)
             return self._maybe_release_locked(object_id, entry)
 
     def forget_unreferenced(self, object_ids: list[bytes],
