@@ -48,17 +48,24 @@ class MemoryStore:
         self._cond = threading.Condition()
 
     def put(self, object_id: bytes, value: common_pb2.ObjectValue) -> None:
+        self.put_many([(object_id, value)])
+
+    def put_many(self, values: list[tuple[bytes, common_pb2.ObjectValue]]) -> None:
+        """Store values under one lock: a batch of task results costs one acquisition,
+        not one each; the callbacks run after, outside it."""
+        ready: list[tuple[bytes, common_pb2.ObjectValue, list[ReadyCallback]]] = []
         with self._cond:
-            self._values[object_id] = value
-            callbacks = self._callbacks.pop(object_id, ())
-            for waiter in self._waiters.pop(object_id, ()):
-                if object_id in waiter.missing:
-                    waiter.missing.discard(object_id)
-                    waiter.still_needed -= 1
-                    if waiter.still_needed <= 0 or (waiter.stop_on_error and is_error(value)):
-                        waiter.done.set()
-        for callback in callbacks:
-            callback(object_id, value)
+            for object_id, value in values:
+                self._values[object_id] = value
+                callbacks = self._callbacks.pop(object_id, None)
+                if callbacks:
+                    ready.append((object_id, value, callbacks))
+                waiters = self._waiters.pop(object_id, None)
+                if waiters:
+                    _arrived(object_id, value, waiters)
+        for object_id, value, callbacks in ready:
+            for callback in callbacks:
+                callback(object_id, value)
 
     def get_if_ready(self, object_id: bytes) -> common_pb2.ObjectValue | None:
         return self._values.get(object_id)
@@ -113,3 +120,13 @@ class MemoryStore:
     def __repr__(self) -> str:
         s = self.statistics()
         return f"<MemoryStore objects={s.objects} inline_bytes={s.inline_bytes}>"
+
+
+def _arrived(object_id: bytes, value: common_pb2.ObjectValue, waiters: list[_Waiter]) -> None:
+    """(Lock held) ``object_id`` arrived: wake the waiters it completes."""
+    for waiter in waiters:
+        if object_id in waiter.missing:
+            waiter.missing.discard(object_id)
+            waiter.still_needed -= 1
+            if waiter.still_needed <= 0 or (waiter.stop_on_error and is_error(value)):
+                waiter.done.set()

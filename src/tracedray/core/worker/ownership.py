@@ -65,13 +65,20 @@ class Ownership:
     def store_value(self, value: common_pb2.ObjectValue, status: str) -> None:
         """Record a value this process created (put, a large argument, a task's result).
         One nobody references any more is freed at once (with the refs it captured)."""
-        self._memory_store.put(value.object_id, value)
-        self.run_release_actions(self._references.set_object_info(
-            value.object_id, size=value.size, store_node_id=value.store_node_id,
-            store_raylet=Address.from_proto(value.store_raylet) if value.store_node_id else None,
-            task_status=status,
-            contained=[(c.object_id, Address.from_proto(c.owner) if c.HasField("owner") else None)
-                       for c in value.contained_refs]))
+        self.store_values([value], status)
+
+    def store_values(self, values: list[common_pb2.ObjectValue], status: str) -> None:
+        """``store_value`` for several values, one lock acquisition per table (a batch of
+        task results)."""
+        self._memory_store.put_many([(value.object_id, value) for value in values])
+        self.run_release_actions(self._references.set_objects_info([
+            rt.ObjectInfo(
+                value.object_id, value.size, value.store_node_id,
+                Address.from_proto(value.store_raylet) if value.store_node_id else None,
+                status,
+                [(c.object_id, Address.from_proto(c.owner) if c.HasField("owner") else None)
+                 for c in value.contained_refs])
+            for value in values]))
 
     def add_captured(self, inner: common_pb2.ObjectRefInfo, outer_id: bytes) -> None:
         """``inner`` was serialized into object ``outer_id``: keep it alive while outer

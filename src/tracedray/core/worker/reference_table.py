@@ -102,6 +102,16 @@ def runs_by_owner(updates: list[ReferenceUpdate]
     return runs
 
 
+class ObjectInfo(NamedTuple):
+    """Where an owned value is and which refs it captured (``set_objects_info``)."""
+    object_id: bytes
+    size: int
+    store_node_id: str
+    store_raylet: Address | None
+    task_status: str
+    contained: list[tuple[bytes, Address | None]]
+
+
 @dataclass(frozen=True)
 class ReleaseAction:
     """What to do once an entry is gone: free an owned object and let go of the refs it
@@ -183,19 +193,30 @@ class ReferenceTable:
         refs are all gone already (a task's result dropped before it finished) is
         released at once: the returned action frees its copy and its captured refs,
         which nothing else would (its entry's release knew neither)."""
+        return self.set_objects_info([ObjectInfo(object_id, size, store_node_id, store_raylet,
+                                                 task_status, contained or [])])
+
+    def set_objects_info(self, infos: list[ObjectInfo]) -> list[ReleaseAction]:
+        """``set_object_info`` for several values under one lock (a batch of results)."""
+        actions: list[ReleaseAction] = []
         with self._lock:
-            entry = self._entries.get(object_id)
-            if entry is None:
-                gone = RefEntry(owned=True, owner=None, size=size, store_node_id=store_node_id,
-                                store_raylet=store_raylet, contained=list(contained or ()))
-                return self._release_locked(object_id, gone)
-            entry.size = size
-            entry.store_node_id = store_node_id
-            entry.store_raylet = store_raylet
-            entry.task_status = task_status
-            if contained:
-                entry.contained = contained
-            return []
+            entries = self._entries
+            for info in infos:
+                entry = entries.get(info.object_id)
+                if entry is None:
+                    gone = RefEntry(owned=True, owner=None, size=info.size,
+                                    store_node_id=info.store_node_id,
+                                    store_raylet=info.store_raylet,
+                                    contained=list(info.contained))
+                    actions.extend(self._release_locked(info.object_id, gone))
+                    continue
+                entry.size = info.size
+                entry.store_node_id = info.store_node_id
+                entry.store_raylet = info.store_raylet
+                entry.task_status = info.task_status
+                if info.contained:
+                    entry.contained = info.contained
+        return actions
 
     def add_submitted(self, object_ids: list[bytes]) -> None:
         with self._lock:

@@ -249,9 +249,13 @@ class TaskSubmitter:
 
     # --- results
     def _on_results(self, conn: WorkerConnection, results: list[common_pb2.TaskResult]) -> None:
-        finished: list[tuple[PendingTask, common_pb2.TaskResult]] = []
+        """A stream's batch of results: one lock hold decides them all (and sends the
+        tasks they make room for), then the finished ones are stored together."""
+        succeeded: list[tuple[PendingTask, list[common_pb2.ObjectValue]]] = []
+        failed: list[tuple[PendingTask, list[common_pb2.ObjectValue]]] = []
         landed: list[tuple[PendingTask, ev.Verdict]] = []
         with self._lock:
+            tasks = self._tasks
             for result in results:
                 task = self._find_inflight(result.task_id)
                 if task is None:
@@ -260,17 +264,23 @@ class TaskSubmitter:
                            else self._verdict(task, result))
                 landed.append((task, verdict))
                 if verdict is ev.Verdict.DONE:
-                    finished.append((task, result))
+                    # Taken out here, under the lock this batch holds anyway, rather than
+                    # one acquisition per task in _complete.
+                    del tasks[task.task_id]
+                    (failed if result.is_application_error else succeeded).append(
+                        (task, list(result.returns)))
+            self._finished += len(succeeded) + len(failed)
             rest = self._decide(ev.ResultsArrived(conn, landed, time.monotonic()),
                                 together=True)
         if rest:
             self._perform(rest)
-        end_dispatch_spans(task for task, result in finished if not result.is_application_error)
-        for task, result in finished:
-            end_span(task, ok=not result.is_application_error)  # the failed ones
-            self._complete(task, list(result.returns),
-                           "FAILED" if result.is_application_error else "FINISHED",
-                           reported_by_executor=True)
+        if succeeded:
+            end_dispatch_spans(task for task, _ in succeeded)
+            self._worker.results.finish_reported(succeeded, "FINISHED")
+        if failed:
+            for task, _ in failed:
+                end_span(task, ok=False)
+            self._worker.results.finish_reported(failed, "FAILED")
 
     def _verdict(self, task: PendingTask, result: common_pb2.TaskResult) -> ev.Verdict:
         """(Lock held) what becomes of a task whose result came in; a task that runs
