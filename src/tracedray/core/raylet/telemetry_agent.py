@@ -296,13 +296,15 @@ def main() -> None:
 
 def _start_export(session_dir: Path, interval_s: float, only_pid: int) -> ExportLoop | None:
     """The export thread, when an OTLP destination is configured; None otherwise."""
-    from tracedray.telemetry.agent_export import ExportLoop, SessionExporter
-
     settings = export_config.export_config(os.environ)
     for note in settings.notes:
         log.warning("telemetry.export_config", note=note)
     if not settings.exports_otlp:
         return None
+    # Only now: the export's code brings urllib.request, http.client, email, gzip and the
+    # OTLP encoders (~1.5 MB of the agent's memory), which a node exporting nowhere never uses.
+    from tracedray.telemetry.agent_export import ExportLoop, SessionExporter
+
     exporter = SessionExporter(session_dir, settings, warn=_warn, only_pid=only_pid,
                                service_name=os.environ.get("OTEL_SERVICE_NAME") or "tracedray")
     log.info("telemetry.export_start", destinations=list(exporter.statistics().destinations),
