@@ -100,6 +100,7 @@ class DeferredMetricsServer:
         except Exception as exc:  # noqa: BLE001 - metrics never take the node down
             log.warning("metrics.serve_failed", address=f"{self.host}:{self.port}",
                         error=f"{type(exc).__name__}: {exc}")
+            self._socket.close()  # scrapers are refused, not left waiting in the backlog
 
 
 def open_deferred(host: str, port: int) -> DeferredMetricsServer:
