@@ -18,13 +18,19 @@ import errno
 import fcntl
 import mmap
 import os
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
 from tracedray.core.object_store.files import temp_path, unlink_quietly
 from tracedray.core.object_store.layout import BufferLike, segments
 from tracedray.core.object_store.pool import class_folder, size_class
-from tracedray.core.object_store.writer import MappedFiles
+from tracedray.core.object_store.writer import (
+    AWAIT_BYTES,
+    AWAIT_POLL_S,
+    MappedFiles,
+    should_wait,
+)
 from tracedray.exceptions import ObjectLostError, ObjectStoreFullError, RaySystemError
 
 _FILE_MODE = 0o600  # objects are private to the user who runs the cluster
@@ -51,8 +57,8 @@ def write_object(path: Path, inband: BufferLike, buffers: Sequence[BufferLike],
     A failed write leaves no file behind.
     """
     total, parts = segments(inband, buffers)
-    fd = _claim_pooled(path, total)
-    if fd is not None and mappings is not None and mappings.write(fd, total, parts):
+    fd = _claim_pooled(path, total, mappings)
+    if fd is not None and mappings is not None and mappings.write(fd, total, parts, path):
         os.close(fd)  # releases the exclusive lock
         return total
     if fd is None:
@@ -80,19 +86,40 @@ def write_object(path: Path, inband: BufferLike, buffers: Sequence[BufferLike],
         unlink_quietly(path)
         raise
     if mappings is not None:
-        mappings.keep(fd, total)
+        mappings.keep(fd, total, path)
     os.close(fd)  # releases a pooled file's exclusive lock
     return total
 
 
-def _claim_pooled(path: Path, size: int) -> int | None:
+def _pool_files(folder: Path, size: int, mappings: MappedFiles | None) -> list[str]:
+    """The names in the pool folder; for a big object, those ``mappings`` can write through
+    first, once a file this process freed has reached the pool if it is on its way
+    (writer.py: should_wait). A smaller object's writer mostly finds the one file it
+    freed last (a stat per name would cost more than it saves)."""
+    started = time.monotonic()
+    waited = False
+    while True:
+        try:
+            names = os.listdir(folder)
+        except OSError:
+            names = []
+        if mappings is None or size < AWAIT_BYTES:
+            return names
+        ranked, mapped = mappings.rank(folder, names, size)
+        awaited = mapped == 0 and mappings.awaited(size)
+        if not should_wait(size, mapped, awaited, time.monotonic() - started):
+            if waited:
+                mappings.count_wait()
+            return ranked
+        waited = True
+        time.sleep(AWAIT_POLL_S)
+
+
+def _claim_pooled(path: Path, size: int, mappings: MappedFiles | None = None) -> int | None:
     """A writable descriptor of a pool file of ``size``'s class, now named ``path`` and
     locked exclusively; ``None`` when the pool has none to give."""
     folder = class_folder(path.parent, path.name.rsplit("-", 1)[0], size_class(size))
-    try:
-        names = os.listdir(folder)
-    except OSError:
-        return None
+    names = _pool_files(folder, size, mappings)
     private = temp_path(path, "claim")
     for name in names:
         try:  # atomic: of two writers, one gets the file, the other ENOENT

@@ -14,6 +14,16 @@ full ``/dev/shm`` can never turn into a ``SIGBUS``; it holds the file's exclusiv
 while it writes, as any writer does. A mapping of a file the store has since deleted
 would keep its pages alive, so mappings of deleted files are dropped whenever one is
 added, and the budget bounds what they can hold meanwhile.
+
+A put first frees what the writer's dropped refs let go, over the seal socket, and the
+raylet puts the freed file in the pool a moment later: a put that lists the pool at once
+often finds only files it has no mapping of, and pwrites 100 MB at a third of the speed
+while its own file arrives. So the writer is told which of its files it freed
+(:meth:`MappedFiles.freed`), claims a pool file it has a mapping of first
+(:meth:`MappedFiles.rank`), and for a big object waits a few milliseconds for a freed
+file of its class it has a mapping of (:func:`should_wait`): the raylet puts it in the
+pool, or deletes it (a reader maps it, the capacity has no room), or another writer
+takes it; the wait ends at the first of these or at :data:`AWAIT_S`.
 """
 
 from __future__ import annotations
@@ -21,15 +31,35 @@ from __future__ import annotations
 import mmap
 import os
 import threading
+import time
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from tracedray.core.object_store.layout import Segment
+from tracedray.core.object_store.pool import size_class
 
 MAX_FILES = 128
 # Smaller objects are written with pwrite: a mapping costs more than it saves.
 MIN_MAPPED_BYTES = 256 << 10
+# Objects this big or more look for a pool file they can write through, and wait for
+# their writer's freed file (see above): a pwrite of 16 MiB costs ~3 ms more than a memcpy
+# through a mapping, of 100 MB ~20 ms. The wait is bounded by a part of that cost (the
+# raylet's seal thread may wait for a CPU a few ms on a busy machine), at most AWAIT_S.
+AWAIT_BYTES = 16 << 20
+AWAIT_BYTES_PER_S = 10_000_000_000
+AWAIT_S = 0.01
+AWAIT_POLL_S = 0.0001
+FREED_RECENTLY_S = 1.0  # an older free is not waited for: its file went elsewhere
+
+
+def should_wait(size: int, mapped_in_pool: int, awaited: bool, waited_s: float) -> bool:
+    """Whether a writer of ``size`` bytes lists the pool again rather than claim a file it
+    has no mapping of (pure): none of the ``mapped_in_pool`` files it could write through
+    is there, one it freed is ``awaited``, and it has waited less than its bound."""
+    bound = min(AWAIT_S, size / AWAIT_BYTES_PER_S)
+    return size >= AWAIT_BYTES and mapped_in_pool == 0 and awaited and waited_s < bound
 
 
 @dataclass
@@ -37,6 +67,8 @@ class _Mapped:
     fd: int  # our own descriptor: fstat tells whether the file still exists
     mapping: mmap.mmap
     size: int
+    path: Path | None = None  # the object it was last written as
+    freed_at: float | None = None  # when the writer freed that object (monotonic)
 
 
 @dataclass(frozen=True)
@@ -46,6 +78,7 @@ class MappedFilesStatistics:
     budget_bytes: int
     hits_total: int  # objects written through a kept mapping
     misses_total: int  # pool files written with pwrite, none kept for them
+    awaited_total: int  # claims that waited for a freed file to reach the pool
 
 
 class MappedFiles:
@@ -56,7 +89,7 @@ class MappedFiles:
         self._budget = budget_bytes
         self._by_inode: OrderedDict[tuple[int, int], _Mapped] = OrderedDict()
         self._bytes = 0
-        self._hits = self._misses = 0
+        self._hits = self._misses = self._awaited = 0
 
     def set_budget(self, budget_bytes: int) -> None:
         with self._lock:
@@ -64,7 +97,8 @@ class MappedFiles:
             closing = self._shrink_locked(0)
         _close_all(closing)
 
-    def write(self, fd: int, total: int, parts: Sequence[Segment]) -> bool:
+    def write(self, fd: int, total: int, parts: Sequence[Segment], path: Path | None = None
+              ) -> bool:
         """Write the object (``parts``, ``total`` bytes) into the claimed pool file ``fd``
         through a kept mapping of it; ``False`` when there is none that fits (the caller
         writes with ``pwrite``, then offers the file to :meth:`keep`)."""
@@ -80,13 +114,14 @@ class MappedFiles:
                 return False
             self._by_inode.move_to_end(key)
             self._hits += 1
+            entry.path, entry.freed_at = path, None
             if stat.st_size > total:
                 os.ftruncate(fd, total)  # only cuts: every page we copy into is there
             for offset, view in parts:  # under the lock: no other thread closes it meanwhile
                 entry.mapping[offset:offset + view.nbytes] = view
         return True
 
-    def keep(self, fd: int, size: int) -> None:
+    def keep(self, fd: int, size: int, path: Path | None = None) -> None:
         """Keep a mapping of the file ``fd`` just written with ``pwrite`` (``size`` bytes,
         every page there)."""
         if size < MIN_MAPPED_BYTES:
@@ -110,11 +145,50 @@ class MappedFiles:
             old = self._by_inode.pop(key, None)
             closing = [old] if old is not None else []
             self._bytes -= old.size if old is not None else 0
-            self._by_inode[key] = _Mapped(own, mapping, size)
+            self._by_inode[key] = _Mapped(own, mapping, size, path)
             self._bytes += size
             closing += self._drop_deleted_locked()
             closing += self._shrink_locked(0)
         _close_all(closing)
+
+    def freed(self, paths: Iterable[Path]) -> None:
+        """This process freed the objects at ``paths``: their files are on their way to
+        the pool."""
+        names = set(paths)
+        now = time.monotonic()
+        with self._lock:
+            for entry in self._by_inode.values():
+                if entry.path in names:
+                    entry.freed_at = now
+
+    def rank(self, folder: Path, names: Sequence[str], size: int) -> tuple[list[str], int]:
+        """The pool files ``names`` (in ``folder``), those this process can write an object
+        of ``size`` bytes through first, and how many those are."""
+        mapped: list[str] = []
+        others: list[str] = []
+        with self._lock:
+            for name in names:
+                try:
+                    stat = os.stat(folder / name)
+                except OSError:
+                    continue  # claimed meanwhile
+                entry = self._by_inode.get((stat.st_dev, stat.st_ino))
+                fits = entry is not None and entry.size >= size and stat.st_size >= size
+                (mapped if fits else others).append(name)
+        return mapped + others, len(mapped)
+
+    def awaited(self, size: int) -> bool:
+        """Whether a file of ``size``'s class that this process freed recently, and has a
+        mapping of, may still reach the pool (it still exists)."""
+        klass, now = size_class(size), time.monotonic()
+        with self._lock:
+            return any(e.freed_at is not None and now - e.freed_at < FREED_RECENTLY_S
+                       and size_class(e.size) == klass and e.size >= size
+                       and os.fstat(e.fd).st_nlink > 0 for e in self._by_inode.values())
+
+    def count_wait(self) -> None:
+        with self._lock:
+            self._awaited += 1
 
     def close(self) -> None:
         with self._lock:
@@ -126,7 +200,7 @@ class MappedFiles:
     def statistics(self) -> MappedFilesStatistics:
         with self._lock:
             return MappedFilesStatistics(len(self._by_inode), self._bytes, self._budget,
-                                         self._hits, self._misses)
+                                         self._hits, self._misses, self._awaited)
 
     def _drop_deleted_locked(self) -> list[_Mapped]:
         gone = [key for key, entry in self._by_inode.items() if os.fstat(entry.fd).st_nlink == 0]
