@@ -379,3 +379,26 @@ def test_the_deleter_unlinks_big_files_on_its_thread_and_small_ones_at_once(
     late.write_bytes(b"l")
     deleter.delete([(late, DEFERRED_BYTES)])  # after close: deleted on the caller's thread
     assert not late.exists()
+
+
+def test_an_idle_pool_file_gives_its_pages_back_while_a_writer_maps_it(make_store) -> None:
+    """A writer keeps a mapping of each file it wrote (writer.py), which would keep a
+    deleted file's pages until its next put: a released pool file is emptied first."""
+    from tracedray.core.object_store.writer import MappedFiles
+
+    store = make_store(64 << 20)
+    mappings = MappedFiles(budget_bytes=32 << 20)
+    try:
+        for object_id, size in (("a1", 3 << 20), ("a2", DEFERRED_BYTES)):
+            path = store.object_path(object_id)
+            store.seal(object_id, write_object(path, b"x", [array(1, size)], mappings), owner="d")
+        opened = [os.open(store.object_path(o), os.O_RDONLY) for o in ("a1", "a2")]
+        store.free(["a1", "a2"])
+        assert store.statistics().pool.files == 2 and mappings.statistics().files == 2
+        assert store.release_idle_pool(now=time.monotonic() + 3600) == 2
+        store.shutdown()  # waits for the deleter
+        assert [os.fstat(fd).st_blocks for fd in opened] == [0, 0]  # pages gone
+        for fd in opened:
+            os.close(fd)
+    finally:
+        mappings.close()

@@ -61,7 +61,7 @@ class Deleter:
         self._prefix = name_prefix
         self._name = name
         self._cond = threading.Condition()
-        self._queue: deque[tuple[Path, int]] = deque()
+        self._queue: deque[tuple[Path, int, bool]] = deque()
         self._busy = False  # the thread is unlinking a file it took from the queue
         self._thread: threading.Thread | None = None
         self._closed = False
@@ -84,23 +84,26 @@ class Deleter:
             return
         self.delete([(doomed, size)])
 
-    def delete(self, doomed: Iterable[tuple[Path, int]]) -> None:
-        """Unlink each (path, size): small files now, big ones on the deleter's thread."""
+    def delete(self, doomed: Iterable[tuple[Path, int]], *, emptied: bool = False) -> None:
+        """Unlink each (path, size): small files now, big ones on the deleter's thread.
+        ``emptied``: cut each to 0 bytes first, which frees its pages even while some
+        process still maps it; only for pool files, whose mappings are writers' kept ones
+        (writer.py) that never touch a file they did not claim, never readers'."""
         later = []
         for path, size in doomed:
             if when_to_delete(size) is WhenToDelete.NOW:
-                unlink_quietly(path)
+                _remove(path, emptied)
             else:
-                later.append((path, size))
+                later.append((path, size, emptied))
         if not later:
             return
         with self._cond:
             if self._closed:  # after close: nobody would delete them
-                for path, _ in later:
-                    unlink_quietly(path)
+                for path, _, _ in later:
+                    _remove(path, emptied)
                 return
             self._queue.extend(later)
-            self._pending_bytes += sum(size for _, size in later)
+            self._pending_bytes += sum(size for _, size, _ in later)
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, daemon=True, name=self._name)
                 self._thread.start()
@@ -133,14 +136,23 @@ class Deleter:
                     self._cond.wait()
                 if not self._queue:  # closed and drained
                     return
-                path, size = self._queue.popleft()
+                path, size, emptied = self._queue.popleft()
                 self._busy = True
             # On an error, remove_orphans takes it at shutdown: its name is an object file's.
             with contextlib.suppress(OSError):
-                unlink_quietly(path)
+                _remove(path, emptied)
             with self._cond:
                 self._busy = False
                 self._pending_bytes -= size
                 self._deleted += 1
                 self._deleted_bytes += size
                 self._cond.notify_all()
+
+
+def _remove(path: Path, emptied: bool) -> None:
+    if emptied:
+        # A writer's kept mapping of a pool file would otherwise hold its pages until the
+        # writer next puts (writer.py drops mappings of deleted files then).
+        with contextlib.suppress(FileNotFoundError):
+            os.truncate(path, 0)
+    unlink_quietly(path)

@@ -28,8 +28,9 @@ time, and the next put of that size a fault and a zeroing of every page. Files l
 unused for the pool's idle time (``TRACEDRAY_OBJECT_POOL_IDLE_S``) go
 (:meth:`FilePool.release_idle`, :func:`idle_files`), so an idle node gives its memory back.
 A file leaving the pool is first renamed out of its slot (:func:`doomed_path`), so no
-writer can claim it and its slot's name is free at once; the store deletes it off its lock
-(:mod:`.deleter`).
+writer can claim it and its slot's name is free at once; the store empties it (its pages
+go even while a writer keeps a mapping of it: no reader ever maps a pool file) and deletes
+it off its lock (:mod:`.deleter`).
 The store learns that a writer took a file when the writer seals it: the sealed file's
 inode is the pool file's (:meth:`FilePool.claimed`). All methods run under the store's lock.
 """

@@ -354,7 +354,7 @@ class ObjectStore:
             if self._closed:
                 return 0
             doomed = self._pool.release_idle(time.monotonic() if now is None else now)
-        self._deleter.delete(doomed)
+        self._deleter.delete(doomed, emptied=True)
         return len(doomed)
 
     def shutdown(self) -> None:
@@ -463,7 +463,7 @@ class ObjectStore:
         spilled."""
         room = self._capacity - self._held.used - size
         if self._pool.bytes > room:
-            self._deleter.delete(self._pool.trim(room))
+            self._deleter.delete(self._pool.trim(room), emptied=True)
         return plan_admission(self._held.state(), size, spilling_enabled=self._spilling_enabled)
 
     def _notify_evicted(self, object_ids: list[str]) -> None:
