@@ -3,6 +3,8 @@ plan shares (copied from the plan's template), whatever calls came before it."""
 
 from __future__ import annotations
 
+import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,6 +20,8 @@ from tracedray.core.object_ref import ObjectRef
 from tracedray.core.worker.reference_table import ReferenceTable
 from tracedray.core.worker.retry_policy import ANY_EXCEPTION, NO_RETRY, RetryExceptions
 from tracedray.core.worker.task_events import TaskEventBuffer
+from tracedray.telemetry import otlp_json
+from tracedray.telemetry.append_file import read_data
 
 
 class _Functions:
@@ -149,3 +153,27 @@ def test_a_spec_changed_by_its_task_leaves_the_template_alone() -> None:
     first.resources["CPU"] = 7.0
     second = submission.build_task(worker, plan, (), {}, call_site="a.py:1 in f").task.spec
     assert (second.attempt, dict(second.resources)) == (0, {"CPU": 1.0})
+
+
+def test_the_record_writes_the_line_and_ends_the_span_when_it_was_handed_over(
+        tmp_path: Path) -> None:
+    worker: Any = _Worker()
+    built = submission.build_task(worker, _plan(worker), (), {}, call_site="a.py:1 in f")
+    built.record.ended_at = ended_at = time.time_ns()
+    time.sleep(0.01)
+    built.record.write()  # later, on another thread: the span ends when it was handed over
+    telemetry.force_flush()
+    entries, _ = otlp_json.read_trace_dir(tmp_path / "traces")
+    [span] = [s for s in otlp_json.to_readable_spans(entries) if s.name == "task.submit"]
+    spec = built.task.spec
+    assert span.end_time == ended_at
+    assert span.context is not None and span.context.span_id == spec.parent_span_id
+    assert dict(span.attributes or {})["tracedray.task.call_site"] == "a.py:1 in f"
+    (log_file,) = (tmp_path / "logs").glob("*.jsonl")
+    [line] = [json.loads(text) for text in read_data(log_file).decode().splitlines()
+              if '"task.submit"' in text]
+    assert (line["task_id"], line["function"], line["call_site"], line["attempt"]) == (
+        spec.task_id.hex(), "mod._fn", "a.py:1 in f", 0)
+    assert (line["trace_id"], line["span_id"]) == (spec.trace_id.hex(),
+                                                   f"{spec.parent_span_id:016x}")
+    assert line["logger"] == "tracedray.api.submission"

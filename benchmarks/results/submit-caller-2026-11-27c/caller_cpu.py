@@ -5,7 +5,9 @@ A child starts a 2-CPU cluster, warms it, then runs ``ROUNDS`` loops of ``TASKS`
 ``.remote()`` (each loop's results gotten after it, untimed), and reports the median
 over loops of the caller thread's CPU per call (``time.thread_time``), of the loop's
 wall time per call, and of the cyclic collector's time on the caller thread per call
-(``gc.callbacks``; it runs during the loop and the untimed get alike).
+(``gc.callbacks``; it runs during the loop and the untimed get alike); and, from as many
+loops run with the collector off (alternating with the others), the caller's CPU per
+call without it, which moves less with the machine's load.
 
 Usage: python caller_cpu.py BEFORE_SRC AFTER_SRC PAIRS OUT.json (appends);
 ``python caller_cpu.py --summary OUT.json``; ``--child`` measures one side.
@@ -29,7 +31,7 @@ from telemetry import median_interval  # noqa: E402
 
 TASKS = 5_000
 ROUNDS = 8
-FIGURES = ("caller_cpu_us", "wall_us", "gc_us")
+FIGURES = ("caller_cpu_us", "wall_us", "gc_us", "no_gc_cpu_us")
 
 
 def child() -> None:
@@ -56,6 +58,15 @@ def child() -> None:
     gc.callbacks.append(timed)
     samples: dict[str, list[float]] = {name: [] for name in FIGURES}
     for _ in range(ROUNDS):
+        gc.disable()
+        cpu = time.thread_time()
+        refs = [empty.remote() for _ in range(TASKS)]
+        cpu = time.thread_time() - cpu
+        gc.enable()
+        ray.get(refs)
+        del refs
+        samples["no_gc_cpu_us"].append(cpu / TASKS * 1e6)
+        gc.collect()
         gc_before = gc_cpu[0]
         cpu, start = time.thread_time(), time.perf_counter()
         refs = [empty.remote() for _ in range(TASKS)]

@@ -150,10 +150,9 @@ class ClusterRuntime:
                 self._plans.clear()
             self._plans[id(options)] = plan  # the plan holds options: the id stays theirs
         built = build_task(worker, plan, args, kwargs)
-        try:
-            worker.submit_later(built.task, built.line)
-        finally:
-            built.span.end()
+        # Its span ends as the task is handed over; the inbox's thread records it.
+        built.record.ended_at = time.time_ns()
+        worker.submit_later(built.task, built.record)
         return _returned(built.refs, plan.num_returns)
 
     def cancel(self, ref: ObjectRef, force: bool, recursive: bool) -> None:
@@ -197,11 +196,10 @@ class ClusterRuntime:
         actor_id = ids.new_actor_id()
         # Actors hold 0 CPU while alive by default (as in Ray), 1 to be scheduled.
         resources = opts.resource_request(options, 0.0)
-        task, refs, span, line = build_task(
+        task, refs, span, record = build_task(
             worker, actor_creation_plan(function_id, cls.__qualname__, resources, actor_id,
                                         actor_options), args, kwargs)
-        if line is not None:
-            line.write()
+        record.write()  # the line; its span ends below, once the GCS has answered
         try:
             _resolve_now(worker, task)
             info = worker.gcs.create_actor(task.spec, bool(options.get("get_if_exists")))
@@ -228,10 +226,8 @@ class ClusterRuntime:
                 self._actor_plans.clear()
             self._actor_plans[key] = plan
         built = build_task(self.worker, plan, args, kwargs)
-        try:
-            self.worker.submit_later(built.task, built.line, retries)
-        finally:
-            built.span.end()
+        built.record.ended_at = time.time_ns()  # as submit_task's
+        self.worker.submit_later(built.task, built.record, retries)
         return _returned(built.refs, num_returns)
 
     def kill(self, actor_id: bytes, no_restart: bool) -> None:

@@ -12,6 +12,7 @@ from tracedray import logs, telemetry
 from tracedray._proto.v1 import common_pb2
 from tracedray.api import options as opts
 from tracedray.api.call_site import user_call_site
+from tracedray.api.submit_record import SubmitRecord
 from tracedray.core import ids, trace_context
 from tracedray.core.object_ref import ObjectRef
 from tracedray.core.serialization import serialize
@@ -31,13 +32,13 @@ _KIND_LABEL: dict[int, str] = {common_pb2.NORMAL: "normal",
 
 
 class Built(NamedTuple):
-    """A built task: the pending task, its return refs, its ``task.submit`` span (ended by
-    the caller once submitted) and its ``task.submit`` log line, to write when the task is
-    submitted (None when INFO lines are not written)."""
+    """A built task: the pending task, its return refs, its ``task.submit`` span and what
+    is left to record of it (its line, the span's end: ``SubmitRecord``), written when
+    the task is submitted."""
     task: PendingTask
     refs: list[ObjectRef]
     span: Any
-    line: logs.DeferredLine | None
+    record: SubmitRecord
 
 
 class SpecTemplate:
@@ -153,18 +154,17 @@ def build_task(worker: CoreWorker, plan: TaskPlan, args: Sequence[Any],
                                            site, job_id, max_retries, plan.actor_id)
     try:
         hex_ids = None if span is INVALID_SPAN else trace_context.stamp(spec, span)
-        trace_ids = {} if hex_ids is None else {"trace_id": hex_ids[0], "span_id": hex_ids[1]}
-        line = logs.defer_info(__name__, "task.submit", task_id=task_id.hex(),
-                               function=function_name, call_site=site, attempt=0, **trace_ids)
+        record = SubmitRecord(
+            span, logs.later_info(__name__, "task.submit", trace_ids_given=hex_ids is not None),
+            task_id, function_name, site, hex_ids)
         try:
             task = _attach_args(worker, spec, args, kwargs, max_retries)
         except BaseException:
-            if line is not None:  # the record tells of the attempt, as it always did
-                line.write()
+            record.write()  # the record tells of the attempt, as it always did
             raise
         task.retry_exceptions = plan.retry_exceptions
         task.resource_shape = plan.resource_shape
-        if trace_ids:
+        if hex_ids is not None:
             # The dispatch's parent: a PendingSpan serves as one without a SpanContext.
             task.trace_parent = (span if isinstance(span, telemetry.PendingSpan)
                                  else span.get_span_context())
@@ -175,7 +175,7 @@ def build_task(worker: CoreWorker, plan: TaskPlan, args: Sequence[Any],
             for i in range(max(plan.num_returns, 1))]
     task.return_ids = [r.binary() for r in refs]
     worker.task_events.record(spec, "PENDING_ARGS_AVAIL")
-    return Built(task, refs, span, line)
+    return Built(task, refs, span, record)
 
 
 def _attach_args(worker: CoreWorker, spec: common_pb2.TaskSpec, args: Sequence[Any],

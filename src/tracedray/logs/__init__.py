@@ -22,9 +22,11 @@ from tracedray.logs._context import (
 from tracedray.logs._process_info import installed_packages
 from tracedray.logs._setup import (
     DeferredLine,
+    LaterLine,
     configure,
     defer_info,
     get_logger,
+    later_info,
     record_process_exit,
     statistics,
 )
@@ -32,6 +34,7 @@ from tracedray.logs._sink import LogStatistics
 
 __all__ = [
     "DeferredLine",
+    "LaterLine",
     "LogStatistics",
     "configure",
     "defer_info",
@@ -40,6 +43,7 @@ __all__ = [
     "get_logger",
     "install_output_capture",
     "installed_packages",
+    "later_info",
     "record_process_exit",
     "set_process_context",
     "statistics",

@@ -236,16 +236,50 @@ class DeferredLine:
         self._fields = fields
 
     def write(self) -> None:
-        try:
-            event_dict = self._fields
-            event_dict["timestamp"] = _processors.utc_timestamp(self._time)
-            event_dict["level"] = "info"
-            for key, value in self._task.items():
-                event_dict.setdefault(key, value)
-            sink.info(_processors.render_json(None, "info", _processors.add_process_fields(
-                None, "info", event_dict)))
-        except Exception:  # noqa: BLE001 - logging never raises
-            pass
+        _write_info(self._fields, self._time, self._task)
+
+
+class LaterLine:
+    """An INFO line whose moment is taken now and whose fields are given when it is
+    written, later, from another thread: what ``.remote()`` pays for its ``task.submit``
+    line is the time and the task context (the fields are the task's, which the submit
+    inbox reads off the spec). Written, it is byte for byte what
+    ``get_logger(name).info(event, **fields)`` would have written at that moment.
+
+    ``trace_ids_given``: the fields will hold ``trace_id`` and ``span_id``; otherwise
+    the current span's are taken now, as a line logged now would carry them.
+    """
+
+    __slots__ = ("_name", "_event", "_time", "_task", "_trace_ids")
+
+    def __init__(self, name: str, event: str, *, trace_ids_given: bool) -> None:
+        self._name = name
+        self._event = event
+        self._time = time.time()
+        self._task = _context.task_fields()
+        self._trace_ids = None if trace_ids_given else _processors.current_trace_ids()
+
+    def write(self, **fields: Any) -> None:
+        event_dict = {"logger": self._name, **fields, "event": self._event}
+        ids = self._trace_ids
+        if ids is not None:
+            event_dict.setdefault("trace_id", ids[0])
+            event_dict.setdefault("span_id", ids[1])
+        _write_info(event_dict, self._time, self._task)
+
+
+def _write_info(event_dict: dict[str, Any], at: float, task: Mapping[str, Any]) -> None:
+    """The rest of the processor chain for an INFO line logged at ``at`` in ``task``'s
+    context, and the append. Never raises."""
+    try:
+        event_dict["timestamp"] = _processors.utc_timestamp(at)
+        event_dict["level"] = "info"
+        for key, value in task.items():
+            event_dict.setdefault(key, value)
+        sink.info(_processors.render_json(None, "info", _processors.add_process_fields(
+            None, "info", event_dict)))
+    except Exception:  # noqa: BLE001 - logging never raises
+        pass
 
 
 def defer_info(name: str, event: str, **fields: Any) -> DeferredLine | None:
@@ -254,3 +288,11 @@ def defer_info(name: str, event: str, **fields: Any) -> DeferredLine | None:
     if _processors.state.min_level > _processors.LEVELS["info"]:
         return None
     return DeferredLine({"logger": name, **fields, "event": event})
+
+
+def later_info(name: str, event: str, *, trace_ids_given: bool) -> LaterLine | None:
+    """A line of ``name``'s logger whose moment is now and whose fields are given to its
+    ``write()``; None when INFO lines are not written."""
+    if _processors.state.min_level > _processors.LEVELS["info"]:
+        return None
+    return LaterLine(name, event, trace_ids_given=trace_ids_given)

@@ -254,11 +254,14 @@ class PendingSpan:
         return _plain_span_record((trace_id, span_id, parent_id, trace_state), self.name,
                                   self.kind, self.start_ns, end_ns, attributes)
 
-    def end(self, error: BaseException | None = None) -> None:
+    def end(self, error: BaseException | None = None, end_time: int | None = None) -> None:
+        """Record it, ended now or at ``end_time`` (ns since the epoch, as ``Span.end``
+        takes it: a submission's span ended by the thread that records it, later)."""
         pipeline = _state._pipeline
         if pipeline is None:
             return
         try:
+            end_ns = time.time_ns() if end_time is None else end_time
             direct = pipeline.direct_writer
             if error is None and direct is not None:
                 shape = self.shape
@@ -266,9 +269,9 @@ class PendingSpan:
                     trace_id, span_id, parent_id, trace_state = self.ids
                     start_ns = self.start_ns
                     direct.append_shaped(shape, trace_id, span_id, parent_id, start_ns,
-                                         time.time_ns() - start_ns, self.values, trace_state)
+                                         end_ns - start_ns, self.values, trace_state)
                 else:
-                    direct.append_fields(self.record(time.time_ns()))
+                    direct.append_fields(self.record(end_ns))
                 return
             # Its status and exception event (or a console exporter) need a span object.
             span = LightSpan(pipeline, self.name, self.get_span_context(), self.parent_context(),
@@ -276,7 +279,7 @@ class PendingSpan:
                              self.values)
             if error is not None and is_error(error):
                 mark_error(span, error, None)
-            span.end()
+            span.end(end_ns)
         except Exception:  # telemetry must never break the caller
             pass
 

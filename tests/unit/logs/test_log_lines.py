@@ -212,3 +212,34 @@ def test_a_deferred_line_is_the_line_logged_where_it_was_taken(
     monkeypatch.setenv("TRACEDRAY_LOG_LEVEL", "warning")
     logs.configure("driver", session_dir=tmp_path / "quiet")
     assert logs.defer_info("x", "task.submit") is None
+
+
+def test_a_later_line_is_the_line_logged_where_its_moment_was_taken(
+        tmp_path: Path, read_log, monkeypatch: pytest.MonkeyPatch) -> None:
+    logs.configure("driver", session_dir=tmp_path)
+    telemetry.configure("driver", session_dir=tmp_path)
+    fields = {"task_id": "cd", "function": "f", "call_site": "x.py:1", "attempt": 0}
+    log = logs.get_logger("tracedray.core.submission")
+    with logs.task_context(task_id="ab" * 8, attempt=2), telemetry.span("outer"):
+        # Its fields come later; the current span's ids are taken now unless it is told
+        # the fields will name them.
+        taken = logs.later_info("tracedray.core.submission", "task.submit",
+                                trace_ids_given=False)
+        given = logs.later_info("tracedray.core.submission", "task.submit",
+                                trace_ids_given=True)
+        log.info("task.submit", **fields)
+        log.info("task.submit", **fields, trace_id="1" * 32, span_id="2" * 16)
+    assert taken is not None and given is not None
+    writer = threading.Thread(target=lambda: (
+        taken.write(**fields), given.write(**fields, trace_id="1" * 32, span_id="2" * 16)))
+    writer.start()
+    writer.join()
+    *_, direct, direct_given, later, later_given = read_log(tmp_path)
+    assert direct["trace_id"] and direct["span_id"]  # the line inside the span names it
+    for now, deferred in ((direct, later), (direct_given, later_given)):
+        assert list(deferred) == list(now)  # the same keys in the same order
+        assert deferred.pop("timestamp") <= now.pop("timestamp")  # taken first
+        assert deferred == now
+    monkeypatch.setenv("TRACEDRAY_LOG_LEVEL", "warning")
+    logs.configure("driver", session_dir=tmp_path / "quiet")
+    assert logs.later_info("x", "task.submit", trace_ids_given=True) is None

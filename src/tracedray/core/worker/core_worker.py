@@ -45,7 +45,7 @@ from tracedray.core.worker.ownership import Ownership
 from tracedray.core.worker.pending_task import DependencyResolver, PendingTask, error_value
 from tracedray.core.worker.raylet_directory import RayletDirectory
 from tracedray.core.worker.recovery import NodeDirectory, Recovery
-from tracedray.core.worker.submit_inbox import Submission, SubmitInbox
+from tracedray.core.worker.submit_inbox import DeferredRecord, Submission, SubmitInbox
 from tracedray.core.worker.task_events import TaskEventBuffer
 from tracedray.core.worker.task_executor import TaskExecutor
 from tracedray.core.worker.task_results import TaskResults
@@ -243,10 +243,10 @@ class CoreWorker:
 
         threading.Thread(target=_exit, daemon=True).start()
 
-    def submit_later(self, task: PendingTask, line: logs.DeferredLine | None,
+    def submit_later(self, task: PendingTask, line: DeferredRecord | None,
                      actor_retries: int | None = None) -> None:
         """Submit ``task`` off this thread (an actor call when ``actor_retries`` is not
-        None), writing its deferred ``task.submit`` line first."""
+        None), writing its deferred ``task.submit`` record first."""
         self.inbox.put(Submission(task, line, actor_retries))
 
     def _submit_batch(self, batch: list[Submission]) -> None:

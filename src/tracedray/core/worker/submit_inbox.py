@@ -17,7 +17,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Generic, NamedTuple, TypeVar
+from typing import TYPE_CHECKING, Generic, NamedTuple, Protocol, TypeVar
 
 from tracedray import logs
 
@@ -32,11 +32,18 @@ T = TypeVar("T")
 LONE_AFTER_S = 200e-6
 
 
+class DeferredRecord(Protocol):
+    """What a submission leaves to record off the caller's thread (its ``task.submit``
+    line and span: ``api/submit_record.py``), written before the task is submitted."""
+
+    def write(self) -> None: ...
+
+
 class Submission(NamedTuple):
     """What the core worker's inbox holds: a built task, its deferred ``task.submit``
-    line, and for an actor call the retries it allows (None: a normal task)."""
+    record, and for an actor call the retries it allows (None: a normal task)."""
     task: PendingTask
-    line: logs.DeferredLine | None
+    line: DeferredRecord | None
     actor_retries: int | None
 
 
