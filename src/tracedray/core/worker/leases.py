@@ -25,11 +25,15 @@ from tracedray.telemetry import attributes as A
 from tracedray.telemetry import instruments
 
 # Tasks in flight per leased worker. More than one hides the stream round trip for
-# short tasks. Tasks queued behind a running one keep asking for leases of their own,
-# and a worker that becomes free steals them back, so long tasks never wait behind each
-# other while a CPU is idle; a worker that blocks in get() hands back the ones it has
-# not started.
-PIPELINE_DEPTH = 4
+# short tasks, and the deeper the pipeline, the more results each wake-up of the
+# caller's stream reader handles (one lock hold, one write of the next tasks): at 4, a
+# burst of empty tasks came back ~2.5 results a batch, and the driver spent ~125 µs of
+# CPU per task; at 8, ~100 µs (16 saved no more; benchmarks/results/
+# submit-driver-2026-11-27c). Tasks queued behind a running one keep asking for leases
+# of their own, and a worker that becomes free steals them back, so long tasks never
+# wait behind each other while a CPU is idle; a worker that blocks in get() hands back
+# the ones it has not started.
+PIPELINE_DEPTH = 8
 # Locality matters once inputs are big enough that moving them costs more than a lease
 # (benchmarks/locality.py: a 1 MB pull between nodes costs ~10 ms, a lease ~1 ms).
 LOCALITY_MIN_BYTES = 512 << 10
