@@ -12,13 +12,36 @@ from __future__ import annotations
 import json
 import mmap
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 SLOT_BYTES = 2048
 # One encoder for every task: json.dumps with ``separators`` builds a new JSONEncoder per
 # call, ~25k instructions of a worker's task.
-_encode = json.JSONEncoder(separators=(",", ":")).encode
+_encode_stdlib = json.JSONEncoder(separators=(",", ":")).encode
+
+
+def _make_encoder() -> Callable[[dict[str, Any]], bytes]:
+    """orjson when installed (a slot in ~0.4 µs against ~3 µs: it is written before every
+    task), the stdlib for what orjson refuses (lone surrogates, ints beyond 64 bits) or
+    without it. Either writes one line of JSON that ``read_slot`` reads."""
+    try:
+        import orjson
+    except ImportError:
+        return lambda state: _encode_stdlib(state).encode()
+    dumps = orjson.dumps
+
+    def encode(state: dict[str, Any]) -> bytes:
+        try:
+            return dumps(state)
+        except (TypeError, ValueError):  # orjson.JSONEncodeError is a TypeError
+            return _encode_stdlib(state).encode("utf-8", "surrogateescape")
+
+    return encode
+
+
+_encode = _make_encoder()
 
 
 class FlightRecorder:
@@ -32,7 +55,7 @@ class FlightRecorder:
             os.close(fd)
 
     def record(self, state: dict[str, Any]) -> None:
-        data = _encode(state).encode()[: SLOT_BYTES - 1]
+        data = _encode(state)[: SLOT_BYTES - 1]
         self._map[: len(data) + 1] = data + b"\n"
 
     def clear(self) -> None:
