@@ -83,10 +83,17 @@ def test_a_call_s_spec_has_the_plan_s_fields_and_its_own() -> None:
     assert len(spec.task_id) == ids.TASK_ID_BYTES and spec.call_site == "job.py:3 in main"
     assert (spec.parent_task_id, spec.depth, spec.attempt) == (b"", 0, 0)
     assert (spec.actor_id, spec.method_name, spec.HasField("actor_options")) == (b"", "", False)
-    # The trace context is the task.submit span's.
-    trace_id, span_id, _, _ = telemetry.trace_fields(built.span)  # type: ignore[misc]
+    # The trace context is the task.submit span's, stamped with its first event once the
+    # submit inbox's thread writes its record (before it hands the task over).
+    assert (spec.trace_id, spec.parent_span_id) == (b"", 0)
+    assert worker.task_events._pending == []
+    built.record.write()
+    trace_id, span_id, _, _ = telemetry.trace_fields(built.record.span)  # type: ignore[misc]
     assert (spec.trace_id, spec.parent_span_id, spec.trace_flags) == (
         trace_id.to_bytes(16, "big"), span_id, 1)
+    assert built.task.trace_parent is built.record.span  # the dispatch's parent
+    [event] = worker.task_events._pending
+    assert (event.spec, event.state) == (spec, "PENDING_ARGS_AVAIL")
     # Its refs: one per return, owned here, named by the call site.
     assert [r.binary() for r in built.refs] == built.task.return_ids == [
         ids.object_id_for(spec.task_id, 1), ids.object_id_for(spec.task_id, 2)]
@@ -95,7 +102,7 @@ def test_a_call_s_spec_has_the_plan_s_fields_and_its_own() -> None:
     assert entry.call_site == "job.py:3 in main"
     assert (built.task.retries_left, built.task.retry_exceptions) == (5, ANY_EXCEPTION)
     assert built.task.resource_shape == plan.resource_shape
-    telemetry.finish_span(built.span)
+    telemetry.finish_span(built.record.span)
 
 
 def test_calls_of_one_plan_share_nothing_of_their_own() -> None:
@@ -103,9 +110,12 @@ def test_calls_of_one_plan_share_nothing_of_their_own() -> None:
     plan = _plan(worker)
     parent = common_pb2.TaskSpec(task_id=ids.new_task_id(), job_id=ids.new_job_id(), depth=2)
     worker.current_task = parent
-    inside = submission.build_task(worker, plan, (), {}, call_site="a.py:1 in f").task.spec
+    first = submission.build_task(worker, plan, (), {}, call_site="a.py:1 in f")
     worker.current_task = None
-    outside = submission.build_task(worker, plan, (), {}, call_site="b.py:2 in g").task.spec
+    second = submission.build_task(worker, plan, (), {}, call_site="b.py:2 in g")
+    first.record.write()
+    second.record.write()
+    inside, outside = first.task.spec, second.task.spec
     # Inside a task: its parent, depth and job; the next call, from the driver, has none
     # of them, and each call keeps its own id and call site.
     assert (inside.parent_task_id, inside.depth, inside.job_id) == (
@@ -177,3 +187,20 @@ def test_the_record_writes_the_line_and_ends_the_span_when_it_was_handed_over(
     assert (line["trace_id"], line["span_id"]) == (spec.trace_id.hex(),
                                                    f"{spec.parent_span_id:016x}")
     assert line["logger"] == "tracedray.api.submission"
+
+
+def test_the_span_opened_later_is_a_child_of_the_span_current_at_the_call(
+        tmp_path: Path) -> None:
+    worker: Any = _Worker()
+    before = time.time_ns()
+    with telemetry.span("outer") as outer:
+        built = submission.build_task(worker, _plan(worker), (), {}, call_site="a.py:1 in f")
+    built.record.ended_at = time.time_ns()
+    built.record.write()  # outside "outer", as the inbox's thread writes it
+    telemetry.force_flush()
+    entries, _ = otlp_json.read_trace_dir(tmp_path / "traces")
+    [span] = [s for s in otlp_json.to_readable_spans(entries) if s.name == "task.submit"]
+    assert span.parent is not None and span.context is not None
+    assert span.parent.span_id == outer.get_span_context().span_id
+    assert span.context.trace_id == outer.get_span_context().trace_id
+    assert before <= (span.start_time or 0) <= built.record.ended_at  # started at the call

@@ -196,16 +196,16 @@ class ClusterRuntime:
         actor_id = ids.new_actor_id()
         # Actors hold 0 CPU while alive by default (as in Ray), 1 to be scheduled.
         resources = opts.resource_request(options, 0.0)
-        task, refs, span, record = build_task(
+        task, refs, record = build_task(
             worker, actor_creation_plan(function_id, cls.__qualname__, resources, actor_id,
                                         actor_options), args, kwargs)
-        record.write()  # the line; its span ends below, once the GCS has answered
+        record.write()  # the line and the spec's trace context; the span ends below
         try:
             _resolve_now(worker, task)
             info = worker.gcs.create_actor(task.spec, bool(options.get("get_if_exists")))
             worker.submitter.watch_actor_creation(resources, cls.__qualname__)
         finally:
-            span.end()
+            record.span.end()
             worker.references.remove_submitted(task.dep_ids)
         return ActorHandle(info.actor_id, cls.__qualname__, _methods(cls),
                            actor_options.max_task_retries, method_retry_options(cls),

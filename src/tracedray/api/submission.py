@@ -6,20 +6,17 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from opentelemetry.trace import INVALID_SPAN
-
-from tracedray import logs, telemetry
+from tracedray import logs
 from tracedray._proto.v1 import common_pb2
 from tracedray.api import options as opts
 from tracedray.api.call_site import user_call_site
 from tracedray.api.submit_record import SubmitRecord
-from tracedray.core import ids, trace_context
+from tracedray.core import ids
 from tracedray.core.object_ref import ObjectRef
 from tracedray.core.serialization import serialize
 from tracedray.core.worker.pending_task import PendingTask
 from tracedray.core.worker.retry_policy import NO_RETRY, RetryExceptions
 from tracedray.core.worker.task_submitter import resource_shape
-from tracedray.telemetry import instruments
 
 if TYPE_CHECKING:
     from tracedray.core.worker.core_worker import CoreWorker
@@ -32,12 +29,11 @@ _KIND_LABEL: dict[int, str] = {common_pb2.NORMAL: "normal",
 
 
 class Built(NamedTuple):
-    """A built task: the pending task, its return refs, its ``task.submit`` span and what
-    is left to record of it (its line, the span's end: ``SubmitRecord``), written when
+    """A built task: the pending task, its return refs, and what is left to record of
+    it (``SubmitRecord``: its span, line, trace context and first event), to write when
     the task is submitted."""
     task: PendingTask
     refs: list[ObjectRef]
-    span: Any
     record: SubmitRecord
 
 
@@ -148,34 +144,22 @@ def build_task(worker: CoreWorker, plan: TaskPlan, args: Sequence[Any],
     if parent is not None:
         spec.parent_task_id = parent.task_id
         spec.depth = parent.depth + 1
-    function_name, max_retries = plan.function_name, plan.max_retries
-    # Not made current: its context goes into the spec and the log line directly.
-    span: Any = instruments.task_submitted(task_id, function_name, _KIND_LABEL[plan.kind],
-                                           site, job_id, max_retries, plan.actor_id)
+    max_retries = plan.max_retries
+    record = SubmitRecord(worker.task_events, spec, function=plan.function_name,
+                          kind=_KIND_LABEL[plan.kind], call_site=site, job_id=job_id,
+                          max_retries=max_retries, actor_id=plan.actor_id)
     try:
-        hex_ids = None if span is INVALID_SPAN else trace_context.stamp(spec, span)
-        record = SubmitRecord(
-            span, logs.later_info(__name__, "task.submit", trace_ids_given=hex_ids is not None),
-            task_id, function_name, site, hex_ids)
-        try:
-            task = _attach_args(worker, spec, args, kwargs, max_retries)
-        except BaseException:
-            record.write()  # the record tells of the attempt, as it always did
-            raise
-        task.retry_exceptions = plan.retry_exceptions
-        task.resource_shape = plan.resource_shape
-        if hex_ids is not None:
-            # The dispatch's parent: a PendingSpan serves as one without a SpanContext.
-            task.trace_parent = (span if isinstance(span, telemetry.PendingSpan)
-                                 else span.get_span_context())
+        task = _attach_args(worker, spec, args, kwargs, max_retries)
     except BaseException as exc:
-        telemetry.finish_span(span, error=exc)
+        record.fail(exc)
         raise
+    task.retry_exceptions = plan.retry_exceptions
+    task.resource_shape = plan.resource_shape
+    record.task = task
     refs = [worker.new_owned_ref(ids.object_id_for(task_id, i + 1), site)
             for i in range(max(plan.num_returns, 1))]
     task.return_ids = [r.binary() for r in refs]
-    worker.task_events.record(spec, "PENDING_ARGS_AVAIL")
-    return Built(task, refs, span, record)
+    return Built(task, refs, record)
 
 
 def _attach_args(worker: CoreWorker, spec: common_pb2.TaskSpec, args: Sequence[Any],

@@ -1,53 +1,107 @@
 """What a submission leaves to be recorded off the caller's thread: its ``task.submit``
-line and the end of its ``task.submit`` span.
+span and line, the trace context its spec carries, and its first task event.
 
-``.remote()`` takes what only it can know (the line's time and task context, the span's
-end) and leaves the rest to the submit inbox's thread, which calls ``write()`` before
-it hands the task to a submitter: building the line's fields, rendering and appending
-it, and packing the span's record cost the caller ~1.5 µs of each ``.remote()``. The
-line and the span are the same as when the caller wrote them.
+``.remote()`` takes what only it can know, where and when it runs: the span that is
+current (the submit span's parent), the time, the line's task context; the span's end
+when it hands the task over. The submit inbox's thread calls ``write()`` before it hands
+the task to a submitter: it opens the span (started when the caller started it, under
+the caller's span), stamps its trace context into the spec, writes the line, ends the
+span and records PENDING_ARGS_AVAIL (at the caller's time). Nothing reads the spec's
+trace context before (the task event that carries it is recorded here, after it).
+Opening the span, stamping, building and writing the line, packing the span's record
+and the event cost the caller ~3.5 µs of each ``.remote()``. The span, the line, the
+spec and the event are the same as when the caller made them.
 """
 
 from __future__ import annotations
 
 import contextlib
-from typing import Any
+import time
+from typing import TYPE_CHECKING, Any
 
-from tracedray import logs
+from opentelemetry.trace import INVALID_SPAN
+
+from tracedray import logs, telemetry
+from tracedray._proto.v1 import common_pb2
+from tracedray.core import trace_context
+from tracedray.telemetry import instruments
+
+if TYPE_CHECKING:
+    from tracedray.core.worker.pending_task import PendingTask
+    from tracedray.core.worker.task_events import TaskEventBuffer
+
+LOGGER = "tracedray.api.submission"  # the logger the task.submit line names (the record)
 
 
 class SubmitRecord:
-    """A submission's ``task.submit`` line (None when INFO lines are not written) and span.
+    """A submission's ``task.submit`` span and line, its spec's trace context and its
+    first task event, taken at ``.remote()`` and recorded by ``write()`` (or ``fail()``).
 
-    ``ended_at``: when the span ended (ns since the epoch), set by whoever hands the
-    task over; None leaves the span to its owner (an actor's creation ends it once the
-    GCS has answered)."""
+    ``task``: the pending task, once its arguments are attached (its dispatch span's
+    parent is set when the span opens). ``ended_at``: when the span ended (ns since the
+    epoch), set by whoever hands the task over; None leaves the span to its owner
+    (``span``, once written: an actor's creation ends it once the GCS has answered)."""
 
-    __slots__ = ("_span", "_line", "_task_id", "_function", "_call_site", "_trace_ids",
-                 "ended_at")
+    __slots__ = ("_events", "_spec", "_function", "_kind", "_call_site", "_job_id",
+                 "_max_retries", "_actor_id", "_parent", "_start_ns", "_at", "_line",
+                 "task", "span", "ended_at")
 
-    def __init__(self, span: Any, line: logs.LaterLine | None, task_id: bytes, function: str,
-                 call_site: str, trace_ids: tuple[str, str] | None) -> None:
-        self._span = span
-        self._line = line
-        self._task_id = task_id
+    def __init__(self, events: TaskEventBuffer, spec: common_pb2.TaskSpec, *, function: str,
+                 kind: str, call_site: str, job_id: bytes, max_retries: int,
+                 actor_id: bytes) -> None:
+        self._events = events
+        self._spec = spec
         self._function = function
+        self._kind = kind
         self._call_site = call_site
-        self._trace_ids = trace_ids  # (trace id, span id) in hex, as the line names them
+        self._job_id = job_id
+        self._max_retries = max_retries
+        self._actor_id = actor_id
+        parent = self._parent = instruments.submit_parent()  # None: telemetry off
+        self._start_ns = start_ns = time.time_ns()
+        self._at = start_ns / 1e9  # the task event's time
+        # Without a span the line names the current span's ids (taken now), as before.
+        self._line = logs.later_info(LOGGER, "task.submit", trace_ids_given=parent is not None)
+        self.task: PendingTask | None = None
+        self.span: Any = None
         self.ended_at: int | None = None
 
     def write(self) -> None:
-        """Write the line, and end the span at ``ended_at`` if set. Never raises."""
-        line = self._line
-        if line is not None:
-            ids = self._trace_ids
-            if ids is None:
-                line.write(task_id=self._task_id.hex(), function=self._function,
-                           call_site=self._call_site, attempt=0)
-            else:
-                line.write(task_id=self._task_id.hex(), function=self._function,
-                           call_site=self._call_site, attempt=0, trace_id=ids[0],
-                           span_id=ids[1])
+        """Open the span and stamp the spec, write the line, end the span at ``ended_at``
+        if set, and record the task's first event."""
+        self._open_and_write_line()
         if self.ended_at is not None:
             with contextlib.suppress(Exception):  # telemetry never breaks a submission
-                self._span.end(end_time=self.ended_at)
+                self.span.end(end_time=self.ended_at)
+        self._events.record(self._spec, "PENDING_ARGS_AVAIL", at=self._at)
+
+    def fail(self, error: BaseException) -> None:
+        """The task could not be built (an argument that cannot be pickled): its span
+        ends now with ``error``, and its line tells of the attempt, as they always did."""
+        self._open_and_write_line()
+        telemetry.finish_span(self.span, error=error)
+
+    def _open_and_write_line(self) -> None:
+        spec = self._spec
+        task_id = spec.task_id
+        parent = self._parent
+        span: Any = INVALID_SPAN if parent is None else instruments.task_submitted(
+            task_id, self._function, self._kind, self._call_site, self._job_id,
+            self._max_retries, self._actor_id, parent=parent, start_ns=self._start_ns)
+        self.span = span
+        hex_ids = None if span is INVALID_SPAN else trace_context.stamp(spec, span)
+        task = self.task
+        if hex_ids is not None and task is not None:
+            # The dispatch's parent: a PendingSpan serves as one without a SpanContext.
+            task.trace_parent = (span if isinstance(span, telemetry.PendingSpan)
+                                 else span.get_span_context())
+        line = self._line
+        if line is None:
+            return
+        if hex_ids is None:
+            line.write(task_id=task_id.hex(), function=self._function,
+                       call_site=self._call_site, attempt=0)
+        else:
+            line.write(task_id=task_id.hex(), function=self._function,
+                       call_site=self._call_site, attempt=0, trace_id=hex_ids[0],
+                       span_id=hex_ids[1])

@@ -203,14 +203,14 @@ class PendingSpan:
     def __init__(self, name: str, attributes: dict[str, AttributeValue] | None,
                  parent: SpanContext | PendingSpan | None, ids: tuple[int, int, int, str],
                  shape: SpanShape | None = None,
-                 values: tuple[AttributeValue, ...] = ()) -> None:
+                 values: tuple[AttributeValue, ...] = (), start_ns: int | None = None) -> None:
         self.name = name
         self.kind = _INTERNAL if shape is None else shape.kind
         # An attribute dict, or a shape and this span's values of it (span_shape.py).
         self._attributes = attributes
         self.shape = shape
         self.values = values
-        self.start_ns = time.time_ns()
+        self.start_ns = time.time_ns() if start_ns is None else start_ns
         self.parent = parent
         self.ids = ids
         self._context: SpanContext | None = None
@@ -306,17 +306,20 @@ def trace_fields(span: trace.Span | PendingSpan | SpanContext) -> tuple[int, int
 def _start_pending(pipeline: _state.Pipeline, name: str,
                    attributes: dict[str, AttributeValue] | None,
                    parent: SpanContext | PendingSpan | None, shape: SpanShape | None,
-                   values: tuple[AttributeValue, ...]) -> PendingSpan | trace.Span:
+                   values: tuple[AttributeValue, ...],
+                   start_ns: int | None = None) -> PendingSpan | trace.Span:
     """A span under ``parent`` (a valid SpanContext or PendingSpan; anything else
     starts a new trace), as a PendingSpan when spans go to the file only with the
     default sampler; otherwise what :func:`start_light_span` starts. A sampled-out
-    parent's child is a NonRecordingSpan (ParentBased, as the SDK)."""
+    parent's child is a NonRecordingSpan (ParentBased, as the SDK). It starts now, or at
+    ``start_ns``."""
     if pipeline.direct_writer is None:
         if shape is not None:
             attributes = shape.attributes(values)
         return start_light_span(name if shape is None else shape.name, attributes,
                                 kind=_INTERNAL if shape is None else shape.kind,
-                                parent=parent_context(parent) or INVALID_SPAN_CONTEXT)
+                                parent=parent_context(parent) or INVALID_SPAN_CONTEXT,
+                                start_time=start_ns)
     # Runs for every submitted task and every dispatch: ids drawn as RandomIdGenerator
     # draws them, the parent's read from its ints where it is a PendingSpan.
     fast_ids = pipeline.random_ids
@@ -324,16 +327,17 @@ def _start_pending(pipeline: _state.Pipeline, name: str,
     if isinstance(parent, PendingSpan):
         trace_id, parent_id, _, trace_state = parent.ids
         return PendingSpan(name, attributes, parent, (trace_id, span_id, parent_id, trace_state),
-                           shape, values)
+                           shape, values, start_ns)
     if parent is None or parent is INVALID_SPAN_CONTEXT or not parent.is_valid:
         trace_id = (_getrandbits(128) if fast_ids else 0) or pipeline.ids.generate_trace_id()
-        return PendingSpan(name, attributes, None, (trace_id, span_id, 0, ""), shape, values)
+        return PendingSpan(name, attributes, None, (trace_id, span_id, 0, ""), shape, values,
+                           start_ns)
     if not parent.trace_flags & _SAMPLED:  # ParentBased: children follow the parent
         return NonRecordingSpan(_local_span_context(
             parent.trace_id, span_id, _NOT_SAMPLED, parent.trace_state))
     return PendingSpan(name, attributes, parent, (
         parent.trace_id, span_id, parent.span_id, trace_state_header(parent.trace_state)),
-        shape, values)
+        shape, values, start_ns)
 
 
 def pending_span(name: str, attributes: dict[str, AttributeValue], *,
@@ -378,6 +382,18 @@ def open_light_span(name: str, attributes: dict[str, AttributeValue] | None,
     if pipeline is None or pipeline.provider is None:
         return INVALID_SPAN
     return _start_pending(pipeline, name, attributes, current_span_context(), shape, values)
+
+
+def open_span_under(parent: SpanContext, start_ns: int, shape: SpanShape,
+                    values: tuple[AttributeValue, ...]) -> PendingSpan | trace.Span:
+    """:func:`open_light_span`'s span of ``shape``, opened now but started at ``start_ns``
+    under ``parent``, the span that was current then (``current_span_context()`` read
+    there): a span another thread opens for the one it times (a task's submission,
+    opened by the submit inbox's thread)."""
+    pipeline = _state._pipeline
+    if pipeline is None or pipeline.provider is None:
+        return INVALID_SPAN
+    return _start_pending(pipeline, shape.name, None, parent, shape, values, start_ns)
 
 
 def _write_directly(pipeline: _state.Pipeline, file_writer: SpanFileWriter, name: str,

@@ -23,10 +23,12 @@ from opentelemetry.util.types import AttributeValue
 from tracedray.telemetry import _state
 from tracedray.telemetry import attributes as A
 from tracedray.telemetry._api import activate, start_span
+from tracedray.telemetry._otel_adapter import current_span_context
 from tracedray.telemetry._record import (
     PendingSpan,
     _start_pending,
     open_light_span,
+    open_span_under,
     record_shaped_span,
     record_span,
 )
@@ -129,10 +131,27 @@ def execution_shape(function: str, kind: str, node_id: str, worker_id: str,
     return _EXECUTE_SHAPES.get((function, kind, node_id, worker_id))
 
 
+def submit_parent() -> SpanContext | None:
+    """What a ``task.submit`` span opened later, on another thread, will be a child of:
+    the current span's context (INVALID_SPAN_CONTEXT: none, the span is a root); None
+    when telemetry is off (there will be no span)."""
+    if not enabled():
+        return None
+    try:
+        return current_span_context()
+    except Exception:  # telemetry must never break the caller
+        return None
+
+
 def task_submitted(task_id: bytes, function: str, kind: str, call_site: str, job_id: bytes,
-                   max_retries: int, actor_id: bytes = b"") -> Span | PendingSpan:
-    """Open the ``task.submit`` span of a new task, child of the current span and not made
-    current (its context goes into the spec); INVALID_SPAN when telemetry is off."""
+                   max_retries: int, actor_id: bytes = b"", *,
+                   parent: SpanContext | None = None,
+                   start_ns: int | None = None) -> Span | PendingSpan:
+    """Open the ``task.submit`` span of a new task, not made current (its context goes
+    into the spec): a child of the current span, started now; or, given ``parent``
+    (:func:`submit_parent`, read where the task was submitted) and ``start_ns``, a child
+    of that started then, opened on the thread that records the submission.
+    INVALID_SPAN when telemetry is off."""
     if not enabled():
         return INVALID_SPAN
     try:  # telemetry.open_shaped_span's body, a frame less for every task
@@ -140,6 +159,8 @@ def task_submitted(task_id: bytes, function: str, kind: str, call_site: str, job
         shape = (_ACTOR_SUBMIT_SHAPES.get((function, kind, call_site, job_hex, max_retries,
                                            actor_id.hex())) if actor_id else
                  _SUBMIT_SHAPES.get((function, kind, call_site, job_hex, max_retries)))
+        if parent is not None and start_ns is not None:
+            return open_span_under(parent, start_ns, shape, (task_id,))
         return open_light_span(shape.name, None, shape, (task_id,))
     except Exception:  # telemetry must never break the caller
         return INVALID_SPAN
