@@ -7,6 +7,7 @@ import sqlite3
 from pathlib import Path
 
 from tracedray.core.gcs.storage import SqliteStorage
+from tracedray.core.gcs.storage.sqlite import PAGE_SIZE
 
 
 def _create_sql(path: Path) -> str:
@@ -16,11 +17,14 @@ def _create_sql(path: Path) -> str:
     return str(row[0])
 
 
-def test_a_new_file_keeps_entries_in_a_rowid_table(tmp_path: Path) -> None:
+def test_a_new_file_keeps_entries_in_a_rowid_table_of_large_pages(tmp_path: Path) -> None:
     storage = SqliteStorage(tmp_path / "gcs.sqlite3")
     storage.put("tasks", "t1", b"x" * 650)
     storage.close()
     assert "WITHOUT ROWID" not in _create_sql(tmp_path / "gcs.sqlite3").upper()
+    with sqlite3.connect(tmp_path / "gcs.sqlite3") as db:
+        assert db.execute("PRAGMA page_size").fetchone()[0] == PAGE_SIZE
+    db.close()
 
 
 def test_a_file_of_the_former_layout_is_read_and_written(tmp_path: Path) -> None:
@@ -37,6 +41,9 @@ def test_a_file_of_the_former_layout_is_read_and_written(tmp_path: Path) -> None
     assert storage.count("tasks") == 2
     storage.close()
     assert "WITHOUT ROWID" in _create_sql(path).upper()
+    with sqlite3.connect(path) as db:  # its pages stay as they were
+        assert db.execute("PRAGMA page_size").fetchone()[0] == 4096
+    db.close()
     reader = SqliteStorage.open_read_only(path)
     assert reader.get("tasks", "old") == b"after"
     reader.close()

@@ -27,6 +27,7 @@ DB_FILE_NAME = "gcs.sqlite3"
 _SCAN_BATCH = 500
 # SQLite caps bound parameters per statement (32766 by default since 3.32); stay well below.
 _PARAMS_PER_QUERY = 900
+PAGE_SIZE = 16384
 
 # A rowid table, its (tbl, key) key a separate index: a WITHOUT ROWID table keeps whole
 # rows in its key's B-tree, which SQLite advises against for rows over ~1/20 of a page
@@ -56,6 +57,11 @@ class SqliteStorage:
             # check_same_thread=False: the GCS's RPC threads and the flusher share it,
             # serialized by self._lock.
             self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
+            # A new file's pages (a no-op on one that has a table already): 16 KiB rather
+            # than 4 hold 4x the index entries each, so a flush at random task ids
+            # splits and touches fewer pages: 2,000-row flushes into 20-120k rows cost
+            # 3.5-8.4 µs of CPU per row against 4.5-11.5 (issue 28).
+            self._db.execute(f"PRAGMA page_size={PAGE_SIZE}")
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=NORMAL")
             self._db.execute(_SCHEMA)
