@@ -131,7 +131,7 @@ def test_a_big_put_waits_for_the_file_it_freed_to_reach_the_pool(
         mine = os.stat(store.object_path("a1")).st_ino
         _write(store, None, "b1", b"x", [array(2, AWAIT_BYTES)])  # unmapped
         store.free(["b1"])  # in the pool
-        mappings.freed([store.object_path("a1")])  # the free is on its way
+        mappings.freed([str(store.object_path("a1"))])  # the free is on its way
         assert mappings.awaited(size)
         waits: list[float] = []
 
@@ -156,7 +156,7 @@ def test_a_freed_file_that_was_deleted_is_not_waited_for(make_store) -> None:
     try:
         size = _write(store, mappings, "a1", b"x", [array(1, AWAIT_BYTES)])
         reader = map_object(store.object_path("a1"))  # so the raylet deletes it, not pools
-        mappings.freed([store.object_path("a1")])
+        mappings.freed([str(store.object_path("a1"))])
         assert mappings.awaited(size)
         store.free(["a1"])
         store.shutdown()  # waits for the deleter

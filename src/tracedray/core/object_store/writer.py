@@ -67,7 +67,7 @@ class _Mapped:
     fd: int  # our own descriptor: fstat tells whether the file still exists
     mapping: mmap.mmap
     size: int
-    path: Path | None = None  # the object it was last written as
+    path: str | None = None  # the object it was last written as
     freed_at: float | None = None  # when the writer freed that object (monotonic)
 
 
@@ -90,6 +90,8 @@ class MappedFiles:
         self._by_inode: OrderedDict[tuple[int, int], _Mapped] = OrderedDict()
         self._bytes = 0
         self._hits = self._misses = self._awaited = 0
+        # The object path of each big file mapped (-> its key): what freed() looks up.
+        self._big: dict[str, tuple[int, int]] = {}
 
     def set_budget(self, budget_bytes: int) -> None:
         with self._lock:
@@ -114,7 +116,7 @@ class MappedFiles:
                 return False
             self._by_inode.move_to_end(key)
             self._hits += 1
-            entry.path, entry.freed_at = path, None
+            self._name_locked(entry, key, path)
             if stat.st_size > total:
                 os.ftruncate(fd, total)  # only cuts: every page we copy into is there
             for offset, view in parts:  # under the lock: no other thread closes it meanwhile
@@ -145,20 +147,24 @@ class MappedFiles:
             old = self._by_inode.pop(key, None)
             closing = [old] if old is not None else []
             self._bytes -= old.size if old is not None else 0
-            self._by_inode[key] = _Mapped(own, mapping, size, path)
+            self._forget_name_locked(old)
+            entry = self._by_inode[key] = _Mapped(own, mapping, size)
+            self._name_locked(entry, key, path)
             self._bytes += size
             closing += self._drop_deleted_locked()
             closing += self._shrink_locked(0)
         _close_all(closing)
 
-    def freed(self, paths: Iterable[Path]) -> None:
+    def freed(self, paths: Iterable[str]) -> None:
         """This process freed the objects at ``paths``: their files are on their way to
-        the pool."""
-        names = set(paths)
+        the pool (only big ones matter: should_wait)."""
         now = time.monotonic()
         with self._lock:
-            for entry in self._by_inode.values():
-                if entry.path in names:
+            if not self._big:  # every put frees: this costs nothing when nothing is big
+                return
+            for path in paths:
+                entry = self._by_inode.get(self._big.get(path, (-1, -1)))
+                if entry is not None and entry.path == path:
                     entry.freed_at = now
 
     def rank(self, folder: Path, names: Sequence[str], size: int) -> tuple[list[str], int]:
@@ -194,6 +200,7 @@ class MappedFiles:
         with self._lock:
             closing = list(self._by_inode.values())
             self._by_inode.clear()
+            self._big.clear()
             self._bytes = 0
         _close_all(closing)
 
@@ -206,6 +213,8 @@ class MappedFiles:
         gone = [key for key, entry in self._by_inode.items() if os.fstat(entry.fd).st_nlink == 0]
         dropped = [self._by_inode.pop(key) for key in gone]
         self._bytes -= sum(entry.size for entry in dropped)
+        for entry in dropped:
+            self._forget_name_locked(entry)
         return dropped
 
     def _shrink_locked(self, room: int) -> list[_Mapped]:
@@ -214,8 +223,20 @@ class MappedFiles:
                                   or self._bytes + room > self._budget):
             _, entry = self._by_inode.popitem(last=False)
             self._bytes -= entry.size
+            self._forget_name_locked(entry)
             dropped.append(entry)
         return dropped
+
+    def _name_locked(self, entry: _Mapped, key: tuple[int, int], path: Path | None) -> None:
+        """``entry``'s file now holds the object at ``path``, not freed."""
+        self._forget_name_locked(entry)
+        entry.path, entry.freed_at = (None if path is None else str(path)), None
+        if entry.path is not None and entry.size >= AWAIT_BYTES:
+            self._big[entry.path] = key
+
+    def _forget_name_locked(self, entry: _Mapped | None) -> None:
+        if entry is not None and entry.path is not None:
+            self._big.pop(entry.path, None)
 
 
 def _close_all(entries: Sequence[_Mapped]) -> None:

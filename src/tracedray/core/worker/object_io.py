@@ -181,7 +181,7 @@ class ObjectIO:
         with self._room_lock:
             self._frees_sent += 1
         # Their files are on their way to the pool: the next put may wait for its own.
-        self._mappings.freed(self._path_of(object_id) for object_id in object_ids)
+        self._mappings.freed(self._object_path_prefix + oid.hex() for oid in object_ids)
         return True
 
     def statistics(self) -> ObjectIOStatistics:
