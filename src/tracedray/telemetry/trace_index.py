@@ -55,7 +55,7 @@ from tracedray.telemetry.index_keys import span_line_times as span_line_times
 
 T = TypeVar("T")
 INDEX_NAME = "trace_index.sqlite"
-SCHEMA_VERSION = "3"
+SCHEMA_VERSION = "4"
 # What one update indexes at most: one write transaction, one write lock. A commit writes
 # every B-tree page the transaction touched (keys are random ids: a page per key, nearly)
 # to the WAL and checkpoints them: with 256 KiB (~85 tasks' spans) a commit cost ~40 µs of
@@ -63,6 +63,14 @@ SCHEMA_VERSION = "3"
 # (indexing a task's spans ~70-95 µs -> ~32-47 µs, benchmarks/results/telemetry-2026-11-27b).
 # A writer holds the lock ~20-40 ms of its CPU for it; readers (WAL) never wait on it.
 DEFAULT_MAX_BYTES = 2 << 20
+# New keys go to ``recent_keys``, a small table, and move to ``keys`` in one sorted pass
+# once it holds MERGE_ROWS. Keys are random ids: entered in ``keys`` directly, each
+# transaction's ~5,000 keys touched nearly every page of it, and each commit rewrote
+# them all (to the WAL, then at the checkpoint), so a task's index cost grew with the
+# session (36 -> 63 µs of CPU per task's spans over 70,000 tasks). At 32k keys (~1.3 MiB)
+# ``recent_keys`` stays within SQLite's default 2 MiB page cache, and a merge touches
+# each page of ``keys`` at most once per MERGE_ROWS keys. Readers look in both tables.
+MERGE_ROWS = 32 << 10
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta(name TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -82,7 +90,11 @@ CREATE TABLE IF NOT EXISTS dropped(
 CREATE TABLE IF NOT EXISTS keys(
     key BLOB NOT NULL, file_id INTEGER NOT NULL, offset INTEGER NOT NULL,
     PRIMARY KEY(key, file_id, offset)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS recent_keys(
+    key BLOB NOT NULL, file_id INTEGER NOT NULL, offset INTEGER NOT NULL,
+    PRIMARY KEY(key, file_id, offset)) WITHOUT ROWID;
 """
+KEY_TABLES = ("keys", "recent_keys")
 
 
 def index_path(session_root: Path) -> Path:
@@ -115,6 +127,8 @@ class IndexUpdate:
     pending: bool = False  # lines remain (the byte budget ran out, or a lock was held)
     rebuilt: bool = False  # the index did not open and was built anew
     error: str = ""
+    keys: int = 0  # key rows entered (in recent_keys)
+    merged: int = 0  # key rows moved from recent_keys to keys
 
 
 def _connect(path: Path, *, timeout_s: float) -> sqlite3.Connection:
@@ -127,6 +141,7 @@ def _connect(path: Path, *, timeout_s: float) -> sqlite3.Connection:
     conn.executescript(memory_index.SCHEMA)
     conn.execute(memory_index.MARK_FRESH)
     conn.execute("INSERT OR IGNORE INTO meta VALUES ('schema', ?)", (SCHEMA_VERSION,))
+    conn.execute("INSERT OR IGNORE INTO meta VALUES ('recent_rows', '0')")
     return conn
 
 
@@ -258,7 +273,7 @@ class IndexWriter:
                     lines, t_min, t_max = conn.execute(
                         "SELECT COUNT(*), MIN(t_min), MAX(t_max) FROM lines WHERE file_id=?",
                         (row[0],)).fetchone()
-                    conn.execute("DELETE FROM keys WHERE file_id=?", (row[0],))
+                    _forget_keys(conn, row[0])
                     conn.execute("DELETE FROM lines WHERE file_id=?", (row[0],))
                     conn.execute("DELETE FROM files WHERE id=?", (row[0],))
                 conn.execute("INSERT OR REPLACE INTO dropped VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
@@ -281,6 +296,8 @@ class IndexWriter:
         conn.execute("BEGIN IMMEDIATE")
         try:
             work(staged)
+            if staged.keys:
+                staged.merged = _count_recent(conn, staged.keys)
             conn.execute("COMMIT")
         except BaseException:
             with contextlib.suppress(sqlite3.Error):
@@ -290,6 +307,8 @@ class IndexWriter:
         result.bytes += staged.bytes
         result.pending = result.pending or staged.pending
         result.error = result.error or staged.error
+        result.keys += staged.keys
+        result.merged += staged.merged
 
     def _index_files(self, conn: sqlite3.Connection, files: list[tuple[str, Path]],
                      max_bytes: int, result: IndexUpdate) -> None:
@@ -322,7 +341,7 @@ class IndexWriter:
         else:
             file_id, indexed_to, named = row
         if size < indexed_to:  # replaced or truncated: its old entries are wrong
-            conn.execute("DELETE FROM keys WHERE file_id=?", (file_id,))
+            _forget_keys(conn, file_id)
             conn.execute("DELETE FROM lines WHERE file_id=?", (file_id,))
             memory_index.forget_file(conn, file_id)
             indexed_to, named = 0, 0
@@ -349,7 +368,8 @@ class IndexWriter:
             line_rows.append((file_id, offset, len(raw), t_min, t_max))
             key_rows.extend((k, file_id, offset) for k in keys)
         conn.executemany("INSERT OR REPLACE INTO lines VALUES (?, ?, ?, ?, ?)", line_rows)
-        conn.executemany("INSERT OR IGNORE INTO keys VALUES (?, ?, ?)", key_rows)
+        conn.executemany("INSERT OR IGNORE INTO recent_keys VALUES (?, ?, ?)", key_rows)
+        result.keys += len(key_rows)
         memory_index.record(conn, file_id, store_events)
         conn.execute("UPDATE files SET indexed_to=?, named=? WHERE id=?",
                      (end, named, file_id))
@@ -357,6 +377,28 @@ class IndexWriter:
         result.bytes += end - indexed_to
         if end < size and len(data) >= budget:
             result.pending = True
+
+
+def _forget_keys(conn: sqlite3.Connection, file_id: int) -> None:
+    for table in KEY_TABLES:
+        conn.execute(f"DELETE FROM {table} WHERE file_id=?", (file_id,))  # noqa: S608
+
+
+def _count_recent(conn: sqlite3.Connection, added: int) -> int:
+    """Count ``added`` keys into recent_keys (in the caller's transaction); once it holds
+    MERGE_ROWS, move them all to ``keys`` in key order. Returns how many moved (0 if
+    none). The count is of rows offered (a repeated key counts once more): a merge comes
+    at most that much early."""
+    row = conn.execute("SELECT value FROM meta WHERE name='recent_rows'").fetchone()
+    recent = int(row[0]) + added if row is not None else added
+    merged = 0
+    if recent >= MERGE_ROWS:
+        # recent_keys is read in its key order: ``keys`` gets one sorted pass.
+        conn.execute("INSERT OR IGNORE INTO keys SELECT key, file_id, offset FROM recent_keys")
+        conn.execute("DELETE FROM recent_keys")
+        merged, recent = recent, 0
+    conn.execute("INSERT OR REPLACE INTO meta VALUES ('recent_rows', ?)", (str(recent),))
+    return merged
 
 
 def _check_schema(conn: sqlite3.Connection) -> None:
@@ -445,12 +487,15 @@ class IndexReader:
         wanted = set(keys)
         self._lookups += 1
         marks = ",".join("?" * len(wanted))
-        found = self._snapshot(kind, lambda: self._conn.execute(
-            f"SELECT DISTINCT f.name, k.offset, l.length FROM keys k "  # noqa: S608
+        # The same lookup in each key table (recent and merged); UNION: each line once.
+        query = " UNION ".join(
+            f"SELECT f.name, k.offset, l.length FROM {table} k "  # noqa: S608
             f"JOIN files f ON f.id = k.file_id "
             f"JOIN lines l ON l.file_id = k.file_id AND l.offset = k.offset "
-            f"WHERE f.kind = ? AND k.key IN ({marks}) ORDER BY f.name, k.offset",
-            (kind, *wanted)).fetchall() if wanted else [])
+            f"WHERE f.kind = ? AND k.key IN ({marks})" for table in KEY_TABLES)
+        found = self._snapshot(kind, lambda: self._conn.execute(
+            query + " ORDER BY 1, 2", (kind, *wanted) * len(KEY_TABLES)).fetchall()
+            if wanted else [])
         rows, indexed = found if found is not None else ([], {})
         extents = [Extent(kind, name, offset, length) for name, offset, length in rows]
         yield from self.read(extents)
@@ -584,8 +629,9 @@ class IndexReader:
             return []
         try:
             rows = self._conn.execute(
-                "SELECT DISTINCT key FROM keys WHERE key >= ? AND key <= ? ORDER BY key LIMIT ?",
-                (low, high, limit)).fetchall()
+                " UNION ".join(f"SELECT key FROM {table} WHERE key >= ? AND key <= ?"  # noqa: S608
+                               for table in KEY_TABLES) + " ORDER BY 1 LIMIT ?",
+                (low, high) * len(KEY_TABLES) + (limit,)).fetchall()
         except sqlite3.DatabaseError as exc:
             self.errors.append(f"trace index {index_path(self.root)}: {exc}")
             return []

@@ -9,6 +9,8 @@ import sqlite3
 import stat
 from pathlib import Path
 
+import pytest
+
 from tracedray.telemetry import trace_index as ti
 
 TASK_A = "aa" * 16
@@ -247,3 +249,42 @@ def test_an_index_damaged_after_it_opened_is_read_around(tmp_path: Path) -> None
     found = list(index.lines(ti.TRACES, [ti.key("task", TASK_A)]))
     assert len(found) == 1 and index.errors  # scanned, and said so
     index.close()
+
+
+def test_keys_move_to_the_merged_table_and_are_found_in_either(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """New keys wait in ``recent_keys`` until MERGE_ROWS of them are there, then move to
+    ``keys`` at once; a reader finds a line, a prefix and a dropped file's absence
+    whichever table holds its keys."""
+    monkeypatch.setattr(ti, "MERGE_ROWS", 10)
+    root = session(tmp_path)
+    path = root / "traces" / "worker-1.jsonl"
+    append(path, span_line(TASK_A))  # 3 keys: task, actor, trace
+    writer = ti.IndexWriter(root)
+    assert writer.update().merged == 0
+    conn = sqlite3.connect(ti.index_path(root))
+
+    def counts() -> tuple[int, int]:
+        return (conn.execute("SELECT count(*) FROM keys").fetchone()[0],
+                conn.execute("SELECT count(*) FROM recent_keys").fetchone()[0])
+
+    assert counts() == (0, 3)
+    append(path, *(span_line(f"{i:032x}") for i in range(3)))  # 9 more: 12 >= 10
+    assert writer.update().merged == 12
+    assert counts() == (12, 0)  # a row per key and line
+    append(path, span_line(TASK_B), span_line(TASK_A, start=30, end=40))
+    writer.update()
+    assert counts()[1] > 0  # TASK_A's keys in both tables now
+    index, _ = ti.open_index(root, up_to_date=False)
+    assert index is not None
+    found = list(index.lines(ti.TRACES, [ti.key("task", TASK_A), ti.key("task", TASK_B)]))
+    assert [json.loads(raw)["resourceSpans"][0]["scopeSpans"][0]["spans"][0]
+            ["startTimeUnixNano"] for _, raw in found] == ["10", "10", "30"]
+    assert len(list(index.lines(ti.TRACES, [ti.key("trace", TRACE)]))) == 6  # each once
+    assert index.ids_with_prefix("task", "a") == [TASK_A, TASK_B]  # A merged, B recent
+    assert index.statistics().tail_lines_scanned == 0
+    index.close()
+    assert writer.forget(ti.TRACES, path.name, path.stat().st_size, "test") == ""
+    assert counts() == (0, 0)
+    conn.close()
+    writer.close()
