@@ -9,6 +9,8 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tracedray.telemetry import memory_index as mi
 from tracedray.telemetry import trace_index as ti
 
@@ -86,3 +88,17 @@ def test_an_index_older_than_the_table_is_not_trusted(tmp_path: Path) -> None:
     reader.close()
     events, warning = mi.events_of_line(b'{"name":"object.seal", broken')
     assert events == [] and "corrupt" in warning
+
+
+def test_a_line_of_inline_puts_is_not_parsed_and_a_shm_put_is_found(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    shm_put = _span("object.put", "05" * 8, **{"tracedray.object.id": "cc",
+                                               "tracedray.object.location": "shm"})
+    both = _line(INLINE_PUT, GET, shm_put).encode()
+    assert [(e.name, e.object_id) for e in mi.events_of_line(both)[0]] == [("object.put", "cc")]
+    # Compact, as tracedray writes it, and spaced, as a tool may rewrite it.
+    spaced = json.dumps(json.loads(both), indent=1).replace("\n", "").encode()
+    assert [e.object_id for e in mi.events_of_line(spaced)[0]] == ["cc"]
+    monkeypatch.setattr(mi, "json", None)  # a parse would fail: a warning, not ""
+    for line in (_line(INLINE_PUT, GET), _line(INLINE_PUT, GET).replace(" ", "")):
+        assert mi.events_of_line(line.encode()) == ([], "")
