@@ -15,6 +15,9 @@ followed it) and the median calls/s; ``--json`` saves the bursts. Select the tre
 ``PYTHONPATH=<tree>/src``.
 
 Usage: python benchmarks/actor_cpu.py [--bursts 9] [--calls 2000] [--settle 3] [--json F]
+       python benchmarks/actor_cpu.py --compare DIR   (DIR/before-*.json, DIR/after-*.json:
+       each side's bursts pooled: median calls/s with a 95% bootstrap interval, mean µs
+       of CPU per call per process)
 """
 
 from __future__ import annotations
@@ -87,13 +90,45 @@ def _by_kind(before: dict[int, float], after: dict[int, float],
     return spent
 
 
+def compare(folder: Path) -> None:
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from telemetry import median_interval
+
+    sides = {side: [burst for path in sorted(folder.glob(f"{side}-*.json"))
+                    for burst in json.loads(path.read_text())["bursts"]]
+             for side in ("before", "after")}
+    calls = json.loads(next(folder.glob("before-*.json")).read_text())["calls"]
+    print(f"{'':22} {'before':>22} {'after':>22}")
+    rates = {side: [b["calls_per_s"] for b in bursts] for side, bursts in sides.items()}
+    cells = []
+    for side in ("before", "after"):
+        low, high = median_interval(rates[side])
+        cells.append(f"{statistics.median(rates[side]):,.0f} [{low:,.0f}, {high:,.0f}]")
+    print(f"{'calls/s (median)':22} {cells[0]:>22} {cells[1]:>22}")
+    kinds = sorted({k for bursts in sides.values() for b in bursts for k in b["during"]})
+    for key, label in (("during", "in burst"), ("with_after", "with after")):
+        for kind in [*kinds, "total"]:
+            row = []
+            for side in ("before", "after"):
+                values = [(sum(b[key].values()) if kind == "total" else b[key].get(kind, 0.0))
+                          / calls * 1e6 for b in sides[side]]
+                row.append(f"{statistics.mean(values):.1f}")
+            print(f"{kind + ' µs ' + label:22} {row[0]:>22} {row[1]:>22}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--bursts", type=int, default=9)
     parser.add_argument("--calls", type=int, default=2000)
     parser.add_argument("--settle", type=float, default=3.0)
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--compare", type=Path, metavar="DIR")
     args = parser.parse_args()
+    if args.compare:
+        compare(args.compare)
+        return
 
     import tracedray as rt
 

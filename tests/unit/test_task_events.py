@@ -162,10 +162,15 @@ def test_recorded_at_a_given_time() -> None:
     buffer = TaskEventBuffer(client)  # type: ignore[arg-type]
     buffer.record(_spec(b"t"), "RUNNING", at=3.0, node_id="n")
     buffer.record(_spec(b"t"), "FINISHED", at=4.0, node_id="n")
+    buffer.record_ran(_spec(b"u"), 5.0, 6.0, node_id="n2", worker_id="w2", worker_pid=9)
     buffer.flush()
-    (event,) = client.events
-    assert (event.state, dict(event.state_times)) == ("FINISHED", {"RUNNING": 3.0,
-                                                                   "FINISHED": 4.0})
+    by_task = {event.task_id: event for event in client.events}
+    assert (by_task[b"t"].state, dict(by_task[b"t"].state_times)) == (
+        "FINISHED", {"RUNNING": 3.0, "FINISHED": 4.0})
+    ran = by_task[b"u"]
+    assert (ran.state, ran.time, dict(ran.state_times)) == ("FINISHED", 6.0,
+                                                            {"RUNNING": 5.0, "FINISHED": 6.0})
+    assert (ran.node_id, ran.worker_id, ran.worker_pid) == ("n2", "w2", 9)
 
 
 def test_a_young_actor_calls_first_state_alone_is_held_back() -> None:

@@ -213,15 +213,13 @@ class ActorSubmitter:
                 else:
                     done.append((task, result))
         end_dispatch_spans(task for task, result in done if not result.is_application_error)
-        record = self._task_events.record
+        record_ran = self._task_events.record_ran
         for task, result in done:
             _end(task, ok=not result.is_application_error)  # the failed ones
             if result.ended_at:  # the actor left the call's states to us (task_events.py)
-                node_id, worker_id, pid = result.node_id, result.worker_id, result.worker_pid
-                record(task.spec, "RUNNING", at=result.started_at, node_id=node_id,
-                       worker_id=worker_id, worker_pid=pid)
-                record(task.spec, "FINISHED", at=result.ended_at, node_id=node_id,
-                       worker_id=worker_id, worker_pid=pid)
+                record_ran(task.spec, result.started_at, result.ended_at,
+                           node_id=result.node_id, worker_id=result.worker_id,
+                           worker_pid=result.worker_pid)
             self._results.finish(task, list(result.returns),
                                      "FAILED" if result.is_application_error else "FINISHED",
                                      reported_by_executor=True)

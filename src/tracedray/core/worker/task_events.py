@@ -77,6 +77,21 @@ class TaskEventBuffer:
                 return
             self._pending.append(transition)
 
+    def record_ran(self, spec: common_pb2.TaskSpec, started: float, ended: float, *,
+                   node_id: str, worker_id: str, worker_pid: int) -> None:
+        """RUNNING at ``started`` and FINISHED at ``ended``, where another process ran the
+        task (an actor call whose actor left them to its caller): one hold of the lock."""
+        attempt = spec.attempt
+        running = _Transition(spec, attempt, "RUNNING", started, node_id, worker_id,
+                              worker_pid, "", "")
+        finished = _Transition(spec, attempt, "FINISHED", ended, node_id, worker_id,
+                               worker_pid, "", "")
+        with self._lock:
+            if len(self._pending) + 2 > MAX_BUFFERED:
+                self.dropped += 2  # GCS unreachable for long: keep memory bounded
+                return
+            self._pending += (running, finished)
+
     def defer_running(self, spec: common_pb2.TaskSpec, at: float, *, node_id: str,
                       worker_id: str, worker_pid: int) -> None:
         """An actor call started at ``at``: its RUNNING is recorded by the next flush if
@@ -129,12 +144,18 @@ def held_back(transitions: list[_Transition], now: float
               ) -> tuple[list[_Transition], list[_Transition]]:
     """(to send, to keep) (pure): an actor call's first state is kept while younger than
     ``HOLD_CALL_S`` and alone (no other state of the call is here)."""
+    young = now - HOLD_CALL_S
+    # The driver flushes every task's states through here: without a young call among
+    # them (normal tasks), a look at each one's state and time is all it costs.
+    if not any(t.state == FIRST_STATE and t.time > young
+               and t.spec.kind == common_pb2.ACTOR_METHOD for t in transitions):
+        return transitions, []
     moved_on = {t.spec.task_id for t in transitions if t.state != FIRST_STATE}
     send: list[_Transition] = []
     keep: list[_Transition] = []
     for t in transitions:
         spec = t.spec
-        if (t.state == FIRST_STATE and now - t.time < HOLD_CALL_S
+        if (t.state == FIRST_STATE and t.time > young
                 and spec.kind == common_pb2.ACTOR_METHOD and spec.task_id not in moved_on):
             keep.append(t)
         else:
