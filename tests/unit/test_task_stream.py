@@ -224,6 +224,35 @@ def test_a_lone_call_is_written_directly_and_a_burst_in_batches() -> None:
         srv.stop()
 
 
+def test_a_batch_is_written_directly_while_results_are_due() -> None:
+    """send_many's frames already share one write: they skip the writer thread (the
+    reader sends the tasks each batch of results makes room for), even while results
+    are due, and stay in order behind single frames still pending."""
+    release = threading.Event()
+
+    def held(spec: common_pb2.TaskSpec, reply: Reply) -> None:
+        if _number(spec.task_id) == 1:
+            release.wait(30)  # results stay due while the batches are sent
+        _echo(spec, reply)
+
+    srv = TaskStreamServer("127.0.0.1", held)
+    try:
+        caller = Caller(srv.port)
+        caller.conn.send(_spec(0))
+        caller.wait_results(1)
+        before = caller.conn.statistics().deferred_frames  # 0, or 1 if sent while connecting
+        caller.conn.send(_spec(1))  # idle stream: written directly, its result now due
+        for start in range(2, 42, 8):
+            caller.conn.send_many([_spec(i) for i in range(start, start + 8)])
+        assert caller.conn.statistics().deferred_frames == before
+        release.set()
+        assert caller.wait_results(42) == list(range(42))
+        caller.close_cleanly()
+    finally:
+        release.set()
+        srv.stop()
+
+
 def test_slow_worker_never_blocks_the_sender_and_keeps_order() -> None:
     release = threading.Event()
 

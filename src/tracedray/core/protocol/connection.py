@@ -6,12 +6,15 @@ One TCP connection per (caller, worker) keeps actor calls in submission order
 Sending never blocks the caller, who usually holds its submitter's lock. When
 the stream is idle (every result back, nothing pending: the round-trip case,
 where a thread handoff would cost the most) the calling thread writes the frame
-itself with a non-blocking ``send``. Otherwise the frame joins a pending buffer
-that a writer thread, started on first need, drains in order and in batches:
+itself with a non-blocking ``send``. So does ``send_many`` whenever nothing is
+pending: its tasks already go in one write (a batch of results makes room for the
+next tasks, which the reader sends), and handing that write to the writer thread cost
+the driver a wake-up and GIL hand-offs per batch. Otherwise the frame joins a pending
+buffer that a writer thread, started on first need, drains in order and in batches:
 while results are still due the worker is busy with the earlier tasks anyway,
-and one write for many frames costs both ends less than one each. Bytes the
-kernel does not take yet go to that buffer too. Connecting happens on the reader
-thread, with frames sent before it completes waiting in the buffer.
+and one write for many frames sent one by one costs both ends less than one each.
+Bytes the kernel does not take yet go to that buffer too. Connecting happens on the
+reader thread, with frames sent before it completes waiting in the buffer.
 
 One reader thread reads result frames and calls ``on_results``; when the stream
 ends it calls ``on_broken`` exactly once, unless ``close()`` was called and the
@@ -74,19 +77,21 @@ class WorkerConnection:
 
     # --- caller side
     def send(self, spec: common_pb2.TaskSpec) -> None:
-        self._send(task_stream.one_item_frame(spec), 1)
+        self._send(task_stream.one_item_frame(spec), 1, batched=False)
 
     def send_many(self, specs: list[common_pb2.TaskSpec]) -> None:
-        """Send several tasks in one write (frames as ``send`` would send them one by one)."""
+        """Send several tasks in one write (frames as ``send`` would send them one by one),
+        from this thread unless frames are pending."""
         if specs:
             self._send(b"".join([task_stream.one_item_frame(spec) for spec in specs]),
-                       len(specs))
+                       len(specs), batched=True)
 
-    def _send(self, data: bytes, frames: int) -> None:
+    def _send(self, data: bytes, frames: int, *, batched: bool) -> None:
         with self._cond:
             if self._closed or self._ended or self._failure is not None:
                 return  # on_broken (or the caller's own close) accounts for the task
-            results_due = self._frames_sent > self._results_received  # one result per task
+            # A lone frame while results are due waits for the writer, to share its write.
+            results_due = not batched and self._frames_sent > self._results_received
             self._frames_sent += frames
             if self._deferring or results_due:
                 self._deferring = True
