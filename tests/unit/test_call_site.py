@@ -29,3 +29,15 @@ def test_the_demo_is_the_user_s_program_not_the_runtime() -> None:
     demo = os.path.join(call_site._PACKAGE_DIR, "demo.py")
     runtime = os.path.join(call_site._PACKAGE_DIR, "core", "api.py")
     assert _site_from(demo, inner=runtime) == "demo.py:1 in <module>"
+
+
+def test_each_line_is_its_own_site_and_a_full_cache_starts_over(monkeypatch) -> None:
+    # Sites are cached per file, line and function: never one line's text for another.
+    source = "def f():\n    a = user_call_site(1)\n    b = user_call_site(1)\n    return a, b\n"
+    namespace: dict[str, object] = {"user_call_site": call_site.user_call_site}
+    exec(compile(source + "sites = f()", "/home/me/job.py", "exec"), namespace)
+    assert namespace["sites"] == ("job.py:2 in f", "job.py:3 in f")
+    monkeypatch.setattr(call_site, "MAX_CACHED", 1)
+    exec(compile(source + "sites = f()", "/home/me/other.py", "exec"), namespace)
+    assert namespace["sites"] == ("other.py:2 in f", "other.py:3 in f")
+    assert len(call_site._sites) == 1

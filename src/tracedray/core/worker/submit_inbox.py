@@ -64,7 +64,10 @@ class SubmitInbox(Generic[T]):
         self._lone_after_s = lone_after_s
         self._last_put = float("-inf")
         self._name = name
-        self._cond = threading.Condition(threading.Lock())
+        # put() takes the lock itself, not through the Condition's Python-level
+        # __enter__/__exit__ (two frames at every .remote()); it is the same lock.
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
         # Held while a batch is taken and handed over: batches never overlap, so
         # items reach the handler in the order they were put.
         self._handing = threading.Lock()
@@ -88,7 +91,7 @@ class SubmitInbox(Generic[T]):
             finally:
                 self._handing.release()
             return
-        with self._cond:
+        with self._lock:
             if self._closed:
                 closed = True
             else:
