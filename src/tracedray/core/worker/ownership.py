@@ -130,9 +130,11 @@ class Ownership:
             # Captured refs owned elsewhere: their -1s are queued behind every update
             # made before (the table did that); only those owned here are let go here.
             notify_owners |= action.released_remote_captured
-            borrower = rt.captured_in(action.object_id)
-            for inner_id, _ in action.contained:
-                self.run_release_actions(self._references.update_borrower(inner_id, borrower, -1))
+            if action.contained:
+                borrower = rt.captured_in(action.object_id)
+                for inner_id, _ in action.contained:
+                    self.run_release_actions(
+                        self._references.update_borrower(inner_id, borrower, -1))
         deleted = self._references.forget_unreferenced(deleted, self._memory_store.delete)
         self._lineage.forget(deleted)
         local_frees = grpc_frees = 0
