@@ -4,7 +4,8 @@ gotten at once (the same burst as ``submitter-2026-11-27b/driver_cpu.py``), read
 names from ``threading.enumerate()`` (``native_id``). Threads that are not Python's
 (grpc's, for example) are summed as ``<native>``.
 
-Usage: python driver_threads.py [--py-spy OUT.txt]   (prints one JSON line)
+Usage: python driver_threads.py [--py-spy OUT.txt]   (prints one JSON line;
+         DRIVER_THREADS_GIL=1: py-spy samples only the thread holding the GIL)
        python driver_threads.py --ab BEFORE_SRC AFTER_SRC PAIRS OUT.json (appends; ABBA)
        python driver_threads.py --summary OUT.json
 """
@@ -79,7 +80,9 @@ def child(py_spy: str | None) -> None:
     if py_spy:
         spy = subprocess.Popen([str(Path(sys.executable).parent / "py-spy"), "record", "-p",
                                 str(os.getpid()), "--rate", "500", "--format", "raw",
-                                "-o", py_spy, "--threads", "--nonblocking"],
+                                "-o", py_spy, "--threads", "--nonblocking",
+                                # --gil: only the thread holding the GIL (its Python CPU)
+                                *(["--gil"] if os.environ.get("DRIVER_THREADS_GIL") else [])],
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         time.sleep(1.0)
     before, before_sys = _thread_cpu(), _thread_cpu(system_only=True)
