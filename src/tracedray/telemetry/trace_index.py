@@ -55,7 +55,7 @@ from tracedray.telemetry.index_keys import span_line_times as span_line_times
 
 T = TypeVar("T")
 INDEX_NAME = "trace_index.sqlite"
-SCHEMA_VERSION = "4"
+SCHEMA_VERSION = "5"
 # What one update indexes at most: one write transaction, one write lock. A commit writes
 # every B-tree page the transaction touched (keys are random ids: a page per key, nearly)
 # to the WAL and checkpoints them: with 256 KiB (~85 tasks' spans) a commit cost ~40 µs of
@@ -63,14 +63,20 @@ SCHEMA_VERSION = "4"
 # (indexing a task's spans ~70-95 µs -> ~32-47 µs, benchmarks/results/telemetry-2026-11-27b).
 # A writer holds the lock ~20-40 ms of its CPU for it; readers (WAL) never wait on it.
 DEFAULT_MAX_BYTES = 2 << 20
-# New keys go to ``recent_keys``, a small table, and move to ``keys`` in one sorted pass
-# once it holds MERGE_ROWS. Keys are random ids: entered in ``keys`` directly, each
-# transaction's ~5,000 keys touched nearly every page of it, and each commit rewrote
-# them all (to the WAL, then at the checkpoint), so a task's index cost grew with the
-# session (36 -> 63 µs of CPU per task's spans over 70,000 tasks). At 32k keys (~1.3 MiB)
-# ``recent_keys`` stays within SQLite's default 2 MiB page cache, and a merge touches
-# each page of ``keys`` at most once per MERGE_ROWS keys. Readers look in both tables.
+# Keys are random ids: entered in one table, each transaction's ~5,000 keys touched
+# nearly every page of it, and each commit rewrote them all (to the WAL, then at the
+# checkpoint), so a task's index cost grew with the session (36 -> 63 µs of CPU per
+# task's spans over 70,000 tasks). So keys enter small tables first and move on in
+# sorted passes, as in an LSM tree: new keys go to ``recent_keys`` (at 32k keys, ~1.3 MiB:
+# within SQLite's default 2 MiB page cache); once it holds MERGE_ROWS they move to
+# ``mid_keys``, and once that holds MID_ROWS, to ``keys``. A pass touches each page of
+# the table it enters at most once, so a key costs O(pages / keys moved) per level, not
+# a page of the whole index. Readers look in all three (KEY_TABLES). Over 600,000
+# tasks a task's spans cost 50 -> 100 µs to index in one table, ~30-40 µs so; the
+# transaction that moves mid_keys on (every ~170,000 tasks) takes ~1 s of CPU, with
+# the write lock (readers never wait for it: WAL).
 MERGE_ROWS = 32 << 10
+MID_ROWS = 1 << 20
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta(name TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -90,11 +96,14 @@ CREATE TABLE IF NOT EXISTS dropped(
 CREATE TABLE IF NOT EXISTS keys(
     key BLOB NOT NULL, file_id INTEGER NOT NULL, offset INTEGER NOT NULL,
     PRIMARY KEY(key, file_id, offset)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS mid_keys(
+    key BLOB NOT NULL, file_id INTEGER NOT NULL, offset INTEGER NOT NULL,
+    PRIMARY KEY(key, file_id, offset)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS recent_keys(
     key BLOB NOT NULL, file_id INTEGER NOT NULL, offset INTEGER NOT NULL,
     PRIMARY KEY(key, file_id, offset)) WITHOUT ROWID;
 """
-KEY_TABLES = ("keys", "recent_keys")
+KEY_TABLES = ("keys", "mid_keys", "recent_keys")
 
 
 def index_path(session_root: Path) -> Path:
@@ -128,7 +137,7 @@ class IndexUpdate:
     rebuilt: bool = False  # the index did not open and was built anew
     error: str = ""
     keys: int = 0  # key rows entered (in recent_keys)
-    merged: int = 0  # key rows moved from recent_keys to keys
+    merged: int = 0  # key rows moved on from recent_keys (and from mid_keys)
 
 
 def _connect(path: Path, *, timeout_s: float) -> sqlite3.Connection:
@@ -141,7 +150,8 @@ def _connect(path: Path, *, timeout_s: float) -> sqlite3.Connection:
     conn.executescript(memory_index.SCHEMA)
     conn.execute(memory_index.MARK_FRESH)
     conn.execute("INSERT OR IGNORE INTO meta VALUES ('schema', ?)", (SCHEMA_VERSION,))
-    conn.execute("INSERT OR IGNORE INTO meta VALUES ('recent_rows', '0')")
+    conn.executemany("INSERT OR IGNORE INTO meta VALUES (?, '0')",
+                     [("rows:recent_keys",), ("rows:mid_keys",)])
     return conn
 
 
@@ -385,20 +395,27 @@ def _forget_keys(conn: sqlite3.Connection, file_id: int) -> None:
 
 
 def _count_recent(conn: sqlite3.Connection, added: int) -> int:
-    """Count ``added`` keys into recent_keys (in the caller's transaction); once it holds
-    MERGE_ROWS, move them all to ``keys`` in key order. Returns how many moved (0 if
-    none). The count is of rows offered (a repeated key counts once more): a merge comes
-    at most that much early."""
-    row = conn.execute("SELECT value FROM meta WHERE name='recent_rows'").fetchone()
-    recent = int(row[0]) + added if row is not None else added
-    merged = 0
-    if recent >= MERGE_ROWS:
-        # recent_keys is read in its key order: ``keys`` gets one sorted pass.
-        conn.execute("INSERT OR IGNORE INTO keys SELECT key, file_id, offset FROM recent_keys")
-        conn.execute("DELETE FROM recent_keys")
-        merged, recent = recent, 0
-    conn.execute("INSERT OR REPLACE INTO meta VALUES ('recent_rows', ?)", (str(recent),))
-    return merged
+    """Count ``added`` keys into recent_keys (in the caller's transaction) and move a
+    level's keys on to the next once it holds its limit (MERGE_ROWS, MID_ROWS). Returns
+    how many moved (0 if none). Counts are of rows offered (a repeated key counts again):
+    a move comes at most that much early."""
+    moved = 0
+    for table, limit, into in (("recent_keys", MERGE_ROWS, "mid_keys"),
+                               ("mid_keys", MID_ROWS, "keys")):
+        name = f"rows:{table}"
+        row = conn.execute("SELECT value FROM meta WHERE name=?", (name,)).fetchone()
+        rows = (int(row[0]) if row is not None else 0) + added
+        added = 0
+        if rows >= limit:
+            # Read in its key order: the next table gets one sorted pass.
+            conn.execute(f"INSERT OR IGNORE INTO {into} "  # noqa: S608
+                         f"SELECT key, file_id, offset FROM {table}")
+            conn.execute(f"DELETE FROM {table}")  # noqa: S608
+            moved, added, rows = moved + rows, rows, 0
+        conn.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (name, str(rows)))
+        if not added:
+            break
+    return moved
 
 
 def _check_schema(conn: sqlite3.Connection) -> None:

@@ -251,12 +251,13 @@ def test_an_index_damaged_after_it_opened_is_read_around(tmp_path: Path) -> None
     index.close()
 
 
-def test_keys_move_to_the_merged_table_and_are_found_in_either(
+def test_keys_move_on_level_by_level_and_are_found_in_any(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """New keys wait in ``recent_keys`` until MERGE_ROWS of them are there, then move to
-    ``keys`` at once; a reader finds a line, a prefix and a dropped file's absence
-    whichever table holds its keys."""
+    ``mid_keys`` at once, and from there to ``keys`` once it holds MID_ROWS; a reader
+    finds a line, a prefix and a dropped file's absence whichever table holds its keys."""
     monkeypatch.setattr(ti, "MERGE_ROWS", 10)
+    monkeypatch.setattr(ti, "MID_ROWS", 20)
     root = session(tmp_path)
     path = root / "traces" / "worker-1.jsonl"
     append(path, span_line(TASK_A))  # 3 keys: task, actor, trace
@@ -264,27 +265,33 @@ def test_keys_move_to_the_merged_table_and_are_found_in_either(
     assert writer.update().merged == 0
     conn = sqlite3.connect(ti.index_path(root))
 
-    def counts() -> tuple[int, int]:
-        return (conn.execute("SELECT count(*) FROM keys").fetchone()[0],
-                conn.execute("SELECT count(*) FROM recent_keys").fetchone()[0])
+    def counts() -> tuple[int, ...]:
+        return tuple(conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0]  # noqa: S608
+                     for table in ti.KEY_TABLES)
 
-    assert counts() == (0, 3)
+    assert counts() == (0, 0, 3)
     append(path, *(span_line(f"{i:032x}") for i in range(3)))  # 9 more: 12 >= 10
     assert writer.update().merged == 12
-    assert counts() == (12, 0)  # a row per key and line
-    append(path, span_line(TASK_B), span_line(TASK_A, start=30, end=40))
+    assert counts() == (0, 12, 0)  # a row per key and line
+    append(path, *(span_line(f"{i:032x}") for i in range(3, 6)))  # 9: still recent
     writer.update()
-    assert counts()[1] > 0  # TASK_A's keys in both tables now
+    assert counts() == (0, 12, 9)
+    append(path, span_line(TASK_B))  # 12 recent >= 10 -> 24 mid >= 20 -> keys
+    assert writer.update().merged == 12 + 24
+    assert counts() == (24, 0, 0)
+    append(path, span_line(TASK_A, start=30, end=40))
+    writer.update()
+    assert counts() == (24, 0, 3)  # TASK_A's keys in two tables now
     index, _ = ti.open_index(root, up_to_date=False)
     assert index is not None
     found = list(index.lines(ti.TRACES, [ti.key("task", TASK_A), ti.key("task", TASK_B)]))
     assert [json.loads(raw)["resourceSpans"][0]["scopeSpans"][0]["spans"][0]
             ["startTimeUnixNano"] for _, raw in found] == ["10", "10", "30"]
-    assert len(list(index.lines(ti.TRACES, [ti.key("trace", TRACE)]))) == 6  # each once
-    assert index.ids_with_prefix("task", "a") == [TASK_A, TASK_B]  # A merged, B recent
+    assert len(list(index.lines(ti.TRACES, [ti.key("trace", TRACE)]))) == 9  # each once
+    assert index.ids_with_prefix("task", "a") == [TASK_A, TASK_B]
     assert index.statistics().tail_lines_scanned == 0
     index.close()
     assert writer.forget(ti.TRACES, path.name, path.stat().st_size, "test") == ""
-    assert counts() == (0, 0)
+    assert counts() == (0, 0, 0)
     conn.close()
     writer.close()
