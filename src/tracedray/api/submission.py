@@ -156,9 +156,14 @@ def build_task(worker: CoreWorker, plan: TaskPlan, args: Sequence[Any],
     task.retry_exceptions = plan.retry_exceptions
     task.resource_shape = plan.resource_shape
     record.task = task
-    refs = [worker.new_owned_ref(ids.object_id_for(task_id, i + 1), site)
-            for i in range(max(plan.num_returns, 1))]
-    task.return_ids = [r.binary() for r in refs]
+    if plan.num_returns <= 1:  # most tasks: no comprehensions (each a frame in 3.11)
+        object_id = ids.object_id_for(task_id, 1)
+        refs = [worker.new_owned_ref(object_id, site)]
+        task.return_ids = [object_id]
+    else:
+        refs = [worker.new_owned_ref(ids.object_id_for(task_id, i + 1), site)
+                for i in range(plan.num_returns)]
+        task.return_ids = [r.binary() for r in refs]
     return Built(task, refs, record)
 
 
