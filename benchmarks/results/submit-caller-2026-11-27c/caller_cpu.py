@@ -92,6 +92,8 @@ def summary(path: Path) -> None:
     loads = [p["load"] for p in pairs]
     print(f"{len(pairs)} pairs, load average {min(loads):.1f}-{max(loads):.1f}")
     for name in FIGURES:
+        if not all(name in p["before"] for p in pairs):
+            continue  # measured by a later version of this script
         before = [p["before"][name] for p in pairs]
         after = [p["after"][name] for p in pairs]
         ratios = [b / a for b, a in zip(before, after, strict=True)]  # > 1: after is less
