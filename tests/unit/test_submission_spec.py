@@ -20,7 +20,7 @@ from tracedray.core.object_ref import ObjectRef
 from tracedray.core.worker.reference_table import ReferenceTable
 from tracedray.core.worker.retry_policy import ANY_EXCEPTION, NO_RETRY, RetryExceptions
 from tracedray.core.worker.task_events import TaskEventBuffer
-from tracedray.telemetry import otlp_json
+from tracedray.telemetry import instruments, otlp_json
 from tracedray.telemetry.append_file import read_data
 
 
@@ -204,3 +204,21 @@ def test_the_span_opened_later_is_a_child_of_the_span_current_at_the_call(
     assert span.parent.span_id == outer.get_span_context().span_id
     assert span.context.trace_id == outer.get_span_context().trace_id
     assert before <= (span.start_time or 0) <= built.record.ended_at  # started at the call
+
+
+def test_a_record_that_fails_to_record_still_lets_the_task_go(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # The inbox hands the task over after write(): a telemetry failure there must not
+    # raise (it would drop the batch), and the task's first event is still recorded.
+    worker: Any = _Worker()
+    built = submission.build_task(worker, _plan(worker), (), {}, call_site="a.py:1 in f")
+
+    def broken(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("telemetry broke")
+
+    monkeypatch.setattr(instruments, "task_submitted", broken)
+    built.record.ended_at = time.time_ns()
+    built.record.write()
+    [event] = worker.task_events._pending
+    assert event.state == "PENDING_ARGS_AVAIL"
+    built.record.span.end()  # an owner ending it (an actor's creation) does nothing

@@ -63,23 +63,26 @@ class SubmitRecord:
         # Without a span the line names the current span's ids (taken now), as before.
         self._line = logs.later_info(LOGGER, "task.submit", trace_ids_given=parent is not None)
         self.task: PendingTask | None = None
-        self.span: Any = None
+        self.span: Any = INVALID_SPAN  # until written: ending it does nothing
         self.ended_at: int | None = None
 
     def write(self) -> None:
         """Open the span and stamp the spec, write the line, end the span at ``ended_at``
-        if set, and record the task's first event."""
-        self._open_and_write_line()
-        if self.ended_at is not None:
-            with contextlib.suppress(Exception):  # telemetry never breaks a submission
+        if set, and record the task's first event. Never raises: the inbox hands the
+        task over after it, whatever happened here."""
+        with contextlib.suppress(Exception):  # telemetry never stops a submission
+            self._open_and_write_line()
+            if self.ended_at is not None:
                 self.span.end(end_time=self.ended_at)
         self._events.record(self._spec, "PENDING_ARGS_AVAIL", at=self._at)
 
     def fail(self, error: BaseException) -> None:
         """The task could not be built (an argument that cannot be pickled): its span
-        ends now with ``error``, and its line tells of the attempt, as they always did."""
-        self._open_and_write_line()
-        telemetry.finish_span(self.span, error=error)
+        ends now with ``error``, and its line tells of the attempt, as they always did.
+        Never raises (the caller raises ``error``)."""
+        with contextlib.suppress(Exception):
+            self._open_and_write_line()
+            telemetry.finish_span(self.span, error=error)
 
     def _open_and_write_line(self) -> None:
         spec = self._spec
