@@ -43,8 +43,8 @@ class SubmitRecord:
     (``span``, once written: an actor's creation ends it once the GCS has answered)."""
 
     __slots__ = ("_events", "_spec", "_function", "_kind", "_call_site", "_job_id",
-                 "_max_retries", "_actor_id", "_parent", "_start_ns", "_at", "_line",
-                 "task", "span", "ended_at")
+                 "_max_retries", "_actor_id", "_parent", "_start_ns", "_at", "_line_task",
+                 "_line_ids", "task", "span", "ended_at")
 
     def __init__(self, events: TaskEventBuffer, spec: common_pb2.TaskSpec, *, function: str,
                  kind: str, call_site: str, job_id: bytes, max_retries: int,
@@ -59,9 +59,12 @@ class SubmitRecord:
         self._actor_id = actor_id
         parent = self._parent = instruments.submit_parent()  # None: telemetry off
         self._start_ns = start_ns = time.time_ns()
-        self._at = start_ns / 1e9  # the task event's time
-        # Without a span the line names the current span's ids (taken now), as before.
-        self._line = logs.later_info(LOGGER, "task.submit", trace_ids_given=parent is not None)
+        self._at = start_ns / 1e9  # the line's and the task event's time
+        # The line's moment: its task context (None: INFO lines are not written) and,
+        # without a span of its own to name, the current span's ids, taken now.
+        line_task = self._line_task = logs.info_context()
+        self._line_ids = (logs.current_trace_ids() if parent is None and line_task is not None
+                          else None)
         self.task: PendingTask | None = None
         self.span: Any = INVALID_SPAN  # until written: ending it does nothing
         self.ended_at: int | None = None
@@ -98,13 +101,15 @@ class SubmitRecord:
             # The dispatch's parent: a PendingSpan serves as one without a SpanContext.
             task.trace_parent = (span if isinstance(span, telemetry.PendingSpan)
                                  else span.get_span_context())
-        line = self._line
-        if line is None:
+        line_task = self._line_task
+        if line_task is None:
             return
         if hex_ids is None:
-            line.write(task_id=task_id.hex(), function=self._function,
-                       call_site=self._call_site, attempt=0)
+            logs.write_info_at(LOGGER, "task.submit", self._at, line_task, self._line_ids,
+                               task_id=task_id.hex(), function=self._function,
+                               call_site=self._call_site, attempt=0)
         else:
-            line.write(task_id=task_id.hex(), function=self._function,
-                       call_site=self._call_site, attempt=0, trace_id=hex_ids[0],
-                       span_id=hex_ids[1])
+            logs.write_info_at(LOGGER, "task.submit", self._at, line_task, None,
+                               task_id=task_id.hex(), function=self._function,
+                               call_site=self._call_site, attempt=0, trace_id=hex_ids[0],
+                               span_id=hex_ids[1])

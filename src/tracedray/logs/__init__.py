@@ -22,31 +22,33 @@ from tracedray.logs._context import (
 from tracedray.logs._process_info import installed_packages
 from tracedray.logs._setup import (
     DeferredLine,
-    LaterLine,
     configure,
+    current_trace_ids,
     defer_info,
     get_logger,
-    later_info,
+    info_context,
     record_process_exit,
     statistics,
+    write_info_at,
 )
 from tracedray.logs._sink import LogStatistics
 
 __all__ = [
     "DeferredLine",
-    "LaterLine",
     "LogStatistics",
     "configure",
+    "current_trace_ids",
     "defer_info",
     "enter_task_context",
     "exit_task_context",
     "get_logger",
+    "info_context",
     "install_output_capture",
     "installed_packages",
-    "later_info",
     "record_process_exit",
     "set_process_context",
     "statistics",
     "task_context",
     "uninstall_output_capture",
+    "write_info_at",
 ]

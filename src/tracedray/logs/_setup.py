@@ -239,33 +239,32 @@ class DeferredLine:
         _write_info(self._fields, self._time, self._task)
 
 
-class LaterLine:
-    """An INFO line whose moment is taken now and whose fields are given when it is
-    written, later, from another thread: what ``.remote()`` pays for its ``task.submit``
-    line is the time and the task context (the fields are the task's, which the submit
-    inbox reads off the spec). Written, it is byte for byte what
-    ``get_logger(name).info(event, **fields)`` would have written at that moment.
+def info_context() -> Mapping[str, Any] | None:
+    """The task context an INFO line logged now carries, for a line whose moment is now
+    and whose fields come later (:func:`write_info_at`); None when INFO lines are not
+    written. The submit inbox writes ``task.submit`` so: what ``.remote()`` pays for its
+    line is this and the time."""
+    if _processors.state.min_level > _processors.LEVELS["info"]:
+        return None
+    return _context.task_fields()
 
-    ``trace_ids_given``: the fields will hold ``trace_id`` and ``span_id``; otherwise
-    the current span's are taken now, as a line logged now would carry them.
-    """
 
-    __slots__ = ("_name", "_event", "_time", "_task", "_trace_ids")
+def write_info_at(name: str, event: str, at: float, task: Mapping[str, Any],
+                  trace_ids: tuple[str, str] | None, **fields: Any) -> None:
+    """Write, from any thread, the line ``get_logger(name).info(event, **fields)`` would
+    have written at ``at`` (``time.time()``) in ``task``'s context (:func:`info_context`),
+    byte for byte. ``trace_ids``: the current span's ids then, for fields that name none
+    (a line logged then would carry them). Never raises."""
+    event_dict = {"logger": name, **fields, "event": event}
+    if trace_ids is not None:
+        event_dict.setdefault("trace_id", trace_ids[0])
+        event_dict.setdefault("span_id", trace_ids[1])
+    _write_info(event_dict, at, task)
 
-    def __init__(self, name: str, event: str, *, trace_ids_given: bool) -> None:
-        self._name = name
-        self._event = event
-        self._time = time.time()
-        self._task = _context.task_fields()
-        self._trace_ids = None if trace_ids_given else _processors.current_trace_ids()
 
-    def write(self, **fields: Any) -> None:
-        event_dict = {"logger": self._name, **fields, "event": self._event}
-        ids = self._trace_ids
-        if ids is not None:
-            event_dict.setdefault("trace_id", ids[0])
-            event_dict.setdefault("span_id", ids[1])
-        _write_info(event_dict, self._time, self._task)
+def current_trace_ids() -> tuple[str, str] | None:
+    """The current span's (trace id, span id) in hex, as a line logged now names them."""
+    return _processors.current_trace_ids()
 
 
 def _write_info(event_dict: dict[str, Any], at: float, task: Mapping[str, Any]) -> None:
@@ -288,11 +287,3 @@ def defer_info(name: str, event: str, **fields: Any) -> DeferredLine | None:
     if _processors.state.min_level > _processors.LEVELS["info"]:
         return None
     return DeferredLine({"logger": name, **fields, "event": event})
-
-
-def later_info(name: str, event: str, *, trace_ids_given: bool) -> LaterLine | None:
-    """A line of ``name``'s logger whose moment is now and whose fields are given to its
-    ``write()``; None when INFO lines are not written."""
-    if _processors.state.min_level > _processors.LEVELS["info"]:
-        return None
-    return LaterLine(name, event, trace_ids_given=trace_ids_given)

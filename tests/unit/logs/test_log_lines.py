@@ -216,22 +216,28 @@ def test_a_deferred_line_is_the_line_logged_where_it_was_taken(
 
 def test_a_later_line_is_the_line_logged_where_its_moment_was_taken(
         tmp_path: Path, read_log, monkeypatch: pytest.MonkeyPatch) -> None:
+    import time
+
     logs.configure("driver", session_dir=tmp_path)
     telemetry.configure("driver", session_dir=tmp_path)
     fields = {"task_id": "cd", "function": "f", "call_site": "x.py:1", "attempt": 0}
+    given_ids = {"trace_id": "1" * 32, "span_id": "2" * 16}
     log = logs.get_logger("tracedray.core.submission")
     with logs.task_context(task_id="ab" * 8, attempt=2), telemetry.span("outer"):
-        # Its fields come later; the current span's ids are taken now unless it is told
-        # the fields will name them.
-        taken = logs.later_info("tracedray.core.submission", "task.submit",
-                                trace_ids_given=False)
-        given = logs.later_info("tracedray.core.submission", "task.submit",
-                                trace_ids_given=True)
+        # Its moment is taken now (time, task context, and the current span's ids for
+        # fields that will name none); its fields come later.
+        at, task, ids = time.time(), logs.info_context(), logs.current_trace_ids()
         log.info("task.submit", **fields)
-        log.info("task.submit", **fields, trace_id="1" * 32, span_id="2" * 16)
-    assert taken is not None and given is not None
-    writer = threading.Thread(target=lambda: (
-        taken.write(**fields), given.write(**fields, trace_id="1" * 32, span_id="2" * 16)))
+        log.info("task.submit", **fields, **given_ids)
+    assert task is not None and ids is not None
+
+    def write() -> None:
+        logs.write_info_at("tracedray.core.submission", "task.submit", at, task, ids,
+                           **fields)
+        logs.write_info_at("tracedray.core.submission", "task.submit", at, task, None,
+                           **fields, **given_ids)
+
+    writer = threading.Thread(target=write)
     writer.start()
     writer.join()
     *_, direct, direct_given, later, later_given = read_log(tmp_path)
@@ -242,4 +248,4 @@ def test_a_later_line_is_the_line_logged_where_its_moment_was_taken(
         assert deferred == now
     monkeypatch.setenv("TRACEDRAY_LOG_LEVEL", "warning")
     logs.configure("driver", session_dir=tmp_path / "quiet")
-    assert logs.later_info("x", "task.submit", trace_ids_given=True) is None
+    assert logs.info_context() is None
