@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from tracedray.telemetry import index_reader
 from tracedray.telemetry import memory_index as mi
 from tracedray.telemetry import trace_index as ti
 
@@ -55,7 +56,7 @@ def test_the_writer_keeps_each_store_event_once(tmp_path: Path) -> None:
     writer = ti.IndexWriter(tmp_path)
     assert not writer.update().error
     assert _rows(tmp_path) == [("object.seal", "aa", NODE)]  # no inline put, no get
-    reader, _ = ti.open_index(tmp_path, up_to_date=False)
+    reader, _ = index_reader.open_index(tmp_path, up_to_date=False)
     assert reader is not None
     with path.open("a") as out:  # not indexed yet: a tail line
         out.write(_line(FREE) + "\n")
@@ -82,7 +83,7 @@ def test_an_index_older_than_the_table_is_not_trusted(tmp_path: Path) -> None:
     writer = ti.IndexWriter(tmp_path)  # a newer writer opens it: lines indexed, no events
     writer.update()
     writer.close()
-    reader, _ = ti.open_index(tmp_path, up_to_date=False)
+    reader, _ = index_reader.open_index(tmp_path, up_to_date=False)
     assert reader is not None
     assert reader.store_events() is None
     reader.close()

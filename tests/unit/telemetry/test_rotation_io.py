@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tracedray.telemetry import line_file
+from tracedray.telemetry import index_reader, line_file
 from tracedray.telemetry import trace_index as ti
 from tracedray.telemetry.rotation import Limits
 from tracedray.telemetry.rotation_io import Rotator
@@ -23,7 +23,7 @@ def log_line(task_id: str, number: int) -> str:
 
 
 def lines_of(root: Path, task_id: str) -> list[tuple[str, bytes]]:
-    index, _ = ti.open_index(root)
+    index, _ = index_reader.open_index(root)
     assert index is not None
     try:
         return list(index.lines(ti.LOGS, [ti.key("task", task_id)]))
@@ -77,7 +77,7 @@ def test_a_line_stays_found_through_rotation_compression_and_is_gone_after_a_dro
     assert line_file.stored_path(tmp_path / "logs" / "worker-7.000001.jsonl") is None
     assert lines_of(tmp_path, TASK_A) == []
     assert len(lines_of(tmp_path, TASK_B)) == 1  # the current file is never dropped
-    index, _ = ti.open_index(tmp_path)
+    index, _ = index_reader.open_index(tmp_path)
     assert index is not None
     try:
         note = index.gone(ti.LOGS)

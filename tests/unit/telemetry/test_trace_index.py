@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from tracedray.telemetry import index_reader
 from tracedray.telemetry import trace_index as ti
 
 TASK_A = "aa" * 16
@@ -77,7 +78,7 @@ def test_writer_indexes_new_lines_only_and_reader_reads_only_them(tmp_path: Path
     assert writer.update().lines == 0  # nothing new
     append(traces, span_line(TASK_A, start=30, end=40))
     assert writer.update().lines == 1
-    index, why = ti.open_index(root)
+    index, why = index_reader.open_index(root)
     assert index is not None, why
     found = list(index.lines(ti.TRACES, [ti.key("task", TASK_A)]))
     assert [name for name, _ in found] == ["worker-42.jsonl"] * 2
@@ -101,7 +102,7 @@ def test_reader_scans_what_the_writer_has_not_indexed(tmp_path: Path) -> None:
     append(logs, log_line("c", task_id=TASK_A), log_line("d", task_id=TASK_B))
     with open(logs, "a") as out:
         out.write('{"half":')  # still being written
-    index, _ = ti.open_index(root, up_to_date=False)  # as in a read-only session
+    index, _ = index_reader.open_index(root, up_to_date=False)  # as in a read-only session
     assert index is not None
     events = [json.loads(raw)["event"] for _, raw in index.lines(ti.LOGS, [ti.key("task", TASK_A)])]
     assert events == ["b", "c"]
@@ -170,7 +171,7 @@ def test_a_truncated_file_is_indexed_again(tmp_path: Path) -> None:
     writer.update()
     path.write_text(span_line(TASK_B) + "\n")
     writer.update()
-    index, _ = ti.open_index(root)
+    index, _ = index_reader.open_index(root)
     assert index is not None
     assert list(index.lines(ti.TRACES, [ti.key("task", TASK_A)])) == []
     assert len(list(index.lines(ti.TRACES, [ti.key("task", TASK_B)]))) == 1
@@ -180,16 +181,16 @@ def test_a_truncated_file_is_indexed_again(tmp_path: Path) -> None:
 
 def test_no_index_and_a_corrupt_index_are_reported_not_raised(tmp_path: Path) -> None:
     root = session(tmp_path)
-    index, why = ti.open_index(root)
+    index, why = index_reader.open_index(root)
     assert index is None and "no trace index" in why
     ti.index_path(root).write_bytes(b"not a database, just bytes" * 100)
-    index, why = ti.open_index(root, up_to_date=False)
+    index, why = index_reader.open_index(root, up_to_date=False)
     assert index is None and "unusable" in why
     append(root / "traces" / "worker-1.jsonl", span_line(TASK_A))
     update = ti.IndexWriter(root).update()  # the writer builds it anew
     assert update.rebuilt and update.lines == 1
     assert (root / (ti.INDEX_NAME + ".corrupt")).exists()
-    index, why = ti.open_index(root)
+    index, why = index_reader.open_index(root)
     assert index is not None, why
     index.close()
 
@@ -197,14 +198,14 @@ def test_no_index_and_a_corrupt_index_are_reported_not_raised(tmp_path: Path) ->
 def test_create_index_makes_the_session_indexed(tmp_path: Path) -> None:
     root = session(tmp_path)
     assert ti.create_index(root) == ""
-    index, why = ti.open_index(root, up_to_date=False)
+    index, why = index_reader.open_index(root, up_to_date=False)
     assert index is not None, why
     append(root / "traces" / "worker-1.jsonl", span_line(TASK_A))  # no writer has run
     assert len(list(index.lines(ti.TRACES, [ti.key("task", TASK_A)]))) == 1
     assert index.statistics().tail_lines_scanned == 1
     assert index.ids_with_prefix("task", TASK_A[:4]) == []
     index.close()
-    index, _ = ti.open_index(root)  # a reader that may write catches up first
+    index, _ = index_reader.open_index(root)  # a reader that may write catches up first
     assert index is not None
     assert index.ids_with_prefix("task", TASK_A[:4]) == [TASK_A]
     assert len(list(index.lines(ti.TRACES, [ti.key("task", TASK_A)]))) == 1
@@ -226,7 +227,7 @@ def test_a_reader_that_may_write_rebuilds_a_corrupt_index_and_says_so(tmp_path: 
     root = session(tmp_path)
     append(root / "traces" / "worker-1.jsonl", span_line(TASK_A))
     ti.index_path(root).write_bytes(b"garbage" * 1000)
-    index, note = ti.open_index(root)
+    index, note = index_reader.open_index(root)
     assert index is not None and "rebuilt" in note
     assert index.ids_with_prefix("task", TASK_A[:8]) == [TASK_A]
     index.close()
@@ -240,7 +241,7 @@ def test_an_index_damaged_after_it_opened_is_read_around(tmp_path: Path) -> None
     while writer.update().pending:
         pass
     writer.close()  # the last connection: everything is in the main file
-    index, why = ti.open_index(root, up_to_date=False)
+    index, why = index_reader.open_index(root, up_to_date=False)
     assert index is not None, why
     path = ti.index_path(root)
     data = bytearray(path.read_bytes())
@@ -282,7 +283,7 @@ def test_keys_move_on_level_by_level_and_are_found_in_any(
     append(path, span_line(TASK_A, start=30, end=40))
     writer.update()
     assert counts() == (24, 0, 3)  # TASK_A's keys in two tables now
-    index, _ = ti.open_index(root, up_to_date=False)
+    index, _ = index_reader.open_index(root, up_to_date=False)
     assert index is not None
     found = list(index.lines(ti.TRACES, [ti.key("task", TASK_A), ti.key("task", TASK_B)]))
     assert [json.loads(raw)["resourceSpans"][0]["scopeSpans"][0]["spans"][0]

@@ -321,7 +321,8 @@ def _indexed_lines(session: SessionPaths, wanted: LogFilter,
     from tracedray.cli.output import warn
     from tracedray.cli.tracestore.clock import clock_lines
     from tracedray.cli.tracestore.logs import read_indexed_logs, read_log_file
-    from tracedray.telemetry.trace_index import CLOCK_KEY, key, open_index
+    from tracedray.telemetry.index_keys import CLOCK_KEY, key
+    from tracedray.telemetry.index_reader import open_index
 
     if not (wanted.task_id or wanted.actor_id or wanted.pid is not None):
         return None
@@ -371,7 +372,8 @@ def _known_task_ids(session: SessionPaths, task_id: str) -> set[str]:
     """Task ids to suggest for one that matched no line: from the index (ids sharing the
     first characters), or every file's."""
     from tracedray.cli.tracestore.logs import read_log_file
-    from tracedray.telemetry.trace_index import index_path, suggest_ids
+    from tracedray.telemetry.index_reader import suggest_ids
+    from tracedray.telemetry.trace_index import index_path
 
     if index_path(session.root).exists():
         return set(suggest_ids(session.root, "task", task_id))

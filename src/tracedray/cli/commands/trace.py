@@ -126,7 +126,7 @@ def _trace(task_id: str, address: str | None, jaeger: str | None, output_format:
     )
     from tracedray.exceptions import RayError, RaySystemError
     from tracedray.telemetry.attributes import TASK_ID
-    from tracedray.telemetry.trace_index import suggest_ids
+    from tracedray.telemetry.index_reader import suggest_ids
 
     err = Console(stderr=True)
     try:
@@ -200,7 +200,8 @@ def _task_lines(session: SessionPaths, task_id: str) -> tuple[str, LogBatch]:
     the lines the index names are read; without one, every log file is.
     """
     from tracedray.cli.tracestore.logs import LogBatch, read_indexed_logs, read_logs
-    from tracedray.telemetry.trace_index import CLOCK_KEY, key, open_index
+    from tracedray.telemetry.index_keys import CLOCK_KEY, key
+    from tracedray.telemetry.index_reader import open_index
 
     index, note = open_index(session.root)
     if index is None:  # the span source says so
@@ -301,7 +302,7 @@ def _timeline(output: str | None, task_id: str, wanted: SpanFilter, address: str
         unique_prefix,
     )
     from tracedray.exceptions import RayError
-    from tracedray.telemetry.trace_index import suggest_ids
+    from tracedray.telemetry.index_reader import suggest_ids
 
     err = Console(stderr=True)
     try:

@@ -21,7 +21,7 @@ from tracedray.telemetry.append_file import read_data
 from tracedray.telemetry.line_file import line_files
 
 if TYPE_CHECKING:
-    from tracedray.telemetry.trace_index import IndexReader
+    from tracedray.telemetry.index_reader import IndexReader
 
 _EMPTY: Mapping[str, Any] = MappingProxyType({})
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)

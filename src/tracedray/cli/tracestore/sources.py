@@ -21,7 +21,7 @@ from tracedray.core.session import SessionPaths
 from tracedray.telemetry import attributes as attr
 
 if TYPE_CHECKING:
-    from tracedray.telemetry.trace_index import IndexReader
+    from tracedray.telemetry.index_reader import IndexReader
 
 DEFAULT_LOOKBACK_NS = 7 * 24 * 3600 * 10**9
 MAX_SERVICES = 20  # a search per service; more than this is a shared Jaeger, not ours
@@ -66,9 +66,9 @@ class SessionFileSource:
     """Spans of one session folder (``traces/*.jsonl``), local or already copied here.
 
     A query for a task or a trace reads only the lines the session's index
-    (telemetry/trace_index.py) names, plus what the files gained since it was last
-    brought up to date; without a usable index it reads every file and says so in the
-    batch's warnings.
+    (telemetry/trace_index.py writes it, index_reader.py reads it) names, plus what the
+    files gained since it was last brought up to date; without a usable index it reads
+    every file and says so in the batch's warnings.
     """
 
     def __init__(self, session: SessionPaths) -> None:
@@ -83,7 +83,7 @@ class SessionFileSource:
     def find_spans(self, query: SpanQuery) -> SpanBatch:
         keys = _index_keys(query)
         if keys:
-            from tracedray.telemetry.trace_index import open_index
+            from tracedray.telemetry.index_reader import open_index
 
             index, why = open_index(self.session.root)
             if index is not None:
@@ -106,8 +106,8 @@ class SessionFileSource:
         (no index, or one made by an older tracedray), from the lines holding them, and
         the first warning says so."""
         from tracedray.telemetry import memory_index
+        from tracedray.telemetry.index_reader import open_index
         from tracedray.telemetry.spool_convert import sync_traces_dir
-        from tracedray.telemetry.trace_index import open_index
 
         query = SpanQuery(name_prefix="object.")
         # Every ended span in a file first, for the index to take it in.
@@ -157,8 +157,9 @@ class SessionFileSource:
         through the index; without one, every file (the first warning says so). Spans
         are not cut to the window here: the caller does, on the head's clock."""
 
+        from tracedray.telemetry.index_keys import TRACES
+        from tracedray.telemetry.index_reader import open_index
         from tracedray.telemetry.spool_convert import sync_traces_dir
-        from tracedray.telemetry.trace_index import TRACES, open_index
 
         if since_ns is None and until_ns is None:
             return self._scan(SpanQuery())

@@ -35,7 +35,7 @@ class NodeRpcs:
             sync_traces_dir(folder)  # every span that had ended, not only what the agent did
         if request.keys:  # the matching lines alone, found through the node's index
             # Imported here: an idle raylet never loads sqlite (~1.5 MB of RSS).
-            from tracedray.telemetry.trace_index import matching_lines
+            from tracedray.telemetry.index_reader import matching_lines
 
             if request.subdir == "logs":
                 sync_lines_dir(folder)  # every line that was logged
