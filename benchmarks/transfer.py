@@ -14,7 +14,7 @@ Figures, in GB/s (higher is better), each sample one fresh object:
   measured in each engine's child process between its puts.
 
 Each round starts a fresh two-node cluster per engine, in its own interpreter, and
-the engines alternate (which goes first alternates too), so that the load of a
+the engines take turns (their order rotates round by round), so that the load of a
 shared machine falls on both. Medians come with the pooled bootstrap interval of
 ``benchmarks/telemetry.py`` (rounds resampled, then samples within them), and the
 tracedray / Ray ratio with the interval of the ratio of resampled medians.
@@ -285,7 +285,10 @@ def main() -> None:
                              "cpus": os.cpu_count(),
                              "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     for index in range(args.rounds):
-        order = args.engines if index % 2 == 0 else list(reversed(args.engines))
+        # Rotated, so that with three engines each takes every place in turn (reversing
+        # alone left the middle one always second, after another cluster's teardown).
+        shift = index % len(args.engines)
+        order = args.engines[shift:] + args.engines[:shift]
         entry = {}
         for engine in order:
             saved["loads"].append(_load_1m())
