@@ -1,18 +1,22 @@
-"""An actor call's task record: the actor leaves the states of a call that returned to
-its caller (one event per call at the GCS, worker/task_events.py), yet the record says
-as much as when the actor reported them itself: when it ran, where, and how it ended;
-a call still running shows RUNNING; a failed call is the actor's to record."""
+"""An actor call's task record says when it ran, where, and how it ended; a call still
+running shows RUNNING; a failed call FAILED; and a call that finished stays FINISHED
+when its caller dies right after (the actor reports the states it saw itself: a caller
+that was handed them could die before it told the GCS)."""
 
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
+import textwrap
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import cloudpickle
 import pytest
+from cli_support import isolated_root, run_json, start_head
 
 import tracedray
 from tracedray.util import state
@@ -91,3 +95,46 @@ def test_a_running_call_shows_running_and_a_failed_one_failed(ray: Any) -> None:
     assert (failed["error_type"], failed["worker_pid"]) == ("ValueError", pid)
     assert "RUNNING" in _state_times(failing.task_id().hex())
     assert done.wait(WITHIN_S)
+
+
+CALLS_THEN_DIES = textwrap.dedent("""
+    import os, signal
+    import tracedray as ray
+
+    ray.init(address="auto", namespace="records")
+
+    @ray.remote
+    class Pinger:
+        def ping(self):
+            return "pong"
+
+    pinger = Pinger.options(name="pinger", lifetime="detached").remote()
+    ref = pinger.ping.remote()
+    assert ray.get(ref) == "pong"
+    print(ref.task_id().hex(), flush=True)
+    os.kill(os.getpid(), signal.SIGKILL)  # before any flush of its own could run
+""")
+
+
+def test_a_finished_call_stays_finished_when_its_caller_is_killed_right_after(
+        tmp_path: Path) -> None:
+    with isolated_root(tmp_path):
+        start_head()
+        script = tmp_path / "calls_then_dies.py"
+        script.write_text(CALLS_THEN_DIES)
+        done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                              timeout=120)
+        assert done.returncode == -9, done.stderr[-2000:]
+        task_id = done.stdout.split()[-1]
+        deadline = time.monotonic() + WITHIN_S
+        task: dict[str, Any] = {}
+        while time.monotonic() < deadline:
+            found = run_json("list", "tasks", "--filter", f"task_id={task_id}")
+            task = dict(found[0]) if found else {}
+            if task.get("state") in ("FINISHED", "FAILED"):
+                break
+            time.sleep(0.2)
+        assert task.get("state") == "FINISHED", task
+        time.sleep(2.0)  # the driver's death is known by now: no verdict overrides the end
+        (task,) = run_json("list", "tasks", "--filter", f"task_id={task_id}")
+        assert (task["state"], task["error_type"]) == ("FINISHED", ""), task

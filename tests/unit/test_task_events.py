@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 from tracedray._proto.v1 import common_pb2, gcs_pb2
@@ -11,12 +10,10 @@ from tracedray.core.gcs.client import GcsClient
 from tracedray.core.gcs.server import Gcs
 from tracedray.core.worker.task_events import (
     FIRST_STATE,
-    HOLD_CALL_S,
     SEND_BATCH,
     TaskEventBuffer,
     _Transition,
     coalesce,
-    held_back,
 )
 
 
@@ -118,94 +115,3 @@ def test_events_a_gcs_outage_kept_back_reach_the_gcs_that_comes_back(tmp_path: P
     finally:
         rpc.close_all_channels()
         auth.reset()
-
-
-class RecordingClient:
-    """What a buffer sends, kept instead of sent."""
-
-    def __init__(self) -> None:
-        self.events: list[gcs_pb2.TaskEvent] = []
-
-    def add_task_events(self, events: list[gcs_pb2.TaskEvent]) -> None:
-        self.events.extend(events)
-
-
-def test_a_call_that_returned_before_a_flush_leaves_its_running_to_its_caller() -> None:
-    client = RecordingClient()
-    buffer = TaskEventBuffer(client)  # type: ignore[arg-type]
-    spec = _spec(b"call")
-    buffer.defer_running(spec, 5.0, node_id="n1", worker_id="w1", worker_pid=7)
-    assert buffer.end_deferred(b"call")  # the result carries the times: nothing to send
-    buffer.flush()
-    assert client.events == []
-    assert not buffer.end_deferred(b"call")
-
-
-def test_a_call_running_at_a_flush_has_its_running_recorded_by_the_worker() -> None:
-    client = RecordingClient()
-    buffer = TaskEventBuffer(client)  # type: ignore[arg-type]
-    spec = _spec(b"long")
-    buffer.defer_running(spec, 5.0, node_id="n1", worker_id="w1", worker_pid=7)
-    buffer.flush()
-    (event,) = client.events
-    assert (event.state, event.time, dict(event.state_times)) == ("RUNNING", 5.0,
-                                                                  {"RUNNING": 5.0})
-    assert (event.node_id, event.worker_id, event.worker_pid) == ("n1", "w1", 7)
-    # It ends later: the worker records the end itself, as for a task.
-    assert not buffer.end_deferred(b"long")
-    buffer.flush()
-    assert len(client.events) == 1
-
-
-def test_recorded_at_a_given_time() -> None:
-    client = RecordingClient()
-    buffer = TaskEventBuffer(client)  # type: ignore[arg-type]
-    buffer.record(_spec(b"t"), "RUNNING", at=3.0, node_id="n")
-    buffer.record(_spec(b"t"), "FINISHED", at=4.0, node_id="n")
-    buffer.record_ran(_spec(b"u"), 5.0, 6.0, node_id="n2", worker_id="w2", worker_pid=9)
-    buffer.flush()
-    by_task = {event.task_id: event for event in client.events}
-    assert (by_task[b"t"].state, dict(by_task[b"t"].state_times)) == (
-        "FINISHED", {"RUNNING": 3.0, "FINISHED": 4.0})
-    ran = by_task[b"u"]
-    assert (ran.state, ran.time, dict(ran.state_times)) == ("FINISHED", 6.0,
-                                                            {"RUNNING": 5.0, "FINISHED": 6.0})
-    assert (ran.node_id, ran.worker_id, ran.worker_pid) == ("n2", "w2", 9)
-
-
-def test_a_young_actor_calls_first_state_alone_is_held_back() -> None:
-    call, ended, task = _spec(b"call"), _spec(b"ended"), _spec(b"task")
-    task.kind = common_pb2.NORMAL
-    old = _spec(b"old")
-    transitions = [_t(call, FIRST_STATE, 100.0), _t(ended, FIRST_STATE, 100.0),
-                   _t(ended, "FINISHED", 100.1), _t(task, FIRST_STATE, 100.0),
-                   _t(old, FIRST_STATE, 100.0 - HOLD_CALL_S)]
-    send, keep = held_back(transitions, 100.2)
-    assert [t.spec.task_id for t in keep] == [b"call"]
-    assert [(t.spec.task_id, t.state) for t in send] == [
-        (b"ended", FIRST_STATE), (b"ended", "FINISHED"), (b"task", FIRST_STATE),
-        (b"old", FIRST_STATE)]
-
-
-def test_a_periodic_flush_lets_a_calls_end_join_its_first_state() -> None:
-    client = RecordingClient()
-    buffer = TaskEventBuffer(client)  # type: ignore[arg-type]
-    spec = _spec(b"call")
-    buffer.record(spec, FIRST_STATE)
-    buffer.flush(hold_young_calls=True)
-    assert client.events == []  # kept back for the call's end
-    buffer.record(spec, "RUNNING", at=time.time(), node_id="n1")
-    buffer.record(spec, "FINISHED", node_id="n1")
-    buffer.flush(hold_young_calls=True)
-    (event,) = client.events
-    assert event.state == "FINISHED"
-    assert set(event.state_times) == {FIRST_STATE, "RUNNING", "FINISHED"}
-    assert event.call_site == "x.py:3"  # what the first state carries
-
-
-def test_any_other_flush_sends_a_calls_first_state_at_once() -> None:
-    client = RecordingClient()
-    buffer = TaskEventBuffer(client)  # type: ignore[arg-type]
-    buffer.record(_spec(b"call"), FIRST_STATE)
-    buffer.flush()  # shutdown, the raylet's exit check: nothing stays behind
-    assert [e.state for e in client.events] == [FIRST_STATE]

@@ -40,7 +40,6 @@ from tracedray.telemetry import instruments
 
 if TYPE_CHECKING:
     from tracedray.core.gcs.client import GcsClient
-    from tracedray.core.worker.task_events import TaskEventBuffer
     from tracedray.core.worker.task_results import TaskResults
 
 log = logs.get_logger(__name__)
@@ -79,10 +78,9 @@ class ActorChannel:
 
 class ActorSubmitter:
     def __init__(self, gcs: GcsClient, resolver: DependencyResolver, results: TaskResults, *,
-                 task_events: TaskEventBuffer, load: Callable[[common_pb2.ObjectValue], Any],
+                 load: Callable[[common_pb2.ObjectValue], Any],
                  background: Callable[..., bool]) -> None:
         self._gcs = gcs
-        self._task_events = task_events  # the states of calls the actor left to us
         self._load = load  # a value as get() returns it (raises its error)
         self._resolver = resolver
         self._results = results  # where a call's results (or its error) go
@@ -213,13 +211,8 @@ class ActorSubmitter:
                 else:
                     done.append((task, result))
         end_dispatch_spans(task for task, result in done if not result.is_application_error)
-        record_ran = self._task_events.record_ran
         for task, result in done:
             _end(task, ok=not result.is_application_error)  # the failed ones
-            if result.ended_at:  # the actor left the call's states to us (task_events.py)
-                record_ran(task.spec, result.started_at, result.ended_at,
-                           node_id=result.node_id, worker_id=result.worker_id,
-                           worker_pid=result.worker_pid)
             self._results.finish(task, list(result.returns),
                                      "FAILED" if result.is_application_error else "FINISHED",
                                      reported_by_executor=True)

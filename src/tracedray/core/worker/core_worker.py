@@ -144,7 +144,6 @@ class CoreWorker:
             drain_submissions=self.inbox.drain) if mode == "worker" else None)
         self.submitter = TaskSubmitter(self)
         self.actor_submitter = ActorSubmitter(self.gcs, self.resolver, self.results,
-                                              task_events=self.task_events,
                                               load=self.objects.load, background=self.background)
         self.slow_tasks = (slow_tasks.start_watch(self.address, self.executor,
                                                   self.task_events.add, self._stopped)

@@ -44,18 +44,16 @@ class Flusher:
 
     def _loop(self, stopped: threading.Event) -> None:
         while not stopped.wait(FLUSH_INTERVAL_S):
-            self.flush(periodic=True)
+            self.flush()
 
-    def flush(self, *, periodic: bool = False) -> None:
-        """``periodic``: the thread's round, which may keep an actor call's first state
-        back for its end to join it (task_events.py); every other flush sends all."""
+    def flush(self) -> None:
         try:
             with self._lock:
                 self._flushes += 1
                 try:
                     self._ownership.release_deferred()
                     self._ownership.flush_reference_updates()
-                    self._task_events.flush(hold_young_calls=periodic)
+                    self._task_events.flush()
                     self._output.flush()
                 except Exception:
                     self._errors += 1

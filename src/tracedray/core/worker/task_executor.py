@@ -222,21 +222,13 @@ class TaskExecutor:
         self._flight_recorder.record({"task_id": task_hex, "attempt": spec.attempt,
                                        "function": name, "trace": parent_fields,
                                        "started_at": started})
-        # An actor call's RUNNING waits for the next flush; if the call has returned by
-        # then, its caller records RUNNING and FINISHED from the result's times.
-        is_call = spec.kind == common_pb2.ACTOR_METHOD
         try:
             # First in the ``try``: from here a cancel may interrupt the task, and the
             # ``finally`` ends that (_stop_interrupts).
             self._running[spec.task_id] = thread_id = threading.get_ident()
             self.live[spec.task_id] = LiveTask(spec, started, thread_id, span)
-            if is_call:
-                self._task_events.defer_running(spec, started, node_id=self._node_id,
-                                                worker_id=self._worker_id,
-                                                worker_pid=self._pid)
-            else:
-                self._task_events.record(spec, "RUNNING", node_id=self._node_id,
-                                          worker_id=self._worker_id, worker_pid=self._pid)
+            self._task_events.record(spec, "RUNNING", node_id=self._node_id,
+                                      worker_id=self._worker_id, worker_pid=self._pid)
             # The span is current while the task runs: attach/detach rather than
             # ``with telemetry.activate(span)``, whose object and two methods cost ~4k
             # instructions a task.
@@ -262,17 +254,9 @@ class TaskExecutor:
                 for oid, value in zip(_return_ids(spec), values, strict=True))
             self._register_captured(result)
             self._executed += 1
-            if is_call and self._task_events.end_deferred(spec.task_id):
-                result.started_at, result.ended_at = started, time.time()
-            else:
-                self._task_events.record(spec, "FINISHED", node_id=self._node_id,
-                                          worker_id=self._worker_id, worker_pid=self._pid)
+            self._task_events.record(spec, "FINISHED", node_id=self._node_id,
+                                      worker_id=self._worker_id, worker_pid=self._pid)
         except BaseException as exc:  # noqa: BLE001 - user code may raise anything
-            if is_call and self._task_events.end_deferred(spec.task_id):
-                # A failed call's states are this worker's to record, as a task's are.
-                self._task_events.record(spec, "RUNNING", node_id=self._node_id,
-                                          worker_id=self._worker_id, worker_pid=self._pid,
-                                          at=started)
             self._failed += 1
             if isinstance(exc, ActorExit) and self.actor_instance is not None:
                 exc = self._begin_actor_exit(spec, exc)
