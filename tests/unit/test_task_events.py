@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 from tracedray._proto.v1 import common_pb2, gcs_pb2
@@ -10,6 +11,7 @@ from tracedray.core.gcs.client import GcsClient
 from tracedray.core.gcs.server import Gcs
 from tracedray.core.worker.task_events import (
     FIRST_STATE,
+    HOLD_CALL_S,
     SEND_BATCH,
     TaskEventBuffer,
     _Transition,
@@ -115,3 +117,56 @@ def test_events_a_gcs_outage_kept_back_reach_the_gcs_that_comes_back(tmp_path: P
     finally:
         rpc.close_all_channels()
         auth.reset()
+
+
+class _Gcs:
+    """What a buffer sends (a GCS client's add_task_events)."""
+
+    def __init__(self) -> None:
+        self.events: list[gcs_pb2.TaskEvent] = []
+
+    def add_task_events(self, events: list[gcs_pb2.TaskEvent]) -> None:
+        self.events.extend(events)
+
+
+def _holding(at: float) -> tuple[TaskEventBuffer, _Gcs, common_pb2.TaskSpec]:
+    gcs = _Gcs()
+    buffer = TaskEventBuffer(gcs)  # type: ignore[arg-type]
+    spec = _spec(b"call")
+    spec.submitted_at = at
+    buffer.hold_first(spec, at)
+    return buffer, gcs, spec
+
+
+def test_a_call_its_actor_answered_costs_its_caller_no_event() -> None:
+    buffer, gcs, _ = _holding(time.time())
+    buffer.flush(periodic=True)
+    assert gcs.events == []  # young: held for the actor
+    buffer.reported_by_actor(b"call")
+    buffer.flush()
+    assert gcs.events == []  # the actor reported it
+
+
+def test_a_call_still_waiting_after_the_hold_is_sent_so_list_tasks_shows_it() -> None:
+    at = time.time() - HOLD_CALL_S - 0.1
+    buffer, gcs, _ = _holding(at)
+    buffer.flush(periodic=True)
+    [event] = gcs.events
+    assert (event.state, dict(event.state_times)) == (FIRST_STATE, {FIRST_STATE: at})
+    assert event.call_site == "x.py:3" and event.trace_id  # the first state's description
+
+
+def test_a_state_the_caller_records_itself_brings_the_held_first_state_along() -> None:
+    at = time.time()
+    buffer, gcs, spec = _holding(at)
+    buffer.record(spec, "FAILED", error_type="ActorDiedError")  # the actor never saw it
+    buffer.flush(periodic=True)
+    [event] = gcs.events
+    assert event.state == "FAILED" and set(event.state_times) == {FIRST_STATE, "FAILED"}
+    assert event.state_times[FIRST_STATE] == at
+
+
+def test_a_final_flush_sends_every_held_first_state() -> None:
+    buffer, gcs, _ = _holding(time.time())
+    buffer.flush()  # shutdown: nothing may stay behind
+    assert [e.state for e in gcs.events] == [FIRST_STATE]

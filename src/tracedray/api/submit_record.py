@@ -77,7 +77,12 @@ class SubmitRecord:
             self._open_and_write_line()
             if self.ended_at is not None:
                 self.span.end(end_time=self.ended_at)
-        self._events.record(self._spec, "PENDING_ARGS_AVAIL", at=self._at)
+        spec = self._spec
+        if spec.kind == common_pb2.ACTOR_METHOD:  # its actor reports it (task_events.py)
+            spec.submitted_at = self._at
+            self._events.hold_first(spec, self._at)
+        else:
+            self._events.record(spec, "PENDING_ARGS_AVAIL", at=self._at)
 
     def fail(self, error: BaseException) -> None:
         """The task could not be built (an argument that cannot be pickled): its span

@@ -79,8 +79,11 @@ class ActorChannel:
 class ActorSubmitter:
     def __init__(self, gcs: GcsClient, resolver: DependencyResolver, results: TaskResults, *,
                  load: Callable[[common_pb2.ObjectValue], Any],
-                 background: Callable[..., bool]) -> None:
+                 background: Callable[..., bool],
+                 first_state_reported: Callable[[bytes], None]) -> None:
         self._gcs = gcs
+        # The actor answered a call: it reported the call's first state (task_events.py).
+        self._first_state_reported = first_state_reported
         self._load = load  # a value as get() returns it (raises its error)
         self._resolver = resolver
         self._results = results  # where a call's results (or its error) go
@@ -199,6 +202,8 @@ class ActorSubmitter:
                 if found is None:
                     continue
                 channel, task = found
+                if not (result.requeued or result.cancelled):  # the actor ran it
+                    self._first_state_reported(result.task_id)
                 if self._retries_error(task, result):
                     # Runs again on the actor, ahead of the calls still queued.
                     _end(task, ok=False)

@@ -143,8 +143,10 @@ class CoreWorker:
             flight_recorder=self.flight_recorder, blocking=self.blocking,
             drain_submissions=self.inbox.drain) if mode == "worker" else None)
         self.submitter = TaskSubmitter(self)
-        self.actor_submitter = ActorSubmitter(self.gcs, self.resolver, self.results,
-                                              load=self.objects.load, background=self.background)
+        self.actor_submitter = ActorSubmitter(
+            self.gcs, self.resolver, self.results, load=self.objects.load,
+            background=self.background,
+            first_state_reported=self.task_events.reported_by_actor)
         self.slow_tasks = (slow_tasks.start_watch(self.address, self.executor,
                                                   self.task_events.add, self._stopped)
                            if self.executor is not None else None)

@@ -44,16 +44,18 @@ class Flusher:
 
     def _loop(self, stopped: threading.Event) -> None:
         while not stopped.wait(FLUSH_INTERVAL_S):
-            self.flush()
+            self.flush(periodic=True)
 
-    def flush(self) -> None:
+    def flush(self, *, periodic: bool = False) -> None:
+        """Send what the process buffered; ``periodic`` (the flusher's loop) lets actor
+        calls' first states wait for their actors (task_events.py)."""
         try:
             with self._lock:
                 self._flushes += 1
                 try:
                     self._ownership.release_deferred()
                     self._ownership.flush_reference_updates()
-                    self._task_events.flush()
+                    self._task_events.flush(periodic=periodic)
                     self._output.flush()
                 except Exception:
                     self._errors += 1

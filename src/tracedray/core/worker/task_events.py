@@ -3,6 +3,15 @@
 Recording is on the hot path (several transitions per task), so ``record`` only
 appends a tuple; protos are built, and the transitions of one task attempt
 coalesced into a single event, on the flusher thread.
+
+An actor call's first state is left to the actor: the caller puts the call's submission
+time in its spec (``submitted_at``) and holds the state back (``hold_first``); the actor
+records it with RUNNING and FINISHED, so a call is one event at the GCS, not one from
+each side. The caller drops what it held once the actor answered the call
+(``reported_by_actor``), and sends it itself when it records another state of the call
+(a failure the actor never saw), when the call still waits after ``HOLD_CALL_S`` (so
+``list tasks`` shows it pending), and at a final flush. Each side thus reports what it
+saw: a caller that dies cannot take the actor's report of a finished call with it.
 """
 
 from __future__ import annotations
@@ -27,6 +36,8 @@ MAX_BUFFERED = 100_000
 # parses and merges a bounded batch at a time (its memory under a burst: issue 23).
 SEND_BATCH = 2_000
 FIRST_STATE = "PENDING_ARGS_AVAIL"
+# How long a caller holds an actor call's first state back for its actor to report it.
+HOLD_CALL_S = 0.5
 
 
 class _Transition(NamedTuple):
@@ -45,6 +56,8 @@ class TaskEventBuffer:
     def __init__(self, gcs: GcsClient) -> None:
         self._gcs = gcs
         self._pending: list[_Transition] = []
+        # Actor calls' first states, by task id, left to their actors (hold_first).
+        self._held: dict[bytes, _Transition] = {}
         self._unsent: list[gcs_pb2.TaskEvent] = []
         self._lock = threading.Lock()
         self.dropped = 0
@@ -61,7 +74,28 @@ class TaskEventBuffer:
             if len(self._pending) >= MAX_BUFFERED:
                 self.dropped += 1  # GCS unreachable for long: keep memory bounded
                 return
+            held = self._held
+            if held:  # a state of a call whose first state was held: ours to send now
+                first = held.pop(spec.task_id, None)
+                if first is not None:
+                    self._pending.append(first)
             self._pending.append(transition)
+
+    def hold_first(self, spec: common_pb2.TaskSpec, at: float) -> None:
+        """An actor call's first state, at ``at``, left to its actor (the module's
+        docstring); ``spec.submitted_at`` must say ``at``."""
+        transition = _Transition(spec, spec.attempt, FIRST_STATE, at, "", "", 0, "", "")
+        with self._lock:
+            if len(self._pending) + len(self._held) >= MAX_BUFFERED:
+                self.dropped += 1
+                return
+            self._held[spec.task_id] = transition
+
+    def reported_by_actor(self, task_id: bytes) -> None:
+        """The actor answered the call ``task_id``: it reported the call's first state."""
+        if self._held:
+            with self._lock:
+                self._held.pop(task_id, None)
 
     def add(self, event: gcs_pb2.TaskEvent) -> None:
         """An event built elsewhere (a slow attempt's mark), sent with the next flush."""
@@ -69,9 +103,16 @@ class TaskEventBuffer:
             if len(self._unsent) < MAX_BUFFERED:
                 self._unsent.append(event)
 
-    def flush(self) -> None:
+    def flush(self, *, periodic: bool = False) -> None:
+        """Send what was recorded. A ``periodic`` flush keeps actor calls' first states
+        back while younger than ``HOLD_CALL_S``; any other (shutdown) sends them all."""
         with self._lock:
             pending, self._pending = self._pending, []
+            held = self._held
+            if held:
+                due = list(held) if not periodic else [
+                    task_id for task_id, t in held.items() if t.time <= time.time() - HOLD_CALL_S]
+                pending.extend(held.pop(task_id) for task_id in due)
             unsent, self._unsent = self._unsent, []
         events = unsent + coalesce(pending)
         for start in range(0, len(events), SEND_BATCH):

@@ -35,6 +35,7 @@ from tracedray.core.worker.creation_once import CreationOnce
 from tracedray.core.worker.pending_task import error_value
 from tracedray.core.worker.slow_tasks import FunctionDurations
 from tracedray.core.worker.stack_dump import LiveTask
+from tracedray.core.worker.task_events import FIRST_STATE
 from tracedray.exceptions import ActorDiedError, RayError, RayTaskError, TaskCancelledError
 from tracedray.telemetry import instruments
 
@@ -227,6 +228,9 @@ class TaskExecutor:
             # ``finally`` ends that (_stop_interrupts).
             self._running[spec.task_id] = thread_id = threading.get_ident()
             self.live[spec.task_id] = LiveTask(spec, started, thread_id, span)
+            if spec.submitted_at and not spec.attempt:
+                # An actor call whose caller left its first state to us (task_events.py).
+                self._task_events.record(spec, FIRST_STATE, at=spec.submitted_at)
             self._task_events.record(spec, "RUNNING", node_id=self._node_id,
                                       worker_id=self._worker_id, worker_pid=self._pid)
             # The span is current while the task runs: attach/detach rather than
