@@ -257,13 +257,27 @@ class ActorSubmitter:
             restarts = channel.num_restarts + 1
         log.warning("actor.connection_lost", actor_id=channel.actor_id.hex(),
                     retrying=len(retry), failing=len(fail))
-        for task in fail:
-            _end(task, ok=False)
-            self._fail(task, RayActorError(
-                f"the actor {channel.actor_id.hex()} died while running this call "
-                "(set max_task_retries to retry calls on the restarted actor)",
-                channel.actor_id.hex()))
+        if fail:
+            self._background(self._fail_orphans, channel.actor_id, fail)
         self._background(self._connect, channel, restarts)
+
+    def _fail_orphans(self, actor_id: bytes, orphans: list[PendingTask]) -> None:
+        """Fail the calls a lost connection took, without retries left, saying why: an
+        actor that ended for good (``__ray_terminate__``, ``exit_actor()``, ``kill``) told
+        the GCS before it left, so its calls fail with its death cause, as in Ray; one
+        the GCS does not know dead yet (a crash) died while running them."""
+        error: RayActorError = RayActorError(
+            f"the actor {actor_id.hex()} died while running this call "
+            "(set max_task_retries to retry calls on the restarted actor)", actor_id.hex())
+        try:
+            info = self._gcs.find_actor(actor_id)
+        except RaySystemError:
+            info = None
+        if info is not None and info.state == "DEAD" and info.death_cause:
+            error = ActorDiedError(info.death_cause, actor_id.hex())
+        for task in orphans:
+            _end(task, ok=False)
+            self._fail(task, error)
 
     def _retries_error(self, task: PendingTask, result: common_pb2.TaskResult) -> bool:
         """Whether an application error of an actor call runs it again (its
