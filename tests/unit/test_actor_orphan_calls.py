@@ -39,7 +39,7 @@ def _error_of(gcs: _Gcs) -> BaseException:
     results = _Results()
     submitter = ActorSubmitter(gcs, resolver=None, results=results,  # type: ignore[arg-type]
                                load=lambda value: None, background=lambda *a: True,
-                               first_state_reported=lambda task_id: None)
+                               first_state_reported=lambda task_ids: None)
     task = PendingTask(spec=common_pb2.TaskSpec(task_id=b"\x01" * 24, actor_id=ACTOR),
                        return_ids=[b"\x02" * 28], dep_ids=[], unresolved=[], retries_left=0)
     submitter._fail_orphans(ACTOR, [task])  # noqa: SLF001 - what _on_broken schedules

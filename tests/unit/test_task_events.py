@@ -142,7 +142,7 @@ def test_a_call_its_actor_answered_costs_its_caller_no_event() -> None:
     buffer, gcs, _ = _holding(time.time())
     buffer.flush(periodic=True)
     assert gcs.events == []  # young: held for the actor
-    buffer.reported_by_actor(b"call")
+    buffer.reported_by_actor([b"call"])
     buffer.flush()
     assert gcs.events == []  # the actor reported it
 

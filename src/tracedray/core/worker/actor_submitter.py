@@ -13,7 +13,7 @@ from __future__ import annotations
 import collections
 import functools
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -80,7 +80,7 @@ class ActorSubmitter:
     def __init__(self, gcs: GcsClient, resolver: DependencyResolver, results: TaskResults, *,
                  load: Callable[[common_pb2.ObjectValue], Any],
                  background: Callable[..., bool],
-                 first_state_reported: Callable[[bytes], None]) -> None:
+                 first_state_reported: Callable[[Iterable[bytes]], None]) -> None:
         self._gcs = gcs
         # The actor answered a call: it reported the call's first state (task_events.py).
         self._first_state_reported = first_state_reported
@@ -202,8 +202,6 @@ class ActorSubmitter:
                 if found is None:
                     continue
                 channel, task = found
-                if not (result.requeued or result.cancelled):  # the actor ran it
-                    self._first_state_reported(result.task_id)
                 if self._retries_error(task, result):
                     # Runs again on the actor, ahead of the calls still queued.
                     _end(task, ok=False)
@@ -215,6 +213,9 @@ class ActorSubmitter:
                     self._flush(channel)
                 else:
                     done.append((task, result))
+        # The actor ran these calls (a retried one too): it reported their first states.
+        self._first_state_reported(r.task_id for r in results
+                                   if not (r.requeued or r.cancelled))
         end_dispatch_spans(task for task, result in done if not result.is_application_error)
         for task, result in done:
             _end(task, ok=not result.is_application_error)  # the failed ones

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, NamedTuple
 
 from tracedray import logs
@@ -91,11 +92,13 @@ class TaskEventBuffer:
                 return
             self._held[spec.task_id] = transition
 
-    def reported_by_actor(self, task_id: bytes) -> None:
-        """The actor answered the call ``task_id``: it reported the call's first state."""
-        if self._held:
+    def reported_by_actor(self, task_ids: Iterable[bytes]) -> None:
+        """The actor answered these calls: it reported their first states."""
+        held = self._held
+        if held:
             with self._lock:
-                self._held.pop(task_id, None)
+                for task_id in task_ids:
+                    held.pop(task_id, None)
 
     def add(self, event: gcs_pb2.TaskEvent) -> None:
         """An event built elsewhere (a slow attempt's mark), sent with the next flush."""
@@ -106,12 +109,12 @@ class TaskEventBuffer:
     def flush(self, *, periodic: bool = False) -> None:
         """Send what was recorded. A ``periodic`` flush keeps actor calls' first states
         back while younger than ``HOLD_CALL_S``; any other (shutdown) sends them all."""
+        cutoff = time.time() - HOLD_CALL_S if periodic else float("inf")
         with self._lock:
             pending, self._pending = self._pending, []
             held = self._held
             if held:
-                due = list(held) if not periodic else [
-                    task_id for task_id, t in held.items() if t.time <= time.time() - HOLD_CALL_S]
+                due = [task_id for task_id, t in held.items() if t.time <= cutoff]
                 pending.extend(held.pop(task_id) for task_id in due)
             unsent, self._unsent = self._unsent, []
         events = unsent + coalesce(pending)
