@@ -6,8 +6,10 @@ current (the submit span's parent), the time, the line's task context; the span'
 when it hands the task over. The submit inbox's thread calls ``write()`` before it hands
 the task to a submitter: it opens the span (started when the caller started it, under
 the caller's span), stamps its trace context into the spec, writes the line, ends the
-span and records PENDING_ARGS_AVAIL (at the caller's time). Nothing reads the spec's
-trace context before (the task event that carries it is recorded here, after it).
+span and records PENDING_ARGS_AVAIL (at the caller's time; an actor call's is held for
+its actor to report, with the time in ``spec.submitted_at``: task_events.py). Nothing
+reads the spec's trace context before (the task event that carries it is recorded here,
+after it).
 Opening the span, stamping, building and writing the line, packing the span's record
 and the event cost the caller ~3.5 µs of each ``.remote()``. The span, the line, the
 spec and the event are the same as when the caller made them.
