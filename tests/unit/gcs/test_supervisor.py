@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tracedray.core import node
+from tracedray.core import auth, node
 from tracedray.core.gcs.client import GcsClient
 from tracedray.core.gcs.launch import GcsLaunchSpec
 from tracedray.core.gcs.supervisor import (
@@ -68,6 +68,9 @@ def test_a_killed_gcs_comes_back_on_the_same_port(tmp_path: Path,
     spec = GcsLaunchSpec(session.root, "127.0.0.1", 0, "memory")
     first, port = node.launch_gcs(spec, parent_pid=os.getpid(), detach=False)
     supervisor = GcsSupervisor(spec.with_port(port), first.pid)
+    # An earlier test's cluster may have had this port: the token this process remembers
+    # for it would win over the environment's (auth.client_token).
+    auth.forget(f"127.0.0.1:{port}")
     client = GcsClient(f"127.0.0.1:{port}")
     try:
         client.kv_put("before", b"1")
