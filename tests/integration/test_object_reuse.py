@@ -74,3 +74,40 @@ def test_a_value_held_by_the_driver_survives_its_object_being_freed(ray: Any) ->
     for seed in range(2, 30):
         np.testing.assert_array_equal(ray.get(ray.put(_value(seed))), _value(seed))
     np.testing.assert_array_equal(held, _value(1))
+
+
+def test_a_raylet_killed_at_its_stop_leaves_no_files_behind(no_leaks: None) -> None:
+    """A raylet that does not stop within its grace is killed before it can clean its
+    store: whoever stops it removes the store's object files and pool folders."""
+    import os
+    import signal
+
+    from tracedray.core import node, session
+    from tracedray.core.object_store.files import store_name_prefix
+
+    paths = session.create_session()
+    processes = node.start_head(paths, num_cpus=1, object_store_memory=64 << 20,
+                                parent_pid=os.getpid())
+    prefix = store_name_prefix(paths.root, processes.node_id)
+    try:
+        tracedray.init(processes.gcs_address)
+        try:
+            kept = tracedray.put(_value(1))
+            for seed in range(2, 6):  # freed at once: their files go to the pool
+                tracedray.get(tracedray.put(_value(seed)))
+            gc.collect()
+            deadline = time.monotonic() + 30
+            while not _node_stats().store_pool_bytes and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert _node_stats().store_pool_bytes > 0
+            assert tracedray.get(kept)[0] == 1
+        finally:
+            tracedray.shutdown()
+        ours = [name for name in os.listdir("/dev/shm") if name.startswith(prefix)]
+        assert any("-pool-" in name for name in ours), ours
+        raylet = processes.processes[-1]
+        os.kill(raylet.pid, signal.SIGSTOP)  # it cannot answer its SIGTERM
+    finally:
+        processes.stop(timeout_s=0.5)
+    assert raylet.returncode == -signal.SIGKILL
+    assert not [name for name in os.listdir("/dev/shm") if name.startswith(prefix)]

@@ -84,16 +84,20 @@ def select_to_stop(processes: Iterable[NodeProcess], temp_root: Path,
 
 def shm_prefixes(stopped: Iterable[NodeProcess]) -> set[str]:
     """Shared-memory file prefixes of stopped raylets (the raylet's own naming rule)."""
-    return {f"tracedray-{p.session_dir.name[-24:]}-{p.node_id[:8]}" for p in stopped
+    from tracedray.core.object_store.files import store_name_prefix
+
+    return {store_name_prefix(p.session_dir, p.node_id) for p in stopped
             if p.component == "raylet" and p.node_id}
 
 
 def crashed_session_prefixes(temp_root: Path, live: Iterable[NodeProcess]) -> set[str]:
     """Prefixes of sessions under ``temp_root`` that no live process uses any more."""
+    from tracedray.core.object_store.files import session_name_prefix
+
     live_sessions = {p.session_dir.resolve() for p in live}
     if not temp_root.is_dir():
         return set()
-    return {f"tracedray-{d.name[-24:]}" for d in temp_root.glob("session_2*")
+    return {session_name_prefix(d) for d in temp_root.glob("session_2*")
             if d.is_dir() and d.resolve() not in live_sessions}
 
 

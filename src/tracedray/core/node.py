@@ -52,10 +52,21 @@ class NodeProcesses:
     node_id: str
     processes: list[subprocess.Popen[bytes]] = field(default_factory=list)
 
-    def stop(self, timeout_s: float = 5.0) -> None:
-        """Raylet first (it stops its workers and cleans its store), then the GCS."""
-        for process in reversed(self.processes):
-            terminate(process, timeout_s)
+    def stop(self, timeout_s: float = 5.0, shm_dir: Path = Path("/dev/shm")) -> None:
+        """Raylet first (it stops its workers and cleans its store), then the GCS.
+
+        A raylet killed at the end of its grace (a loaded machine, workers slow to go)
+        could not remove its store's files: they are swept here, by its naming rule."""
+        from tracedray.core.object_store.files import remove_orphans, store_name_prefix
+
+        killed = [process.pid for process in reversed(self.processes)
+                  if terminate(process, timeout_s)]
+        swept = remove_orphans(shm_dir, store_name_prefix(self.session.root, self.node_id))
+        if killed or swept:
+            log.warning("node.stop_forced", node_id=self.node_id, killed_pids=killed,
+                        shm_files_removed=swept,
+                        meaning="a process did not stop within its grace and was killed; "
+                                "its node's shared-memory files were removed for it")
 
 
 # The GCS's allocator: glibc gives each thread that allocates under contention an arena of

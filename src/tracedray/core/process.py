@@ -114,13 +114,16 @@ def exit_on_sigterm(on_exit: Any) -> None:
     signal.signal(signal.SIGTERM, handler)
 
 
-def terminate(process: subprocess.Popen[bytes], timeout_s: float) -> None:
-    """SIGTERM, wait up to ``timeout_s``, then SIGKILL: a child never outlives its stop."""
+def terminate(process: subprocess.Popen[bytes], timeout_s: float) -> bool:
+    """SIGTERM, wait up to ``timeout_s``, then SIGKILL: a child never outlives its stop.
+    ``True`` when it had to be killed (it could not clean up after itself)."""
     if process.poll() is not None:
-        return
+        return False
     process.terminate()
     try:
         process.wait(timeout_s)
     except subprocess.TimeoutExpired:
         process.kill()
         process.wait()
+        return True
+    return False

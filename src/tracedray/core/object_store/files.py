@@ -35,6 +35,17 @@ def validate_name_prefix(name_prefix: str) -> str:
     return name_prefix
 
 
+def session_name_prefix(session_dir: Path) -> str:
+    """The prefix of every shared-memory name of the session in ``session_dir``."""
+    return f"tracedray-{session_dir.name[-24:]}"
+
+
+def store_name_prefix(session_dir: Path, node_id: str) -> str:
+    """The prefix of the shared-memory names of node ``node_id``'s store: its raylet names
+    its files so, and whoever stops a raylet that could not clean up sweeps by it."""
+    return f"{session_name_prefix(session_dir)}-{node_id[:8]}"
+
+
 def shm_path(shm_dir: Path, name_prefix: str, object_id: str) -> Path:
     return shm_dir / f"{name_prefix}-{validate_object_id(object_id)}"
 

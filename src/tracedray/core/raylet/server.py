@@ -24,6 +24,7 @@ from tracedray.core import allocator, rpc
 from tracedray.core.address import Address
 from tracedray.core.gcs import node_health
 from tracedray.core.gcs.client import GcsClient
+from tracedray.core.object_store.files import store_name_prefix
 from tracedray.core.object_store.store import FREE_RELEASED, ObjectStore
 from tracedray.core.raylet import idle_reaping as ir
 from tracedray.core.raylet import lease_reclaim as lr
@@ -81,9 +82,9 @@ class Raylet:
         self.total = dict(resources)
         self._stopped = threading.Event()
         self.gcs = GcsClient(gcs_address)
-        prefix = f"tracedray-{session_dir.name[-24:]}-{node_id[:8]}"
         self.store = ObjectStore(node_id=node_id, capacity_bytes=object_store_memory,
-                                 name_prefix=prefix, spill_dir=session_dir / "spill" / node_id[:12],
+                                 name_prefix=store_name_prefix(session_dir, node_id),
+                                 spill_dir=session_dir / "spill" / node_id[:12],
                                  spilling_enabled=object_spilling,
                                  # A lookup waits for the seals already sent (seal_channel.py).
                                  settle=lambda: self.seal_channel.settle())
