@@ -221,10 +221,12 @@ class Raylet:
             return
         self._stopped.set()
         log.info("node.stop", node_id=self.node_id)
-        self.leasing.shutdown()
-        self.object_data.close()
-        self.seal_channel.close()
-        self.store.shutdown()
+        try:
+            self.leasing.shutdown()
+            self.object_data.close()
+            self.seal_channel.close()
+        finally:  # whatever failed above, the store's files go
+            self.store.shutdown()
         self._server.stop(grace=0.5)
         if self._agent is not None:
             stop_agent(self._agent)  # after the workers: it converts what they left
