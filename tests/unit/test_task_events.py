@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from tracedray._proto.v1 import common_pb2, gcs_pb2
@@ -34,14 +35,18 @@ def _t(spec: common_pb2.TaskSpec, state: str, at: float, **details: object) -> _
     return _Transition(spec, spec.attempt, state, at, **fields)  # type: ignore[arg-type]
 
 
+def _parsed(encoded: list[bytes]) -> list[gcs_pb2.TaskEvent]:
+    return [gcs_pb2.TaskEvent.FromString(event) for event in encoded]
+
+
 def test_one_event_per_attempt_with_the_last_state_and_every_state_time() -> None:
     first, second, retry = _spec(b"t1"), _spec(b"t2"), _spec(b"t1", attempt=1)
-    events = coalesce([
+    events = _parsed(coalesce([
         _t(first, FIRST_STATE, 1.0), _t(second, FIRST_STATE, 1.5),
         _t(first, "SUBMITTED_TO_WORKER", 2.0, node_id="n1", worker_id="w1", worker_pid=7),
         _t(first, "FAILED", 3.0, error_type="WorkerCrashedError", error_message="died"),
         _t(retry, "SUBMITTED_TO_WORKER", 4.0, node_id="n2"),
-    ])
+    ]))
     by_key = {(e.task_id, e.attempt): e for e in events}
     assert sorted(by_key) == [(b"t1", 0), (b"t1", 1), (b"t2", 0)]
     failed = by_key[(b"t1", 0)]
@@ -66,9 +71,9 @@ class CountingClient(GcsClient):
         super().__init__(address)
         self.batches: list[int] = []
 
-    def add_task_events(self, events: list[gcs_pb2.TaskEvent]) -> None:
+    def add_encoded_task_events(self, events: Sequence[bytes]) -> None:
         self.batches.append(len(events))
-        super().add_task_events(events)
+        super().add_encoded_task_events(events)
 
 
 def test_a_backlog_goes_to_the_gcs_in_bounded_batches(tmp_path: Path) -> None:
@@ -120,13 +125,13 @@ def test_events_a_gcs_outage_kept_back_reach_the_gcs_that_comes_back(tmp_path: P
 
 
 class _Gcs:
-    """What a buffer sends (a GCS client's add_task_events)."""
+    """What a buffer sends (a GCS client's add_encoded_task_events)."""
 
     def __init__(self) -> None:
         self.events: list[gcs_pb2.TaskEvent] = []
 
-    def add_task_events(self, events: list[gcs_pb2.TaskEvent]) -> None:
-        self.events.extend(events)
+    def add_encoded_task_events(self, events: Sequence[bytes]) -> None:
+        self.events.extend(_parsed(list(events)))
 
 
 def _holding(at: float) -> tuple[TaskEventBuffer, _Gcs, common_pb2.TaskSpec]:

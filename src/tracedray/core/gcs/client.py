@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 import grpc
@@ -17,10 +17,17 @@ from tracedray.core.gcs.reconnect import (
     ReconnectWindow,
     Verdict,
 )
+from tracedray.core.protocol import task_event_wire
 from tracedray.exceptions import ClusterConnectionError, GcsUnavailableError, RaySystemError
 
 T = TypeVar("T")
 log = logs.get_logger(__name__)
+
+
+def _method_path(name: str) -> str:
+    """The gRPC path of GcsService's method ``name``, from the generated descriptor."""
+    return "/{}/{}".format(*gcs_pb2.DESCRIPTOR.services_by_name["GcsService"]
+                           .methods_by_name[name].full_name.rsplit(".", 1))
 
 
 class GcsClient:
@@ -33,7 +40,12 @@ class GcsClient:
         self.reconnect_s = config.GCS_RECONNECT_TIMEOUT_S.get() if reconnect_s is None \
             else reconnect_s
         self._window = ReconnectWindow(self.reconnect_s)
-        self._stub = gcs_pb2_grpc.GcsServiceStub(rpc.channel(address))
+        channel = rpc.channel(address)
+        self._stub = gcs_pb2_grpc.GcsServiceStub(channel)
+        # AddTaskEvents with a request serialized by the caller (task_event_wire.py).
+        self._add_encoded_task_events = channel.unary_unary(
+            _method_path("AddTaskEvents"), request_serializer=None,
+            response_deserializer=common_pb2.Empty.FromString)
 
     def _call(self, method: Callable[..., T], request: object, timeout: float | None = 30.0) -> T:
         started: float | None = None
@@ -157,6 +169,11 @@ class GcsClient:
     # --- tasks
     def add_task_events(self, events: list[gcs_pb2.TaskEvent]) -> None:
         self._call(self._stub.AddTaskEvents, gcs_pb2.TaskEvents(events=events), timeout=10.0)
+
+    def add_encoded_task_events(self, events: Sequence[bytes]) -> None:
+        """``add_task_events`` of events already serialized (``TaskEvent`` messages)."""
+        self._call(self._add_encoded_task_events, task_event_wire.events_request(events),
+                   timeout=10.0)
 
     def get_tasks(self, task_ids: list[bytes] | None = None, limit: int = 0,
                   job_id: bytes = b"", **query: Any) -> gcs_pb2.GetTasksReply:

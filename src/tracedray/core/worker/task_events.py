@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, NamedTuple
 from tracedray import logs
 from tracedray._proto.v1 import common_pb2, gcs_pb2
 from tracedray.core import trace_context
+from tracedray.core.protocol import task_event_wire as wire
 from tracedray.exceptions import RaySystemError
 
 if TYPE_CHECKING:
@@ -59,7 +60,7 @@ class TaskEventBuffer:
         self._pending: list[_Transition] = []
         # Actor calls' first states, by task id, left to their actors (hold_first).
         self._held: dict[bytes, _Transition] = {}
-        self._unsent: list[gcs_pb2.TaskEvent] = []
+        self._unsent: list[bytes] = []  # serialized events
         self._lock = threading.Lock()
         self.dropped = 0
         self.sent = 0
@@ -104,7 +105,7 @@ class TaskEventBuffer:
         """An event built elsewhere (a slow attempt's mark), sent with the next flush."""
         with self._lock:
             if len(self._unsent) < MAX_BUFFERED:
-                self._unsent.append(event)
+                self._unsent.append(event.SerializeToString())
 
     def flush(self, *, periodic: bool = False) -> None:
         """Send what was recorded. A ``periodic`` flush keeps actor calls' first states
@@ -120,7 +121,7 @@ class TaskEventBuffer:
         events = unsent + coalesce(pending)
         for start in range(0, len(events), SEND_BATCH):
             try:
-                self._gcs.add_task_events(events[start:start + SEND_BATCH])
+                self._gcs.add_encoded_task_events(events[start:start + SEND_BATCH])
             except RaySystemError as exc:
                 log.warning("task_events.flush_failed", events=len(events) - start,
                             error=str(exc))
@@ -130,12 +131,13 @@ class TaskEventBuffer:
             self.sent += min(SEND_BATCH, len(events) - start)
 
 
-def coalesce(transitions: list[_Transition]) -> list[gcs_pb2.TaskEvent]:
-    """One event per (task, attempt): the last state, plus every state's time (pure).
+def coalesce(transitions: list[_Transition]) -> list[bytes]:
+    """One event per (task, attempt), serialized (task_event_wire.py): the last state,
+    plus every state's time (pure).
 
-    This runs in the driver for every task it submits, so it is written for speed:
-    transitions are grouped first, each message is built once, and map fields are
-    filled key by key (initialising them from dicts goes through a slow generic path).
+    This runs for every task and actor call, so it is written for speed: transitions
+    are grouped first, and each event's bytes are written at once, not built as a
+    message and serialized.
     """
     groups: dict[tuple[bytes, int], list[_Transition]] = {}
     for t in transitions:
@@ -145,35 +147,46 @@ def coalesce(transitions: list[_Transition]) -> list[gcs_pb2.TaskEvent]:
             groups[key] = [t]
         else:
             group.append(t)
-    events = []
-    for group in groups.values():
-        spec = group[0].spec
-        last = group[-1]
-        event = gcs_pb2.TaskEvent(
-            task_id=spec.task_id, attempt=last.attempt, function_name=spec.function_name,
-            job_id=spec.job_id, actor_id=spec.actor_id, kind=_KINDS.get(spec.kind, "NORMAL_TASK"),
-            state=last.state, time=last.time)
-        state_times = event.state_times
-        for t in group:
-            state_times[t.state] = t.time
-            if t.state == FIRST_STATE:
-                event.call_site = spec.call_site
-                event.parent_task_id = spec.parent_task_id
-                event.trace_id = trace_context.trace_id_hex(spec)
-                event.submit_span_id = spec.parent_span_id
-                resources = event.resources
-                for name, amount in spec.resources.items():
-                    resources[name] = amount
-            # Later transitions win, as they would setting the fields one by one.
-            if t.node_id:
-                event.node_id = t.node_id
-            if t.worker_id:
-                event.worker_id = t.worker_id
-            if t.worker_pid:
-                event.worker_pid = t.worker_pid
-            if t.error_type:
-                event.error_type = t.error_type
-            if t.error_message:
-                event.error_message = t.error_message
-        events.append(event)
-    return events
+    return [_encode(group) for group in groups.values()]
+
+
+def _encode(group: list[_Transition]) -> bytes:
+    spec = group[0].spec
+    last = group[-1]
+    state_times: dict[str, float] = {}
+    node_id = worker_id = error_type = error_message = ""
+    worker_pid = 0
+    first = None
+    for t in group:
+        state_times[t.state] = t.time
+        if t.state == FIRST_STATE:
+            first = t
+        # Later transitions win, as they would setting the fields one by one.
+        if t.node_id:
+            node_id = t.node_id
+        if t.worker_id:
+            worker_id = t.worker_id
+        if t.worker_pid:
+            worker_pid = t.worker_pid
+        if t.error_type:
+            error_type = t.error_type
+        if t.error_message:
+            error_message = t.error_message
+    parts = [wire.raw(wire.TASK_ID, spec.task_id), wire.number(wire.ATTEMPT, last.attempt),
+             wire.text(wire.STATE, last.state), wire.double(wire.TIME, last.time),
+             wire.text(wire.FUNCTION_NAME, spec.function_name),
+             wire.raw(wire.JOB_ID, spec.job_id), wire.text(wire.NODE_ID, node_id),
+             wire.text(wire.WORKER_ID, worker_id), wire.number(wire.WORKER_PID, worker_pid),
+             wire.text(wire.ERROR_TYPE, error_type),
+             wire.text(wire.ERROR_MESSAGE, error_message),
+             wire.raw(wire.ACTOR_ID, spec.actor_id),
+             wire.text(wire.KIND, _KINDS.get(spec.kind, "NORMAL_TASK"))]
+    if first is not None:  # where the task came from, and its trace
+        parts += (wire.text(wire.CALL_SITE, spec.call_site),
+                  wire.raw(wire.PARENT_TASK_ID, spec.parent_task_id),
+                  wire.text(wire.TRACE_ID, trace_context.trace_id_hex(spec)),
+                  wire.double_map(wire.RESOURCES, spec.resources))
+    parts.append(wire.double_map(wire.STATE_TIMES, state_times))
+    if first is not None:
+        parts.append(wire.fixed64(wire.SUBMIT_SPAN_ID, spec.parent_span_id))
+    return b"".join(parts)

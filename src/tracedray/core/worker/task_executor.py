@@ -244,7 +244,13 @@ class TaskExecutor:
                     worker_id=self._worker_id, task_name=name, attempt=spec.attempt)
                 try:
                     self._host.current_task = spec
-                    log.info("task.execute", function=name, attempt=spec.attempt)
+                    # The line ``log.info("task.execute", ...)`` writes, byte for byte,
+                    # without structlog's chain (a fifth of an actor call's CPU).
+                    line_task = logs.info_context()
+                    if line_task is not None:
+                        logs.write_info_at(__name__, "task.execute", time.time(), line_task,
+                                           logs.current_trace_ids(), function=name,
+                                           attempt=spec.attempt)
                     values = self._execute(spec)
                 finally:
                     logs.exit_task_context(context)
