@@ -306,3 +306,26 @@ def test_a_cluster_process_without_a_token_does_not_start(tmp_path: Path) -> Non
     report = json.loads((tmp_path / "ready").read_text())
     assert report["error_type"] == "ConfigError"
     assert "TRACEDRAY_AUTH_TOKEN is not set" in report["error"]
+
+
+def test_a_token_this_process_kept_for_its_cluster_goes_when_the_cluster_stops(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, no_leaks: None) -> None:
+    """The processes a driver or a test starts are called with their token, which wins
+    over the environment's; once they are stopped, their addresses may be another
+    cluster's (a reused port), whose token the environment gives."""
+    import os
+
+    from tracedray.core import auth, node, session
+
+    monkeypatch.setenv("TRACEDRAY_AUTH_TOKEN", WRONG)
+    kept = auth.AuthSettings(True, "the-first-clusters-token-0123456789", "test")
+    processes = node.start_head(session.create_session(), num_cpus=1,
+                                object_store_memory=64 << 20, parent_pid=os.getpid(),
+                                auth_settings=kept)
+    try:
+        for address in (processes.gcs_address, processes.raylet_address):
+            assert auth.client_token(address).token == kept.token
+    finally:
+        processes.stop()
+    for address in (processes.gcs_address, processes.raylet_address):
+        assert auth.client_token(address).token == WRONG  # the environment's, now

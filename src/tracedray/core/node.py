@@ -51,6 +51,7 @@ class NodeProcesses:
     raylet_address: str
     node_id: str
     processes: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    owns_gcs: bool = False  # the GCS is among ``processes`` (a head this process started)
 
     def stop(self, timeout_s: float = 5.0, shm_dir: Path = Path("/dev/shm")) -> None:
         """Raylet first (it stops its workers and cleans its store), then the GCS.
@@ -62,6 +63,10 @@ class NodeProcesses:
         killed = [process.pid for process in reversed(self.processes)
                   if terminate(process, timeout_s)]
         swept = remove_orphans(shm_dir, store_name_prefix(self.session.root, self.node_id))
+        # Their tokens went with them: a later cluster on a reused port has its own.
+        auth.forget(self.raylet_address)
+        if self.owns_gcs:
+            auth.forget(self.gcs_address)
         if killed or swept:
             log.warning("node.stop_forced", node_id=self.node_id, killed_pids=killed,
                         shm_files_removed=swept,
@@ -296,7 +301,7 @@ def start_head(session: SessionPaths, *, port: int = 0, host: str = "127.0.0.1",
     _remember(settings, gcs_address, raylet_address)
     log.info("cluster.head_started", gcs=gcs_address, raylet=raylet_address, node_id=node_id)
     return NodeProcesses(session, gcs_address, raylet_address, node_id,
-                         [gcs_process, raylet_process])
+                         [gcs_process, raylet_process], owns_gcs=True)
 
 
 def join_node(session: SessionPaths, gcs_address: str, *, host: str = "127.0.0.1",
