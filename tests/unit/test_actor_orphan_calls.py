@@ -10,7 +10,9 @@ import pytest
 from tracedray._proto.v1 import common_pb2, gcs_pb2
 from tracedray.core.serialization import deserialize
 from tracedray.core.worker.actor_submitter import ActorSubmitter
+from tracedray.core.worker.executor_reports import ExecutorReports
 from tracedray.core.worker.pending_task import PendingTask
+from tracedray.core.worker.task_events import TaskEventBuffer
 from tracedray.exceptions import ActorDiedError, RayActorError, RaySystemError
 
 ACTOR = b"\x07" * 16
@@ -39,7 +41,8 @@ def _error_of(gcs: _Gcs) -> BaseException:
     results = _Results()
     submitter = ActorSubmitter(gcs, resolver=None, results=results,  # type: ignore[arg-type]
                                load=lambda value: None, background=lambda *a: True,
-                               first_state_reported=lambda task_ids: None)
+                               first_state_reported=lambda task_ids: None,
+                               reports=ExecutorReports(TaskEventBuffer(gcs)))  # type: ignore[arg-type]
     task = PendingTask(spec=common_pb2.TaskSpec(task_id=b"\x01" * 24, actor_id=ACTOR),
                        return_ids=[b"\x02" * 28], dep_ids=[], unresolved=[], retries_left=0)
     submitter._fail_orphans(ACTOR, [task])  # noqa: SLF001 - what _on_broken schedules

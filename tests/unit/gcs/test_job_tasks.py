@@ -185,3 +185,17 @@ def test_tasks_a_detached_actor_submitted_outlive_the_job_that_created_it() -> N
     assert job_tasks.failure_event(method, verdict(), {actor}, []) is not None
     # Once the actor is gone, what it submitted is the job's like any task.
     assert job_tasks.failure_event(child, verdict(), set(), [method]) is not None
+
+
+def test_a_copy_of_a_stored_event_adds_only_the_states_the_stored_one_lacks() -> None:
+    """A worker's report (RUNNING, FINISHED), then its caller's copy of it coalesced with
+    the caller's own earlier states (core/worker/executor_reports.py): one event, which
+    takes the states it lacked; a copy brings nothing else, and nothing twice."""
+    executor = event("FINISHED", 3.0, state_times={"RUNNING": 2.0, "FINISHED": 3.0})
+    caller = event("FINISHED", 3.0, state_times={"PENDING_ARGS_AVAIL": 1.0, "RUNNING": 9.0,
+                                                  "FINISHED": 3.0})
+    record = record_of(executor, caller, executor)
+    [stored] = record.events
+    assert dict(stored.state_times) == {"RUNNING": 2.0, "FINISHED": 3.0,
+                                        "PENDING_ARGS_AVAIL": 1.0}
+    assert record.state == "FINISHED"

@@ -158,7 +158,7 @@ class TaskSpec(_message.Message):
     def __init__(self, task_id: _Optional[bytes] = ..., job_id: _Optional[bytes] = ..., kind: _Optional[_Union[TaskKind, str]] = ..., function_id: _Optional[str] = ..., function_name: _Optional[str] = ..., args: _Optional[_Iterable[_Union[TaskArg, _Mapping]]] = ..., kwarg_names: _Optional[_Iterable[str]] = ..., num_returns: _Optional[int] = ..., resources: _Optional[_Mapping[str, float]] = ..., max_retries: _Optional[int] = ..., retry_exceptions: _Optional[bool] = ..., attempt: _Optional[int] = ..., caller: _Optional[_Union[Address, _Mapping]] = ..., call_site: _Optional[str] = ..., actor_id: _Optional[bytes] = ..., method_name: _Optional[str] = ..., sequence_number: _Optional[int] = ..., actor_options: _Optional[_Union[ActorOptions, _Mapping]] = ..., parent_task_id: _Optional[bytes] = ..., depth: _Optional[int] = ..., namespace: _Optional[str] = ..., trace_id: _Optional[bytes] = ..., parent_span_id: _Optional[int] = ..., trace_flags: _Optional[int] = ..., trace_state: _Optional[str] = ..., submitted_at: _Optional[float] = ...) -> None: ...
 
 class TaskResult(_message.Message):
-    __slots__ = ("task_id", "attempt", "returns", "is_application_error", "requeued", "worker_id", "worker_pid", "node_id", "retryable_error", "cancelled")
+    __slots__ = ("task_id", "attempt", "returns", "is_application_error", "requeued", "worker_id", "worker_pid", "node_id", "retryable_error", "cancelled", "started_at", "finished_at", "error_type", "error_message", "report_seq", "reported_through")
     TASK_ID_FIELD_NUMBER: _ClassVar[int]
     ATTEMPT_FIELD_NUMBER: _ClassVar[int]
     RETURNS_FIELD_NUMBER: _ClassVar[int]
@@ -169,6 +169,12 @@ class TaskResult(_message.Message):
     NODE_ID_FIELD_NUMBER: _ClassVar[int]
     RETRYABLE_ERROR_FIELD_NUMBER: _ClassVar[int]
     CANCELLED_FIELD_NUMBER: _ClassVar[int]
+    STARTED_AT_FIELD_NUMBER: _ClassVar[int]
+    FINISHED_AT_FIELD_NUMBER: _ClassVar[int]
+    ERROR_TYPE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    REPORT_SEQ_FIELD_NUMBER: _ClassVar[int]
+    REPORTED_THROUGH_FIELD_NUMBER: _ClassVar[int]
     task_id: bytes
     attempt: int
     returns: _containers.RepeatedCompositeFieldContainer[ObjectValue]
@@ -179,7 +185,13 @@ class TaskResult(_message.Message):
     node_id: str
     retryable_error: bool
     cancelled: bool
-    def __init__(self, task_id: _Optional[bytes] = ..., attempt: _Optional[int] = ..., returns: _Optional[_Iterable[_Union[ObjectValue, _Mapping]]] = ..., is_application_error: _Optional[bool] = ..., requeued: _Optional[bool] = ..., worker_id: _Optional[str] = ..., worker_pid: _Optional[int] = ..., node_id: _Optional[str] = ..., retryable_error: _Optional[bool] = ..., cancelled: _Optional[bool] = ...) -> None: ...
+    started_at: float
+    finished_at: float
+    error_type: str
+    error_message: str
+    report_seq: int
+    reported_through: int
+    def __init__(self, task_id: _Optional[bytes] = ..., attempt: _Optional[int] = ..., returns: _Optional[_Iterable[_Union[ObjectValue, _Mapping]]] = ..., is_application_error: _Optional[bool] = ..., requeued: _Optional[bool] = ..., worker_id: _Optional[str] = ..., worker_pid: _Optional[int] = ..., node_id: _Optional[str] = ..., retryable_error: _Optional[bool] = ..., cancelled: _Optional[bool] = ..., started_at: _Optional[float] = ..., finished_at: _Optional[float] = ..., error_type: _Optional[str] = ..., error_message: _Optional[str] = ..., report_seq: _Optional[int] = ..., reported_through: _Optional[int] = ...) -> None: ...
 
 class Empty(_message.Message):
     __slots__ = ()

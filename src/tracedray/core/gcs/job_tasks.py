@@ -166,9 +166,18 @@ def merge(record: gcs_pb2.TaskRecord, event: gcs_pb2.TaskEvent) -> None:
     if takes or not verdict_held:
         _copy_error(record, event)
     # A batch re-sent after a GCS restart (the reply was lost) must not duplicate events.
+    # Nor must a caller's copy of what its dead executor reported (executor_reports.py);
+    # that copy may have been coalesced with the caller's own earlier states, which the
+    # stored event then takes.
     state, attempt, at = event.state, event.attempt, event.time
-    duplicate = any(e.state == state and e.attempt == attempt and e.time == at for e in events)
-    if not duplicate and (len(events) < MAX_EVENTS_PER_TASK or state in TERMINAL):
+    duplicate = next((e for e in events
+                      if e.state == state and e.attempt == attempt and e.time == at), None)
+    if duplicate is not None:
+        times = duplicate.state_times
+        for name, when in event.state_times.items():
+            if name not in times:
+                times[name] = when
+    elif len(events) < MAX_EVENTS_PER_TASK or state in TERMINAL:
         events.append(event)
 
 

@@ -22,6 +22,7 @@ from tracedray._proto.v1 import common_pb2
 from tracedray.core import trace_context
 from tracedray.core.address import Address
 from tracedray.core.protocol.connection import WorkerConnection
+from tracedray.core.worker.executor_reports import ExecutorReports
 from tracedray.core.worker.pending_task import (
     DependencyResolver,
     PendingTask,
@@ -80,8 +81,10 @@ class ActorSubmitter:
     def __init__(self, gcs: GcsClient, resolver: DependencyResolver, results: TaskResults, *,
                  load: Callable[[common_pb2.ObjectValue], Any],
                  background: Callable[..., bool],
-                 first_state_reported: Callable[[Iterable[bytes]], None]) -> None:
+                 first_state_reported: Callable[[Iterable[bytes]], None],
+                 reports: ExecutorReports) -> None:
         self._gcs = gcs
+        self._reports = reports
         # The actor answered a call: it reported the call's first state (task_events.py).
         self._first_state_reported = first_state_reported
         self._load = load  # a value as get() returns it (raises its error)
@@ -196,12 +199,14 @@ class ActorSubmitter:
         """Results read from the connection of ``sent_on``: its calls' results, looked up
         there first (one lookup per result, not one per actor of this process)."""
         done = []
+        answered = []
         with self._lock:
             for result in results:
                 found = self._pop_inflight(sent_on, result.task_id)
                 if found is None:
                     continue
                 channel, task = found
+                answered.append((task.spec, result))
                 if self._retries_error(task, result):
                     # Runs again on the actor, ahead of the calls still queued.
                     _end(task, ok=False)
@@ -213,7 +218,9 @@ class ActorSubmitter:
                     self._flush(channel)
                 else:
                     done.append((task, result))
-        # The actor ran these calls (a retried one too): it reported their first states.
+        # The actor ran these calls (a retried one too): it reported their first states,
+        # which we record ourselves should it die before they reach the GCS.
+        self._reports.answered(conn, answered)
         self._first_state_reported(r.task_id for r in results
                                    if not (r.requeued or r.cancelled))
         end_dispatch_spans(task for task, result in done if not result.is_application_error)
@@ -237,6 +244,7 @@ class ActorSubmitter:
         return None
 
     def _on_broken(self, conn: WorkerConnection, error: BaseException | None) -> None:
+        self._reports.lost(conn)
         with self._lock:
             channel = next((c for c in self._channels.values() if c.conn is conn), None)
             if channel is None:

@@ -34,6 +34,7 @@ from tracedray.core.worker import reference_table as rt
 from tracedray.core.worker import remote_debugger, slow_tasks
 from tracedray.core.worker.actor_submitter import ActorSubmitter
 from tracedray.core.worker.blocking import BlockedState
+from tracedray.core.worker.executor_reports import ExecutorReports
 from tracedray.core.worker.exit_blockers import WorkState, exit_blockers
 from tracedray.core.worker.flusher import Flusher
 from tracedray.core.worker.lineage import Lineage
@@ -85,6 +86,8 @@ class CoreWorker:
         self.functions = FunctionManager(
             self.gcs, driver_import_paths() if mode == "driver" else None)
         self.task_events = TaskEventBuffer(self.gcs)
+        # What executors reported of the tasks they answered us, until the GCS has it.
+        self.executor_reports = ExecutorReports(self.task_events)
         self._pool = ThreadPoolExecutor(max_workers=64, thread_name_prefix="tracedray-bg")
         self._stopped = threading.Event()
         self.flight_recorder = FlightRecorder(session_dir / "workers" / f"{worker_id}.slot")
@@ -146,7 +149,8 @@ class CoreWorker:
         self.actor_submitter = ActorSubmitter(
             self.gcs, self.resolver, self.results, load=self.objects.load,
             background=self.background,
-            first_state_reported=self.task_events.reported_by_actor)
+            first_state_reported=self.task_events.reported_by_actor,
+            reports=self.executor_reports)
         self.slow_tasks = (slow_tasks.start_watch(self.address, self.executor,
                                                   self.task_events.add, self._stopped)
                            if self.executor is not None else None)

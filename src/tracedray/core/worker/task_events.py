@@ -64,24 +64,35 @@ class TaskEventBuffer:
         self._lock = threading.Lock()
         self.dropped = 0
         self.sent = 0
+        # Each recorded transition's number, and the last one a flush delivered to the
+        # GCS: a result tells its caller both (executor_reports.py).
+        self._recorded = 0
+        self.delivered_through = 0
+        self._flushing = 0  # flushes in flight
+        self._sent_through = 0  # the highest number a successful flush took
 
     def record(self, spec: common_pb2.TaskSpec, state: str, *, node_id: str = "",
                worker_id: str = "", worker_pid: int = 0, error_type: str = "",
-               error_message: str = "", at: float = 0.0) -> None:
+               error_message: str = "", at: float = 0.0, attempt: int | None = None) -> int:
         """``at``: when the task reached ``state``, if not now (the caller's moment of a
-        submission recorded later by the submit inbox's thread)."""
-        transition = _Transition(spec, spec.attempt, state, at or time.time(), node_id,
-                                 worker_id, worker_pid, error_type, error_message)
+        submission recorded later by the submit inbox's thread); ``attempt``: if not the
+        spec's. Returns the transition's number (``delivered_through`` passes it once
+        the GCS has it), 0 when it was dropped."""
+        transition = _Transition(spec, spec.attempt if attempt is None else attempt, state,
+                                 at or time.time(), node_id, worker_id, worker_pid,
+                                 error_type, error_message)
         with self._lock:
             if len(self._pending) >= MAX_BUFFERED:
                 self.dropped += 1  # GCS unreachable for long: keep memory bounded
-                return
+                return 0
             held = self._held
             if held:  # a state of a call whose first state was held: ours to send now
                 first = held.pop(spec.task_id, None)
                 if first is not None:
                     self._pending.append(first)
             self._pending.append(transition)
+            self._recorded += 1
+            return self._recorded
 
     def hold_first(self, spec: common_pb2.TaskSpec, at: float) -> None:
         """An actor call's first state, at ``at``, left to its actor (the module's
@@ -118,6 +129,8 @@ class TaskEventBuffer:
                 due = [task_id for task_id, t in held.items() if t.time <= cutoff]
                 pending.extend(held.pop(task_id) for task_id in due)
             unsent, self._unsent = self._unsent, []
+            through = self._recorded
+            self._flushing += 1
         events = unsent + coalesce(pending)
         for start in range(0, len(events), SEND_BATCH):
             try:
@@ -127,8 +140,16 @@ class TaskEventBuffer:
                             error=str(exc))
                 with self._lock:  # ahead of any added meanwhile, which stay too
                     self._unsent = (events[start:] + self._unsent)[:MAX_BUFFERED]
+                    self._flushing -= 1
                 return
             self.sent += min(SEND_BATCH, len(events) - start)
+        with self._lock:
+            # Every number up to the highest a successful flush took was sent, unless a
+            # flush still runs or one failed (its events wait in _unsent).
+            self._flushing -= 1
+            self._sent_through = max(self._sent_through, through)
+            if not self._flushing and not self._unsent:
+                self.delivered_through = self._sent_through
 
 
 def coalesce(transitions: list[_Transition]) -> list[bytes]:

@@ -232,7 +232,8 @@ class TaskExecutor:
                 # An actor call whose caller left its first state to us (task_events.py).
                 self._task_events.record(spec, FIRST_STATE, at=spec.submitted_at)
             self._task_events.record(spec, "RUNNING", node_id=self._node_id,
-                                      worker_id=self._worker_id, worker_pid=self._pid)
+                                      worker_id=self._worker_id, worker_pid=self._pid,
+                                      at=started)
             # The span is current while the task runs: attach/detach rather than
             # ``with telemetry.activate(span)``, whose object and two methods cost ~4k
             # instructions a task.
@@ -264,8 +265,12 @@ class TaskExecutor:
                 for oid, value in zip(_return_ids(spec), values, strict=True))
             self._register_captured(result)
             self._executed += 1
-            self._task_events.record(spec, "FINISHED", node_id=self._node_id,
-                                      worker_id=self._worker_id, worker_pid=self._pid)
+            # The result carries what the record says, for its caller to record should we
+            # die before our flusher sends it (executor_reports.py).
+            result.started_at, result.finished_at = started, time.time()
+            result.report_seq = self._task_events.record(
+                spec, "FINISHED", node_id=self._node_id, worker_id=self._worker_id,
+                worker_pid=self._pid, at=result.finished_at)
         except BaseException as exc:  # noqa: BLE001 - user code may raise anything
             self._failed += 1
             if isinstance(exc, ActorExit) and self.actor_instance is not None:
@@ -291,10 +296,12 @@ class TaskExecutor:
             result.retryable_error = spec.retry_exceptions and not cancelled
             result.ClearField("returns")
             result.returns.extend(error_value(oid, error) for oid in _return_ids(spec))
-            self._task_events.record(spec, "FAILED", node_id=self._node_id,
-                                      worker_id=self._worker_id, worker_pid=self._pid,
-                                      error_type=type(exc).__qualname__,
-                                      error_message=str(exc)[:2000])
+            result.started_at, result.finished_at = started, time.time()
+            result.error_type, result.error_message = type(exc).__qualname__, str(exc)[:2000]
+            result.report_seq = self._task_events.record(
+                spec, "FAILED", node_id=self._node_id, worker_id=self._worker_id,
+                worker_pid=self._pid, error_type=result.error_type,
+                error_message=result.error_message, at=result.finished_at)
         finally:
             try:
                 interrupted = self._stop_interrupts(spec.task_id)
@@ -308,6 +315,7 @@ class TaskExecutor:
             self.live.pop(spec.task_id, None)
             self.durations.observe(name, time.time() - started)
             span.end()
+        result.reported_through = self._task_events.delivered_through
         return result
 
     def _begin_actor_exit(self, spec: common_pb2.TaskSpec, exc: ActorExit) -> ActorDiedError:

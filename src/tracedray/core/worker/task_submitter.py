@@ -254,12 +254,14 @@ class TaskSubmitter:
         succeeded: list[tuple[PendingTask, list[common_pb2.ObjectValue]]] = []
         failed: list[tuple[PendingTask, list[common_pb2.ObjectValue]]] = []
         landed: list[tuple[PendingTask, ev.Verdict]] = []
+        answered: list[tuple[common_pb2.TaskSpec, common_pb2.TaskResult]] = []
         with self._lock:
             tasks = self._tasks
             for result in results:
                 task = self._find_inflight(result.task_id)
                 if task is None:
                     continue
+                answered.append((task.spec, result))
                 verdict = (ev.Verdict.DONE if not (result.requeued or result.is_application_error)
                            else self._verdict(task, result))
                 landed.append((task, verdict))
@@ -272,6 +274,8 @@ class TaskSubmitter:
             self._finished += len(succeeded) + len(failed)
             rest = self._decide(ev.ResultsArrived(conn, landed, time.monotonic()),
                                 together=True)
+        # Recorded by their executor, which may die before its report reaches the GCS.
+        self._worker.executor_reports.answered(conn, answered)
         if rest:
             self._perform(rest)
         if succeeded:
@@ -310,6 +314,7 @@ class TaskSubmitter:
         return task
 
     def _on_broken(self, conn: WorkerConnection, error: BaseException | None) -> None:
+        self._worker.executor_reports.lost(conn)
         self._handle(ev.ConnectionBroke(conn, time.monotonic()))
 
     def _handle_worker_death(self, lease: Lease, orphans: list[PendingTask]) -> None:
