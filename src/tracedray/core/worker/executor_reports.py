@@ -22,7 +22,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -34,25 +34,28 @@ log = logs.get_logger(__name__)
 KEEP_S = 5.0
 
 
-class _Answered(NamedTuple):
-    """What a result said its executor recorded (not the result: it holds the values)."""
-    seq: int
+class _Batch(NamedTuple):
+    """Results read together, kept whole until the last of their reports is confirmed
+    (one entry per batch: a result costs its caller a tuple, not an object of its own).
+    They keep their values alive meanwhile: a tenth of a second or so, normally."""
+    last_seq: int
     answered_at: float  # monotonic
-    spec: common_pb2.TaskSpec
-    attempt: int
-    failed: bool
-    started_at: float
-    finished_at: float
-    node_id: str
-    worker_id: str
-    worker_pid: int
-    error_type: str
-    error_message: str
+    pairs: list[tuple[common_pb2.TaskSpec, common_pb2.TaskResult]]
+
+
+class _Kept:
+    """A connection's unconfirmed batches, and the last report confirmed on it."""
+
+    __slots__ = ("batches", "through")
+
+    def __init__(self) -> None:
+        self.batches: deque[_Batch] = deque()
+        self.through = 0
 
 
 @dataclass(frozen=True)
 class ExecutorReportStatistics:
-    kept: int  # answered tasks whose executor's report is not known to be delivered
+    kept: int  # answered tasks kept (their batch's reports are not all known delivered)
     connections: int
     recorded_for_lost_total: int  # tasks whose report their caller recorded itself
 
@@ -64,33 +67,32 @@ class ExecutorReports:
         self._keep_s = keep_s
         self._clock = clock
         self._lock = threading.Lock()
-        self._by_conn: dict[object, deque[_Answered]] = {}
+        self._by_conn: dict[object, _Kept] = {}
         self._pruned_at = clock()
         self._recorded = 0
 
     def answered(self, conn: object,
-                 pairs: Iterable[tuple[common_pb2.TaskSpec, common_pb2.TaskResult]]) -> None:
-        """Results read from ``conn``, with their tasks' specs (before any retry changes
-        them: a result names its own attempt)."""
+                 pairs: list[tuple[common_pb2.TaskSpec, common_pb2.TaskResult]]) -> None:
+        """Results read from ``conn``, with their tasks' specs (a result names its own
+        attempt: a retry may change the spec's)."""
         now = self._clock()
-        through = 0
-        entries = []
-        for spec, result in pairs:
+        through = last = 0
+        for _, result in pairs:
             if result.reported_through > through:
                 through = result.reported_through
-            if result.report_seq:
-                entries.append(_Answered(
-                    result.report_seq, now, spec, result.attempt, result.is_application_error,
-                    result.started_at, result.finished_at, result.node_id, result.worker_id,
-                    result.worker_pid, result.error_type, result.error_message))
+            if result.report_seq > last:
+                last = result.report_seq
         with self._lock:
             kept = self._by_conn.get(conn)
-            if kept is None and entries:
-                kept = self._by_conn[conn] = deque()
+            if kept is None and last > through:
+                kept = self._by_conn[conn] = _Kept()
             if kept is not None:
-                kept.extend(entries)
-                _confirm(kept, through, now - self._keep_s)
-                if not kept:
+                if through > kept.through:
+                    kept.through = through
+                if last > kept.through:
+                    kept.batches.append(_Batch(last, now, pairs))
+                _confirm(kept.batches, kept.through, now - self._keep_s)
+                if not kept.batches:
                     del self._by_conn[conn]
             if now - self._pruned_at > self._keep_s:
                 self._prune_locked(now)
@@ -105,19 +107,21 @@ class ExecutorReports:
         oldest = self._clock() - self._keep_s
         count = 0
         record = self._events.record
-        for entry in kept:
-            if entry.answered_at < oldest:
+        for batch in kept.batches:
+            if batch.answered_at < oldest:
                 continue
-            spec, r = entry.spec, entry
-            if not r.attempt and spec.submitted_at:  # the actor reported the first state
-                record(spec, FIRST_STATE, at=spec.submitted_at, attempt=0)
-            record(spec, "RUNNING", at=r.started_at, node_id=r.node_id, worker_id=r.worker_id,
-                   worker_pid=r.worker_pid, attempt=r.attempt)
-            record(spec, "FAILED" if r.failed else "FINISHED",
-                   at=r.finished_at, node_id=r.node_id, worker_id=r.worker_id,
-                   worker_pid=r.worker_pid, error_type=r.error_type,
-                   error_message=r.error_message, attempt=r.attempt)
-            count += 1
+            for spec, r in batch.pairs:
+                if r.report_seq <= kept.through:  # delivered, or nothing recorded (0)
+                    continue
+                if not r.attempt and spec.submitted_at:  # the actor reported the first
+                    record(spec, FIRST_STATE, at=spec.submitted_at, attempt=0)
+                record(spec, "RUNNING", at=r.started_at, node_id=r.node_id,
+                       worker_id=r.worker_id, worker_pid=r.worker_pid, attempt=r.attempt)
+                record(spec, "FAILED" if r.is_application_error else "FINISHED",
+                       at=r.finished_at, node_id=r.node_id, worker_id=r.worker_id,
+                       worker_pid=r.worker_pid, error_type=r.error_type,
+                       error_message=r.error_message, attempt=r.attempt)
+                count += 1
         if count:
             with self._lock:
                 self._recorded += count
@@ -129,21 +133,22 @@ class ExecutorReports:
 
     def statistics(self) -> ExecutorReportStatistics:
         with self._lock:
-            return ExecutorReportStatistics(sum(len(k) for k in self._by_conn.values()),
-                                            len(self._by_conn), self._recorded)
+            return ExecutorReportStatistics(
+                sum(len(b.pairs) for k in self._by_conn.values() for b in k.batches),
+                len(self._by_conn), self._recorded)
 
     def _prune_locked(self, now: float) -> None:
         self._pruned_at = now
         for conn in list(self._by_conn):
             kept = self._by_conn[conn]
-            _confirm(kept, 0, now - self._keep_s)
-            if not kept:
+            _confirm(kept.batches, kept.through, now - self._keep_s)
+            if not kept.batches:
                 del self._by_conn[conn]
 
 
-def _confirm(kept: deque[_Answered], through: int, oldest: float) -> None:
-    """Drop, from the front, the entries whose report was delivered or that are older
-    than ``oldest`` (entries come in report order, nearly: a later one stays until
+def _confirm(kept: deque[_Batch], through: int, oldest: float) -> None:
+    """Drop, from the front, the batches whose reports were all delivered or that are
+    older than ``oldest`` (batches come in report order, nearly: a later one stays until
     those before it go)."""
-    while kept and (kept[0].seq <= through or kept[0].answered_at < oldest):
+    while kept and (kept[0].last_seq <= through or kept[0].answered_at < oldest):
         kept.popleft()
