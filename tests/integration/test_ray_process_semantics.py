@@ -145,3 +145,4 @@ def test_a_base_exception_in_the_constructor_kills_the_actor(shared_ray: Any) ->
     actor = BrokenAtBirth.remote()
     with pytest.raises(exceptions.ActorDiedError, match="not even an Exception"):
         shared_ray.get(actor.ping.remote(), timeout=60)
+

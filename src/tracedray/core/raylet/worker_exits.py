@@ -42,9 +42,12 @@ class WorkerExits:
 
     def on_exit(self, worker: wp.WorkerProcess) -> None:
         """The pool saw ``worker`` exit (on its reaper thread)."""
+        # Read before its exit is announced: callers asking why it exited learn which
+        # of their tasks it was running (get_worker_exit).
+        slot = read_slot(self.session_dir / "workers" / f"{worker.worker_id}.slot")
+        worker.running_task = (str(slot.get("task_id", "")), int(slot.get("attempt", 0)))
         self.leasing.worker_exited(worker.worker_id)  # first: no new lease may go to it
         actor_id = self.leasing.actor_of(worker.worker_id)
-        slot = read_slot(self.session_dir / "workers" / f"{worker.worker_id}.slot")
         reason = worker.stop_reason or (ws.STOP_SHUTDOWN if self._stopped.is_set() else "")
         _events.worker_exited(
             worker_id=worker.worker_id, worker_pid=worker.pid, node_id=self.node_id,

@@ -54,6 +54,8 @@ class WorkerProcess:
     # The node's memory use at its exit, kept only where that memory is (or may be)
     # what killed it.
     node_memory_percent: float | None = None
+    # The task its flight recorder named at its exit (hex, "": none), once read.
+    running_task: tuple[str, int] | None = None
 
     @property
     def pid(self) -> int:

@@ -22,7 +22,7 @@ from typing import Any
 import grpc
 
 from tracedray import logs
-from tracedray._proto.v1 import common_pb2, core_worker_pb2, core_worker_pb2_grpc
+from tracedray._proto.v1 import common_pb2, core_worker_pb2, core_worker_pb2_grpc, raylet_pb2
 from tracedray.core import rpc
 from tracedray.core.address import Address
 from tracedray.core.functions import FunctionManager, driver_import_paths
@@ -182,7 +182,8 @@ class CoreWorker:
     def raylet_for_node(self, node_id: str) -> RayletClient:
         return self.raylets.for_node(node_id)
 
-    def describe_worker_exit(self, raylet: RayletClient, worker: Address) -> WorkerCrashedError:
+    def describe_worker_exit(self, raylet: RayletClient, worker: Address
+                             ) -> tuple[WorkerCrashedError, raylet_pb2.WorkerExitInfo]:
         return self.raylets.describe_worker_exit(raylet, worker)
 
     def current_job_id(self) -> bytes:

@@ -43,8 +43,10 @@ class RayletDirectory:
     def statistics(self) -> dict[str, int]:
         return {"clients": len(self._clients)}
 
-    def describe_worker_exit(self, raylet: RayletClient, worker: Address) -> WorkerCrashedError:
-        """The error for a task whose worker ``worker`` was lost, saying why it exited."""
+    def describe_worker_exit(self, raylet: RayletClient, worker: Address
+                             ) -> tuple[WorkerCrashedError, raylet_pb2.WorkerExitInfo]:
+        """The error for a task whose worker ``worker`` was lost, saying why it exited,
+        and what its raylet said of the exit (``exited=False``: nothing)."""
         try:
             info = raylet.get_worker_exit(worker.worker_id, timeout_s=5.0)
         except RaySystemError:
@@ -56,6 +58,6 @@ class RayletDirectory:
                 return WorkerCrashedError(
                     f"the worker process (pid {worker.pid}) was lost with its node "
                     f"{worker.node_id[:12]} ({worker.ip}), which died: {reason}",
-                    meaning="node died")
+                    meaning="node died"), raylet_pb2.WorkerExitInfo(exited=False)
             info = raylet_pb2.WorkerExitInfo(exited=False)
-        return crash_error(info, worker)
+        return crash_error(info, worker), info

@@ -31,7 +31,7 @@ from tracedray.core.worker.dispatch_record import end_span, record_dispatch
 from tracedray.core.worker.infeasible_watch import InfeasibleWatch
 from tracedray.core.worker.lease_client import CLOSE_BUDGET_S, LeaseClient
 from tracedray.core.worker.lease_requests import LeaseAsk
-from tracedray.core.worker.leases import Lease, LeaseReturn, preferred_node
+from tracedray.core.worker.leases import Lease, LeaseReturn, preferred_node, started_orphans
 from tracedray.core.worker.leases import resource_shape as resource_shape
 from tracedray.core.worker.pending_task import (
     PendingTask,
@@ -318,12 +318,31 @@ class TaskSubmitter:
         self._handle(ev.ConnectionBroke(conn, time.monotonic()))
 
     def _handle_worker_death(self, lease: Lease, orphans: list[PendingTask]) -> None:
-        crash = self._worker.describe_worker_exit(lease.raylet, lease.worker)
+        crash, info = self._worker.describe_worker_exit(lease.raylet, lease.worker)
         # describe_worker_exit waited for the verdict if the worker's raylet was gone.
         node_dead = self._worker.recovery.nodes.is_dead(lease.worker.node_id)
+        # Tasks queued behind the one it died in never started: as in Ray, where a
+        # worker holds one task at a time, they run elsewhere, costing no retry.
+        started = orphans if node_dead else orphans[:started_orphans(
+            orphans, info.running_task_known, info.running_task_id, info.running_attempt)]
+        unstarted = orphans[len(started):]
         retried: list[PendingTask] = []
         with self._lock:
-            for task in orphans:
+            for task in unstarted:
+                if task.cancelled:
+                    end_span(task, ok=False, note=str(crash))
+                    self._complete_error(task, TaskCancelledError(task.task_id.hex()), "CANCELLED")
+                    continue
+                end_span(task, ok=True, note="not started: its worker died running an "
+                                             "earlier task; sent again")
+                task.lease = None
+                retried.append(task)
+            if unstarted:
+                log.info("task.requeued", tasks=len(unstarted), worker_pid=lease.worker.pid,
+                         cause=str(crash),
+                         meaning="queued behind the task their worker died in, they never "
+                                 "started; they run on another worker without using a retry")
+            for task in started:
                 end_span(task, ok=False, note=str(crash))
                 if task.cancelled:
                     self._complete_error(task, TaskCancelledError(task.task_id.hex()), "CANCELLED")
