@@ -8,7 +8,6 @@ from __future__ import annotations
 import os
 import sys
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import cloudpickle
@@ -34,12 +33,11 @@ def echo(value: int) -> int:
 
 
 @pytest.fixture
-def one_cpu(no_leaks: None) -> Iterator[Any]:
-    tracedray.init(num_cpus=1, object_store_memory=128 << 20)
-    try:
-        yield tracedray
-    finally:
-        tracedray.shutdown()
+def one_cpu(ray: Any) -> Any:
+    """The ``ray`` fixture's cluster, with one CPU: one worker leased at a time."""
+    ray.shutdown()
+    ray.init(num_cpus=1, object_store_memory=128 << 20)
+    return ray
 
 
 def _records(refs: list[Any]) -> list[Any]:
