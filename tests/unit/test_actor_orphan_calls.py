@@ -42,6 +42,7 @@ def _error_of(gcs: _Gcs) -> BaseException:
     submitter = ActorSubmitter(gcs, resolver=None, results=results,  # type: ignore[arg-type]
                                load=lambda value: None, background=lambda *a: True,
                                first_state_reported=lambda task_ids: None,
+                               release_first_state=lambda task_ids: None,
                                reports=ExecutorReports(TaskEventBuffer(gcs)))  # type: ignore[arg-type]
     task = PendingTask(spec=common_pb2.TaskSpec(task_id=b"\x01" * 24, actor_id=ACTOR),
                        return_ids=[b"\x02" * 28], dep_ids=[], unresolved=[], retries_left=0)
@@ -66,3 +67,20 @@ def test_an_actor_that_ended_for_good_fails_them_with_its_death_cause() -> None:
 def test_otherwise_the_actor_died_while_running_them(gcs: _Gcs) -> None:
     error = _error_of(gcs)
     assert type(error) is RayActorError and "died while running this call" in str(error)
+
+
+def test_a_call_that_cannot_be_sent_at_once_has_its_first_state_released() -> None:
+    """Its actor is not connected yet: the caller records the call's first state itself,
+    rather than holding it for the actor (task_events.release_held)."""
+    released: list[bytes] = []
+    held: list[bytes] = []
+    submitter = ActorSubmitter(_Gcs(None), resolver=None,  # type: ignore[arg-type]
+                               results=_Results(),  # type: ignore[arg-type]
+                               load=lambda value: None, background=lambda *a: True,
+                               first_state_reported=held.extend,
+                               release_first_state=released.extend,
+                               reports=ExecutorReports(TaskEventBuffer(_Gcs(None))))  # type: ignore[arg-type]
+    task = PendingTask(spec=common_pb2.TaskSpec(task_id=b"\x03" * 24, actor_id=ACTOR),
+                       return_ids=[b"\x04" * 28], dep_ids=[], unresolved=[], retries_left=0)
+    submitter.submit_many([(task, 0)])
+    assert released == [task.task_id] and held == []

@@ -175,3 +175,16 @@ def test_a_final_flush_sends_every_held_first_state() -> None:
     buffer, gcs, _ = _holding(time.time())
     buffer.flush()  # shutdown: nothing may stay behind
     assert [e.state for e in gcs.events] == [FIRST_STATE]
+
+
+def test_a_call_its_caller_could_not_send_at_once_is_in_the_next_flush() -> None:
+    """Its actor is not reachable yet: a caller that died before sending it would leave
+    no trace of it, were its first state still held for the actor."""
+    buffer, gcs, _ = _holding(time.time())
+    buffer.release_held([b"call", b"never-held"])
+    buffer.flush(periodic=True)
+    [event] = gcs.events
+    assert event.state == FIRST_STATE and event.call_site == "x.py:3"
+    buffer.reported_by_actor([b"call"])  # answered later: nothing more to send
+    buffer.flush()
+    assert len(gcs.events) == 1

@@ -82,9 +82,12 @@ class ActorSubmitter:
                  load: Callable[[common_pb2.ObjectValue], Any],
                  background: Callable[..., bool],
                  first_state_reported: Callable[[Iterable[bytes]], None],
+                 release_first_state: Callable[[Iterable[bytes]], None],
                  reports: ExecutorReports) -> None:
         self._gcs = gcs
         self._reports = reports
+        # A call that cannot be sent at once: its caller records its first state itself.
+        self._release_first_state = release_first_state
         # The actor answered a call: it reported the call's first state (task_events.py).
         self._first_state_reported = first_state_reported
         self._load = load  # a value as get() returns it (raises its error)
@@ -120,6 +123,11 @@ class ActorSubmitter:
                     ready[actor_id] = channel
             for channel in ready.values():
                 self._flush(channel)
+            # Calls left waiting (no connection yet, arguments pending) may wait long.
+            waiting = [task.task_id for task, _ in calls
+                       if task.task_id not in self._channels[task.spec.actor_id].inflight]
+        if waiting:
+            self._release_first_state(waiting)
         for task, _ in calls:
             if task.unresolved:
                 self._resolver.resolve(task, self._on_resolved,

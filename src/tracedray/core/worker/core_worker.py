@@ -150,6 +150,7 @@ class CoreWorker:
             self.gcs, self.resolver, self.results, load=self.objects.load,
             background=self.background,
             first_state_reported=self.task_events.reported_by_actor,
+            release_first_state=self.task_events.release_held,
             reports=self.executor_reports)
         self.slow_tasks = (slow_tasks.start_watch(self.address, self.executor,
                                                   self.task_events.add, self._stopped)

@@ -10,7 +10,8 @@ records it with RUNNING and FINISHED, so a call is one event at the GCS, not one
 each side. The caller drops what it held once the actor answered the call
 (``reported_by_actor``), and sends it itself when it records another state of the call
 (a failure the actor never saw), when the call still waits after ``HOLD_CALL_S`` (so
-``list tasks`` shows it pending), and at a final flush. Each side thus reports what it
+``list tasks`` shows it pending), when the call cannot be sent at once (``release_held``),
+and at a final flush. Each side thus reports what it
 saw: a caller that dies cannot take the actor's report of a finished call with it.
 """
 
@@ -103,6 +104,18 @@ class TaskEventBuffer:
                 self.dropped += 1
                 return
             self._held[spec.task_id] = transition
+
+    def release_held(self, task_ids: Iterable[bytes]) -> None:
+        """These calls wait in their caller (their actor is not reachable yet, or their
+        arguments are not ready): their first states go with the next flush, so that a
+        caller that dies before sending them still leaves them in the record."""
+        held = self._held
+        if held:
+            with self._lock:
+                for task_id in task_ids:
+                    first = held.pop(task_id, None)
+                    if first is not None:
+                        self._pending.append(first)
 
     def reported_by_actor(self, task_ids: Iterable[bytes]) -> None:
         """The actor answered these calls: it reported their first states."""
