@@ -86,9 +86,12 @@ def test_confirmed_expired_and_unnumbered_reports_are_not_kept() -> None:
     reports.answered(first, [_answer(2, seq=3, through=3)])  # delivered already
     assert reports.statistics().kept == 0
     reports.answered(second, [_answer(3, seq=4, through=0)])
-    clock.now += 6.0  # an executor alive that long has sent its report
-    reports.answered(first, [])
-    assert reports.statistics().kept == 0
+    clock.now += 4.0
+    reports.prune()  # the flusher's
+    assert reports.statistics().kept == 1
+    clock.now += 2.0  # an executor alive that long has sent its report
+    reports.prune()
+    assert reports.statistics().kept == 0 and reports.statistics().connections == 0
     assert reports.lost(second) == 0
     events.flush()
     assert gcs.events == []

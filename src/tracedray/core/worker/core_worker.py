@@ -115,7 +115,8 @@ class CoreWorker:
         self.address_proto = self.address.to_proto()
         self.output = OutputEcho(self.gcs.get_jobs, ip=ip, pid=self.address.pid, job_id=job_id,
                                  current_task=lambda: self.current_task)
-        self.flusher = Flusher(self.ownership, self.references, self.task_events, self.output)
+        self.flusher = Flusher(self.ownership, self.references, self.task_events, self.output,
+                               self.executor_reports)
         nodes = NodeDirectory(self.gcs)
         self.recovery = Recovery(nodes, node_id, self.references, self.memory_store,
                                  self.lineage, self.task_events,

@@ -13,8 +13,8 @@ failure they record. The caller keeps, per connection, what each answered task's
 say until a later result on that connection confirms them, and records them itself when
 the connection breaks first (``lost``): the same states, times and worker, so that a
 report that did arrive merges with its copy unchanged. An entry also goes after
-``KEEP_S`` (``answered`` prunes): an executor alive that long has sent its events, or
-keeps them until the GCS answers.
+``KEEP_S`` (``prune``, run by the flusher): an executor alive that long has sent its
+events, or keeps them until the GCS answers.
 """
 
 from __future__ import annotations
@@ -68,7 +68,6 @@ class ExecutorReports:
         self._clock = clock
         self._lock = threading.Lock()
         self._by_conn: dict[object, _Kept] = {}
-        self._pruned_at = clock()
         self._recorded = 0
 
     def answered(self, conn: object,
@@ -94,8 +93,15 @@ class ExecutorReports:
                 _confirm(kept.batches, kept.through, now - self._keep_s)
                 if not kept.batches:
                     del self._by_conn[conn]
-            if now - self._pruned_at > self._keep_s:
-                self._prune_locked(now)
+
+    def prune(self) -> None:
+        """Let go of what was kept past ``KEEP_S`` (the flusher calls this: a connection
+        that answers nothing more must not keep its last results' values alive)."""
+        if not self._by_conn:
+            return
+        now = self._clock()
+        with self._lock:
+            self._prune_locked(now)
 
     def lost(self, conn: object) -> int:
         """``conn`` broke: record what its executor's unconfirmed reports said. Returns
@@ -138,7 +144,6 @@ class ExecutorReports:
                 len(self._by_conn), self._recorded)
 
     def _prune_locked(self, now: float) -> None:
-        self._pruned_at = now
         for conn in list(self._by_conn):
             kept = self._by_conn[conn]
             _confirm(kept.batches, kept.through, now - self._keep_s)

@@ -1,6 +1,7 @@
 """The background work of a core worker, done on one thread every ``FLUSH_INTERVAL_S``:
 freeing what dropped refs let go, reference updates to other owners, task events to
-the GCS, printed lines to the drivers.
+the GCS, printed lines to the drivers, and letting go of executors' reports kept past
+their time (executor_reports.py).
 
 One flush at a time: two could send a task's events or a job's output out of order
 (the raylet's GetExitBlockers and the shutdown flush run it besides the thread).
@@ -12,6 +13,7 @@ import threading
 from dataclasses import dataclass
 
 from tracedray import logs
+from tracedray.core.worker.executor_reports import ExecutorReports
 from tracedray.core.worker.output_echo import OutputEcho
 from tracedray.core.worker.ownership import Ownership
 from tracedray.core.worker.reference_table import ReferenceTable
@@ -30,10 +32,12 @@ class FlusherStatistics:
 
 class Flusher:
     def __init__(self, ownership: Ownership, references: ReferenceTable,
-                 task_events: TaskEventBuffer, output: OutputEcho) -> None:
+                 task_events: TaskEventBuffer, output: OutputEcho,
+                 executor_reports: ExecutorReports) -> None:
         self._ownership = ownership
         self._references = references
         self._task_events = task_events
+        self._executor_reports = executor_reports
         self._output = output
         self._lock = threading.Lock()
         self._flushes = self._errors = self._early = 0  # changed under _lock
@@ -57,6 +61,7 @@ class Flusher:
                     self._ownership.flush_reference_updates()
                     self._task_events.flush(periodic=periodic)
                     self._output.flush()
+                    self._executor_reports.prune()
                 except Exception:
                     self._errors += 1
                     raise
