@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import time
 from pathlib import Path
 from typing import Any
 
@@ -45,8 +46,15 @@ def test_formats_and_ray_spellings(ray: Any, tmp_path: Path,
     # this test's finished task: the shared cluster's other tasks may change state
     # between two calls.
     mine = ("--filter", f"task_id={task}")
-    listed = json.loads(_cli("list", "tasks", "--format", "json", *mine, *where).stdout)
-    assert [row["task_id"] for row in listed] == [task]
+    # Its worker's own report of its end comes on that worker's flush, which may be a
+    # moment behind get(): wait for it, so that every format shows the same row.
+    deadline = time.monotonic() + 30
+    while True:
+        listed = json.loads(_cli("list", "tasks", "--format", "json", *mine, *where).stdout)
+        if [row["state"] for row in listed] == ["FINISHED"] or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    assert [(row["task_id"], row["state"]) for row in listed] == [(task, "FINISHED")]
     assert yaml.safe_load(_cli("list", "tasks", "--format", "yaml", *mine, *where).stdout) == \
         listed
     assert _cli("list", "tasks", "--format", "table", *mine, *where).stdout == \
