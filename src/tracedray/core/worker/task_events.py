@@ -69,8 +69,6 @@ class TaskEventBuffer:
         # GCS: a result tells its caller both (executor_reports.py).
         self._recorded = 0
         self.delivered_through = 0
-        self._flushing = 0  # flushes in flight
-        self._sent_through = 0  # the highest number a successful flush took
 
     def record(self, spec: common_pb2.TaskSpec, state: str, *, node_id: str = "",
                worker_id: str = "", worker_pid: int = 0, error_type: str = "",
@@ -143,7 +141,6 @@ class TaskEventBuffer:
                 pending.extend(held.pop(task_id) for task_id in due)
             unsent, self._unsent = self._unsent, []
             through = self._recorded
-            self._flushing += 1
         events = unsent + coalesce(pending)
         for start in range(0, len(events), SEND_BATCH):
             try:
@@ -153,16 +150,11 @@ class TaskEventBuffer:
                             error=str(exc))
                 with self._lock:  # ahead of any added meanwhile, which stay too
                     self._unsent = (events[start:] + self._unsent)[:MAX_BUFFERED]
-                    self._flushing -= 1
                 return
             self.sent += min(SEND_BATCH, len(events) - start)
-        with self._lock:
-            # Every number up to the highest a successful flush took was sent, unless a
-            # flush still runs or one failed (its events wait in _unsent).
-            self._flushing -= 1
-            self._sent_through = max(self._sent_through, through)
-            if not self._flushing and not self._unsent:
-                self.delivered_through = self._sent_through
+        # Everything numbered up to ``through`` went: this flush sent what earlier failed
+        # ones kept back first. (The core worker's Flusher runs one flush at a time.)
+        self.delivered_through = through
 
 
 def coalesce(transitions: list[_Transition]) -> list[bytes]:
