@@ -15,15 +15,14 @@ def _tasks(n: int) -> list[PendingTask]:
 
 def test_the_tasks_after_the_one_it_died_in_never_started() -> None:
     tasks = _tasks(5)
-    assert started_orphans(tasks, True, tasks[0].task_id.hex(), 1) == 1
+    assert started_orphans(tasks, tasks[0].task_id.hex(), 1) == 1
     # The ones sent before it ran too: their results died with the worker.
-    assert started_orphans(tasks, True, tasks[2].task_id.hex(), 1) == 3
+    assert started_orphans(tasks, tasks[2].task_id.hex(), 1) == 3
 
 
 def test_without_a_named_task_every_one_may_have_started() -> None:
     tasks = _tasks(4)
-    assert started_orphans(tasks, False, "", 0) == 4  # its raylet could not tell
-    assert started_orphans(tasks, True, "", 0) == 4  # between tasks: results unsent
+    assert started_orphans(tasks, "", 0) == 4  # its raylet could not tell, or between tasks
     # Another attempt, or a task not among them (another caller's): no telling.
-    assert started_orphans(tasks, True, tasks[1].task_id.hex(), 0) == 4
-    assert started_orphans(tasks, True, "ff" * 24, 1) == 4
+    assert started_orphans(tasks, tasks[1].task_id.hex(), 0) == 4
+    assert started_orphans(tasks, "ff" * 24, 1) == 4

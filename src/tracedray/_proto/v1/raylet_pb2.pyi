@@ -236,7 +236,7 @@ class GetWorkerExitRequest(_message.Message):
     def __init__(self, worker_id: _Optional[str] = ..., timeout_s: _Optional[float] = ...) -> None: ...
 
 class WorkerExitInfo(_message.Message):
-    __slots__ = ("exited", "exit_code", "signal", "meaning", "node_memory_percent", "pid", "running_task_id", "running_attempt", "running_task_known")
+    __slots__ = ("exited", "exit_code", "signal", "meaning", "node_memory_percent", "pid", "running_task_id", "running_attempt")
     EXITED_FIELD_NUMBER: _ClassVar[int]
     EXIT_CODE_FIELD_NUMBER: _ClassVar[int]
     SIGNAL_FIELD_NUMBER: _ClassVar[int]
@@ -245,7 +245,6 @@ class WorkerExitInfo(_message.Message):
     PID_FIELD_NUMBER: _ClassVar[int]
     RUNNING_TASK_ID_FIELD_NUMBER: _ClassVar[int]
     RUNNING_ATTEMPT_FIELD_NUMBER: _ClassVar[int]
-    RUNNING_TASK_KNOWN_FIELD_NUMBER: _ClassVar[int]
     exited: bool
     exit_code: int
     signal: str
@@ -254,8 +253,7 @@ class WorkerExitInfo(_message.Message):
     pid: int
     running_task_id: str
     running_attempt: int
-    running_task_known: bool
-    def __init__(self, exited: _Optional[bool] = ..., exit_code: _Optional[int] = ..., signal: _Optional[str] = ..., meaning: _Optional[str] = ..., node_memory_percent: _Optional[float] = ..., pid: _Optional[int] = ..., running_task_id: _Optional[str] = ..., running_attempt: _Optional[int] = ..., running_task_known: _Optional[bool] = ...) -> None: ...
+    def __init__(self, exited: _Optional[bool] = ..., exit_code: _Optional[int] = ..., signal: _Optional[str] = ..., meaning: _Optional[str] = ..., node_memory_percent: _Optional[float] = ..., pid: _Optional[int] = ..., running_task_id: _Optional[str] = ..., running_attempt: _Optional[int] = ...) -> None: ...
 
 class GetNodeStatsRequest(_message.Message):
     __slots__ = ("include_objects", "include_references")

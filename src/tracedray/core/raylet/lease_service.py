@@ -191,14 +191,11 @@ class LeaseService:
         worker = self.pool.workers.get(worker_id)
         if worker is None:
             return raylet_pb2.WorkerExitInfo(exited=False)
-        info = raylet_pb2.WorkerExitInfo(exited=True, exit_code=worker.exit_code,
+        return raylet_pb2.WorkerExitInfo(exited=True, exit_code=worker.exit_code,
                                          signal=worker.exit_signal, meaning=worker.exit_meaning,
                                          node_memory_percent=worker.node_memory_percent or 0.0,
-                                         pid=worker.pid)
-        if worker.running_task is not None:
-            info.running_task_id, info.running_attempt = worker.running_task
-            info.running_task_known = True
-        return info
+                                         pid=worker.pid, running_task_id=worker.running_task_id,
+                                         running_attempt=worker.running_attempt)
 
     def kill_worker(self, worker_id: str, force: bool, *, reason: str = "",
                     meaning: str = "") -> None:

@@ -45,7 +45,8 @@ class WorkerExits:
         # Read before its exit is announced: callers asking why it exited learn which
         # of their tasks it was running (get_worker_exit).
         slot = read_slot(self.session_dir / "workers" / f"{worker.worker_id}.slot")
-        worker.running_task = (str(slot.get("task_id", "")), int(slot.get("attempt", 0)))
+        worker.running_task_id = str(slot.get("task_id", ""))
+        worker.running_attempt = int(slot.get("attempt", 0))
         self.leasing.worker_exited(worker.worker_id)  # first: no new lease may go to it
         actor_id = self.leasing.actor_of(worker.worker_id)
         reason = worker.stop_reason or (ws.STOP_SHUTDOWN if self._stopped.is_set() else "")

@@ -54,8 +54,9 @@ class WorkerProcess:
     # The node's memory use at its exit, kept only where that memory is (or may be)
     # what killed it.
     node_memory_percent: float | None = None
-    # The task its flight recorder named at its exit (hex, "": none), once read.
-    running_task: tuple[str, int] | None = None
+    # The task (hex, "": none) and attempt its flight recorder named at its exit.
+    running_task_id: str = ""
+    running_attempt: int = 0
 
     @property
     def pid(self) -> int:

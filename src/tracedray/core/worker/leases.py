@@ -136,14 +136,15 @@ def preferred_node(input_bytes_by_node: dict[str, int]) -> str:
     return node if size >= LOCALITY_MIN_BYTES else ""
 
 
-def started_orphans(orphans: list[PendingTask], running_known: bool, running_task_hex: str,
+def started_orphans(orphans: list[PendingTask], running_task_hex: str,
                     running_attempt: int) -> int:
     """How many of a dead worker's ``orphans`` (in the order they were sent) may have
     started; those after them never did. A worker runs a caller's tasks one at a time, in
     that order, so when its flight recorder named the task it died in, the tasks sent
     before it ran too (their results were lost with it) and the ones after never began.
-    Otherwise (its raylet could not tell, or it died between tasks) every one may have."""
-    if running_known and running_task_hex:
+    Otherwise (``""``: its raylet could not tell, or it died between tasks) every one may
+    have."""
+    if running_task_hex:
         for index, task in enumerate(orphans):
             if task.spec.attempt == running_attempt and task.task_id.hex() == running_task_hex:
                 return index + 1

@@ -324,7 +324,7 @@ class TaskSubmitter:
         # Tasks queued behind the one it died in never started: as in Ray, where a
         # worker holds one task at a time, they run elsewhere, costing no retry.
         started = orphans if node_dead else orphans[:started_orphans(
-            orphans, info.running_task_known, info.running_task_id, info.running_attempt)]
+            orphans, info.running_task_id, info.running_attempt)]
         unstarted = orphans[len(started):]
         retried: list[PendingTask] = []
         with self._lock:
