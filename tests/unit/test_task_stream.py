@@ -195,15 +195,22 @@ def test_results_come_back_in_order_with_statistics(server: TaskStreamServer) ->
     _wait(lambda: server.statistics().open_connections == 0)
 
 
-def test_a_lone_call_is_written_directly_and_a_burst_in_batches() -> None:
-    release = threading.Event()
-
+def _holding_server(release: threading.Event,
+                    holds: Callable[[int], bool]) -> TaskStreamServer:
+    """A server that echoes each task, the ones ``holds`` names once ``release`` is set
+    (their results stay due meanwhile)."""
     def held(spec: common_pb2.TaskSpec, reply: Reply) -> None:
-        if _number(spec.task_id) >= 21:
-            release.wait(30)  # the burst's results stay due while it is being sent
+        if holds(_number(spec.task_id)):
+            release.wait(30)
         _echo(spec, reply)
 
-    srv = TaskStreamServer("127.0.0.1", held)
+    return TaskStreamServer("127.0.0.1", held)
+
+
+def test_a_lone_call_is_written_directly_and_a_burst_in_batches() -> None:
+    release = threading.Event()
+    # The burst's results stay due while it is being sent.
+    srv = _holding_server(release, lambda number: number >= 21)
     try:
         caller = Caller(srv.port)
         caller.conn.send(_spec(0))
@@ -229,13 +236,8 @@ def test_a_batch_is_written_directly_while_results_are_due() -> None:
     reader sends the tasks each batch of results makes room for), even while results
     are due, and stay in order behind single frames still pending."""
     release = threading.Event()
-
-    def held(spec: common_pb2.TaskSpec, reply: Reply) -> None:
-        if _number(spec.task_id) == 1:
-            release.wait(30)  # results stay due while the batches are sent
-        _echo(spec, reply)
-
-    srv = TaskStreamServer("127.0.0.1", held)
+    # Results stay due while the batches are sent.
+    srv = _holding_server(release, lambda number: number == 1)
     try:
         caller = Caller(srv.port)
         caller.conn.send(_spec(0))
