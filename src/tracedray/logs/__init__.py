@@ -21,10 +21,8 @@ from tracedray.logs._context import (
 )
 from tracedray.logs._process_info import installed_packages
 from tracedray.logs._setup import (
-    DeferredLine,
     configure,
     current_trace_ids,
-    defer_info,
     get_logger,
     info_context,
     record_process_exit,
@@ -34,11 +32,9 @@ from tracedray.logs._setup import (
 from tracedray.logs._sink import LogStatistics
 
 __all__ = [
-    "DeferredLine",
     "LogStatistics",
     "configure",
     "current_trace_ids",
-    "defer_info",
     "enter_task_context",
     "exit_task_context",
     "get_logger",

@@ -213,32 +213,6 @@ def statistics() -> LogStatistics:
     return sink.statistics()
 
 
-class DeferredLine:
-    """An INFO line whose fields are taken now and written later, from another thread.
-
-    What a line takes from where it is logged (the time, the task context, the current
-    trace ids) is captured here; ``write()`` runs the rest of the processor chain, so
-    the line is byte for byte what ``get_logger(name).info(event, **fields)`` would have
-    written at that moment, only appended later (the submit inbox writes ``task.submit``
-    this way, off the caller's thread).
-    """
-
-    __slots__ = ("_fields", "_task", "_time")
-
-    def __init__(self, fields: dict[str, Any]) -> None:
-        self._time = time.time()
-        self._task = _context.task_fields()
-        if "span_id" not in fields or "trace_id" not in fields:
-            ids = _processors.current_trace_ids()
-            if ids is not None:
-                fields.setdefault("trace_id", ids[0])
-                fields.setdefault("span_id", ids[1])
-        self._fields = fields
-
-    def write(self) -> None:
-        _write_info(self._fields, self._time, self._task)
-
-
 def info_context() -> Mapping[str, Any] | None:
     """The task context an INFO line logged now carries, for a line whose moment is now
     and whose fields come later (:func:`write_info_at`); None when INFO lines are not
@@ -279,11 +253,3 @@ def _write_info(event_dict: dict[str, Any], at: float, task: Mapping[str, Any]) 
             None, "info", event_dict)))
     except Exception:  # noqa: BLE001 - logging never raises
         pass
-
-
-def defer_info(name: str, event: str, **fields: Any) -> DeferredLine | None:
-    """The line ``get_logger(name).info(event, **fields)`` would write, to write later with
-    ``.write()``; None when INFO lines are not written."""
-    if _processors.state.min_level > _processors.LEVELS["info"]:
-        return None
-    return DeferredLine({"logger": name, **fields, "event": event})

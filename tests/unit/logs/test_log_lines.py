@@ -193,27 +193,6 @@ def test_telemetrys_own_warnings_are_log_lines(tmp_path: Path, read_log,
     assert sdk["logger"] == "opentelemetry.sdk.trace.export"
 
 
-def test_a_deferred_line_is_the_line_logged_where_it_was_taken(
-        tmp_path: Path, read_log, monkeypatch: pytest.MonkeyPatch) -> None:
-    logs.configure("driver", session_dir=tmp_path)
-    with logs.task_context(task_id="ab" * 8, attempt=2):
-        deferred = logs.defer_info("tracedray.core.submission", "task.submit", task_id="cd",
-                                   function="f", call_site="x.py:1", attempt=0)
-        logs.get_logger("tracedray.core.submission").info(
-            "task.submit", task_id="cd", function="f", call_site="x.py:1", attempt=0)
-    assert deferred is not None
-    writer = threading.Thread(target=deferred.write)  # written later, from another thread
-    writer.start()
-    writer.join()
-    *_, direct, later = read_log(tmp_path)
-    assert list(later) == list(direct)  # the same keys in the same order
-    assert later.pop("timestamp") <= direct.pop("timestamp")  # taken first
-    assert later == direct
-    monkeypatch.setenv("TRACEDRAY_LOG_LEVEL", "warning")
-    logs.configure("driver", session_dir=tmp_path / "quiet")
-    assert logs.defer_info("x", "task.submit") is None
-
-
 def test_a_later_line_is_the_line_logged_where_its_moment_was_taken(
         tmp_path: Path, read_log, monkeypatch: pytest.MonkeyPatch) -> None:
     import time
