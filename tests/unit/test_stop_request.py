@@ -25,9 +25,12 @@ def test_sigterm_sets_the_request_and_the_old_handler_comes_back() -> None:
 def test_many_signals_while_the_main_thread_polls_never_hang() -> None:
     # The old loop (Event.wait in the main thread, Event.set in the handler) could
     # deadlock when a signal landed while the main thread held the Event's lock.
-    pid = os.getpid()
+    # Sent to the main thread itself, where the handler runs: a signal the process got
+    # could land in another thread and be handled only after the handler is gone.
+    main = threading.main_thread().ident
+    assert main is not None
     with StopRequest() as stop:
-        sender = threading.Thread(target=lambda: [os.kill(pid, signal.SIGTERM)
+        sender = threading.Thread(target=lambda: [signal.pthread_kill(main, signal.SIGTERM)
                                                   for _ in range(200)], daemon=True)
         sender.start()
         started = time.monotonic()
