@@ -61,6 +61,9 @@ SCHEDULING_QUEUE_LENGTHS = "tracedray.scheduling.queue_lengths"  # list, paralle
 SCHEDULING_REASON = "tracedray.scheduling.reason"
 SCHEDULING_CHOSEN_NODE = "tracedray.scheduling.chosen_node"
 RESOURCES = "tracedray.resources"  # JSON of the resource request
+# Why a task.dispatch span ended without its worker's reply (e.g. "requeued": the
+# worker handed the task back unstarted, and it goes out again).
+DISPATCH_NOTE = "tracedray.dispatch.note"
 
 # --- process exits (recorded by the raylet that saw them)
 EXIT_CODE = "tracedray.exit.code"

@@ -167,6 +167,22 @@ def test_a_task_its_job_left_unfinished_ends_failed_as_the_gcs_recorded(parse, t
     assert story.final_state == FAILED
 
 
+def test_a_dispatch_that_ended_as_its_task_went_back_is_no_reply(parse, tmp_path):
+    # Its worker handed the task back unstarted; the driver sent it again and died before
+    # that dispatch ended (so its span is not there): the task did not return.
+    rec = Recorder()
+    submit = _submit(rec, max_retries=0)
+    rec.span(DRIVER, "task.dispatch", 2, 30, {
+        attr.TASK_ID: TASK, attr.TASK_ATTEMPT: 0, attr.WORKER_PID: 201,
+        attr.DISPATCH_NOTE: "requeued"}, parent=submit)
+    _job_end(rec, submit, 500)
+    spans, logs = parse(rec, tmp_path)
+    story = task_story(spans, logs, TASK)
+    assert isinstance(story, TaskStory)
+    assert [(a.attempt, a.outcome) for a in story.attempts] == [(0, JOB_ENDED)]
+    assert story.final_state == FAILED
+
+
 def test_a_task_never_dispatched_is_found_by_its_job_end_alone(parse, tmp_path):
     rec = Recorder()
     _job_end(rec, "", 500)  # the driver's spans were lost with it

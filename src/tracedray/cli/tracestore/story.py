@@ -300,6 +300,10 @@ def _attempt_end(attempt: _Attempt) -> tuple[AttemptOutcome, StoryEvent | None]:
     n = attempt.number
     execute = attempt.executes[-1] if attempt.executes else None
     dispatch = attempt.dispatches[-1] if attempt.dispatches else None
+    # Its caller got the worker's reply: the span ended after it began, and not because
+    # the task went back unstarted (a note says why it ended without a reply).
+    replied = (dispatch is not None and dispatch.end_ns > dispatch.start_ns
+               and not dispatch.get(attr.DISPATCH_NOTE))
     if execute is not None and not execute.is_error:
         summary = f"attempt {n} returned"
         return (AttemptOutcome(n, RETURNED, execute.end_ns, summary),
@@ -330,13 +334,13 @@ def _attempt_end(attempt: _Attempt) -> tuple[AttemptOutcome, StoryEvent | None]:
         return (AttemptOutcome(n, DISPATCH_FAILED, dispatch.end_ns, summary),
                 StoryEvent(dispatch.end_ns, "ended", summary, n, dispatch.duration_ns,
                            MappingProxyType({"outcome": DISPATCH_FAILED})))
-    if attempt.job_ends and not (dispatch is not None and dispatch.end_ns > dispatch.start_ns):
+    if attempt.job_ends and not replied:
         # The GCS's verdict, as in `list tasks`: an end of the task's own (above, or a
         # reply its caller got, below) beats it.
         event = _job_end_event(attempt.job_ends[-1], n, "ended",
                                f"attempt {n} failed by the GCS")
         return AttemptOutcome(n, JOB_ENDED, event.time_ns, event.summary), event
-    if dispatch is not None and dispatch.end_ns > dispatch.start_ns:
+    if dispatch is not None and replied:
         # The caller got a reply but the worker's execute span is not here (e.g. a
         # remote node's files were not read): the caller's view still says "returned".
         summary = f"attempt {n} returned (reply received; the worker's execute span is missing)"
