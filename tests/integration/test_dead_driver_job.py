@@ -347,3 +347,49 @@ def test_a_driver_that_exits_with_tasks_unfinished_fails_them_as_its_job_ended(
                  ENDED_WITHIN_S, "every task of the finished job to end")
         _check_every_task_ended(job_id, finished_id, "JOB_ENDED",
                                 f"job ended: job {job_id} finished, its driver finished it")
+
+
+DIES_AS_ITS_TASK_STARTS = textwrap.dedent("""\
+    import os, signal, sys, time
+    import tracedray as ray
+
+    ray.init(address="auto")
+
+    @ray.remote
+    def started(path):
+        open(path, "w").close()
+        time.sleep(120)
+
+    ref = started.remote(sys.argv[1])
+    while not os.path.exists(sys.argv[1]):
+        time.sleep(0.001)
+    print(ref.task_id().hex(), flush=True)
+    os.kill(os.getpid(), signal.SIGKILL)  # well within its 0.1 s flush of task events
+""")
+
+
+def test_a_task_dispatched_just_before_its_driver_was_killed_shows_where_it_went(
+        tmp_path: Path) -> None:
+    # The worker records the dispatch (dispatch_record.py), so a driver killed before its
+    # own flush does not take the task's SUBMITTED_TO_WORKER with it.
+    with isolated_root(tmp_path):
+        start_head()
+        script = tmp_path / "dies.py"
+        script.write_text(DIES_AS_ITS_TASK_STARTS)
+        process = subprocess.run([sys.executable, str(script), str(tmp_path / "started")],
+                                 capture_output=True, text=True, timeout=120)
+        assert process.returncode == -signal.SIGKILL, process.stderr
+        task_id = process.stdout.strip()
+
+        def ended() -> dict[str, Any] | None:
+            # Unknown until the worker's first flush: the driver's own never happened.
+            found = run_json("list", "tasks", "--detail", "--filter", f"task_id={task_id}")
+            return found[0] if found and found[0]["state"] not in UNFINISHED else None
+
+        task = wait_for(ended, ENDED_WITHIN_S + 20, "the task to end")
+        assert (task["state"], task["error_type"]) == ("FAILED", "OWNER_DIED"), task
+        at = {e["state"]: e for e in task["events"]}
+        assert {"SUBMITTED_TO_WORKER", "RUNNING"} <= set(at), task["events"]
+        dispatched = at["SUBMITTED_TO_WORKER"]
+        assert dispatched["worker_pid"] == at["RUNNING"]["worker_pid"] > 0, task["events"]
+        assert dispatched["time"] <= at["RUNNING"]["time"], task["events"]

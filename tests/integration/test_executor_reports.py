@@ -79,8 +79,9 @@ def test_an_answered_call_and_a_finished_task_stay_finished_when_their_worker_is
     while True:
         records = {"call": _record(call), "task": _record(task)}
         times = {name: _times(record) for name, record in records.items()}
-        if all({"PENDING_ARGS_AVAIL", "RUNNING", "FINISHED"} <= set(t)
-               for t in times.values()) or time.monotonic() > deadline:
+        if (all({"PENDING_ARGS_AVAIL", "RUNNING", "FINISHED"} <= set(t)
+                for t in times.values()) and "SUBMITTED_TO_WORKER" in times["task"]) \
+                or time.monotonic() > deadline:
             break
         time.sleep(0.1)
     for name, pid in (("call", call_pid), ("task", task_pid)):
@@ -89,6 +90,11 @@ def test_an_answered_call_and_a_finished_task_stay_finished_when_their_worker_is
         assert record.worker_pid == pid, (name, record)
         assert {"PENDING_ARGS_AVAIL", "RUNNING", "FINISHED"} <= set(at), (name, record)
         assert at["PENDING_ARGS_AVAIL"] <= at["RUNNING"] <= at["FINISHED"], at
+    # The task's worker records its dispatch with its start (dispatch_record.py): its
+    # caller's copy brings that back too.
+    dispatched = times["task"]
+    assert dispatched["PENDING_ARGS_AVAIL"] <= dispatched["SUBMITTED_TO_WORKER"] \
+        <= dispatched["RUNNING"], dispatched
     assert records["call"].call_site and records["call"].trace_id  # its first state's fields
     stats = tracedray.api.calls.global_worker().executor_reports.statistics()
     assert stats.recorded_for_lost_total >= 2, stats

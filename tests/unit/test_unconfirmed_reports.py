@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 from tracedray._proto.v1 import common_pb2, gcs_pb2
 from tracedray.core.worker.executor_reports import ExecutorReports
-from tracedray.core.worker.task_events import FIRST_STATE, TaskEventBuffer
+from tracedray.core.worker.task_events import DISPATCHED_STATE, FIRST_STATE, TaskEventBuffer
 from tracedray.exceptions import RaySystemError
 
 
@@ -30,9 +30,11 @@ class _Clock:
 
 
 def _answer(n: int, *, seq: int, through: int, attempt: int = 0, failed: bool = False,
-            submitted_at: float = 0.0) -> tuple[common_pb2.TaskSpec, common_pb2.TaskResult]:
+            submitted_at: float = 0.0, dispatched_at: float = 0.0,
+            ) -> tuple[common_pb2.TaskSpec, common_pb2.TaskResult]:
     spec = common_pb2.TaskSpec(task_id=bytes([n]) * 24, function_name="f", attempt=attempt,
-                               submitted_at=submitted_at, call_site="x.py:1")
+                               submitted_at=submitted_at, dispatched_at=dispatched_at,
+                               call_site="x.py:1")
     result = common_pb2.TaskResult(
         task_id=spec.task_id, attempt=attempt, worker_id="w", worker_pid=42, node_id="n",
         started_at=10.0 + n, finished_at=11.0 + n, report_seq=seq, reported_through=through,
@@ -53,7 +55,8 @@ def test_a_lost_executors_unconfirmed_reports_are_recorded_as_it_recorded_them()
     reports.answered(conn, [_answer(1, seq=5, through=0),
                             _answer(2, seq=6, through=0, failed=True, attempt=1),
                             _answer(3, seq=7, through=0, submitted_at=9.0)])
-    reports.answered(conn, [_answer(4, seq=9, through=6)])  # 5 and 6 reached the GCS
+    # 5 and 6 reached the GCS; 4 is a normal task whose worker recorded its dispatch.
+    reports.answered(conn, [_answer(4, seq=9, through=6, dispatched_at=13.5)])
     assert reports.statistics().kept == 4  # whole batches: the first holds 7
     assert reports.lost(conn) == 2
     events.flush()
@@ -63,7 +66,8 @@ def test_a_lost_executors_unconfirmed_reports_are_recorded_as_it_recorded_them()
     assert dict(call.state_times) == {FIRST_STATE: 9.0, "RUNNING": 13.0, "FINISHED": 14.0}
     assert (call.state, call.time, call.worker_pid, call.node_id) == ("FINISHED", 14.0, 42, "n")
     assert call.call_site == "x.py:1"
-    assert dict(by_task[4].state_times) == {"RUNNING": 14.0, "FINISHED": 15.0}
+    assert dict(by_task[4].state_times) == {DISPATCHED_STATE: 13.5, "RUNNING": 14.0,
+                                            "FINISHED": 15.0}
     assert reports.lost(conn) == 0 and reports.statistics().recorded_for_lost_total == 2
 
 

@@ -104,3 +104,21 @@ def test_get_tasks_event_lines_say_where_and_the_gcss_verdict() -> None:
     verdict = {"state": "FAILED", "time": 2.0, "attempt": 0, "node_id": "", "worker_pid": 0,
                "error_type": "OWNER_DIED"}
     assert _event_line(verdict).endswith(" FAILED (attempt 0) OWNER_DIED")
+
+
+def test_a_tasks_detail_lists_every_state_its_events_carry_in_time_order() -> None:
+    # The caller's first state; its worker's event with the dispatch, start and failure.
+    first = gcs_pb2.TaskEvent(state="PENDING_ARGS_AVAIL", time=1.0)
+    first.state_times["PENDING_ARGS_AVAIL"] = 1.0
+    worker = gcs_pb2.TaskEvent(state="FAILED", time=4.0, node_id="n", worker_pid=7,
+                               error_type="ValueError")
+    for state, at in (("SUBMITTED_TO_WORKER", 2.0), ("RUNNING", 3.0), ("FAILED", 4.0)):
+        worker.state_times[state] = at
+    bare = gcs_pb2.TaskEvent(state="SLOW", time=3.5)  # an event without state_times
+    record = gcs_pb2.TaskRecord(state="FAILED", events=[worker, first, bare])
+    listed = rows.task_row(record, detail=True)["events"]
+    assert [(e["state"], e["time"]) for e in listed] == [
+        ("PENDING_ARGS_AVAIL", 1.0), ("SUBMITTED_TO_WORKER", 2.0), ("RUNNING", 3.0),
+        ("SLOW", 3.5), ("FAILED", 4.0)]
+    assert [e["error_type"] for e in listed] == ["", "", "", "", "ValueError"]
+    assert listed[1]["worker_pid"] == 7 and listed[1]["node_id"] == "n"

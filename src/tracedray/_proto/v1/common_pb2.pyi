@@ -95,7 +95,7 @@ class TaskArg(_message.Message):
     def __init__(self, value: _Optional[_Union[ObjectValue, _Mapping]] = ..., is_ref: _Optional[bool] = ...) -> None: ...
 
 class TaskSpec(_message.Message):
-    __slots__ = ("task_id", "job_id", "kind", "function_id", "function_name", "args", "kwarg_names", "num_returns", "resources", "max_retries", "retry_exceptions", "attempt", "caller", "call_site", "actor_id", "method_name", "sequence_number", "actor_options", "parent_task_id", "depth", "namespace", "trace_id", "parent_span_id", "trace_flags", "trace_state", "submitted_at")
+    __slots__ = ("task_id", "job_id", "kind", "function_id", "function_name", "args", "kwarg_names", "num_returns", "resources", "max_retries", "retry_exceptions", "attempt", "caller", "call_site", "actor_id", "method_name", "sequence_number", "actor_options", "parent_task_id", "depth", "namespace", "trace_id", "parent_span_id", "trace_flags", "trace_state", "submitted_at", "dispatched_at")
     class ResourcesEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -129,6 +129,7 @@ class TaskSpec(_message.Message):
     TRACE_FLAGS_FIELD_NUMBER: _ClassVar[int]
     TRACE_STATE_FIELD_NUMBER: _ClassVar[int]
     SUBMITTED_AT_FIELD_NUMBER: _ClassVar[int]
+    DISPATCHED_AT_FIELD_NUMBER: _ClassVar[int]
     task_id: bytes
     job_id: bytes
     kind: TaskKind
@@ -155,7 +156,8 @@ class TaskSpec(_message.Message):
     trace_flags: int
     trace_state: str
     submitted_at: float
-    def __init__(self, task_id: _Optional[bytes] = ..., job_id: _Optional[bytes] = ..., kind: _Optional[_Union[TaskKind, str]] = ..., function_id: _Optional[str] = ..., function_name: _Optional[str] = ..., args: _Optional[_Iterable[_Union[TaskArg, _Mapping]]] = ..., kwarg_names: _Optional[_Iterable[str]] = ..., num_returns: _Optional[int] = ..., resources: _Optional[_Mapping[str, float]] = ..., max_retries: _Optional[int] = ..., retry_exceptions: _Optional[bool] = ..., attempt: _Optional[int] = ..., caller: _Optional[_Union[Address, _Mapping]] = ..., call_site: _Optional[str] = ..., actor_id: _Optional[bytes] = ..., method_name: _Optional[str] = ..., sequence_number: _Optional[int] = ..., actor_options: _Optional[_Union[ActorOptions, _Mapping]] = ..., parent_task_id: _Optional[bytes] = ..., depth: _Optional[int] = ..., namespace: _Optional[str] = ..., trace_id: _Optional[bytes] = ..., parent_span_id: _Optional[int] = ..., trace_flags: _Optional[int] = ..., trace_state: _Optional[str] = ..., submitted_at: _Optional[float] = ...) -> None: ...
+    dispatched_at: float
+    def __init__(self, task_id: _Optional[bytes] = ..., job_id: _Optional[bytes] = ..., kind: _Optional[_Union[TaskKind, str]] = ..., function_id: _Optional[str] = ..., function_name: _Optional[str] = ..., args: _Optional[_Iterable[_Union[TaskArg, _Mapping]]] = ..., kwarg_names: _Optional[_Iterable[str]] = ..., num_returns: _Optional[int] = ..., resources: _Optional[_Mapping[str, float]] = ..., max_retries: _Optional[int] = ..., retry_exceptions: _Optional[bool] = ..., attempt: _Optional[int] = ..., caller: _Optional[_Union[Address, _Mapping]] = ..., call_site: _Optional[str] = ..., actor_id: _Optional[bytes] = ..., method_name: _Optional[str] = ..., sequence_number: _Optional[int] = ..., actor_options: _Optional[_Union[ActorOptions, _Mapping]] = ..., parent_task_id: _Optional[bytes] = ..., depth: _Optional[int] = ..., namespace: _Optional[str] = ..., trace_id: _Optional[bytes] = ..., parent_span_id: _Optional[int] = ..., trace_flags: _Optional[int] = ..., trace_state: _Optional[str] = ..., submitted_at: _Optional[float] = ..., dispatched_at: _Optional[float] = ...) -> None: ...
 
 class TaskResult(_message.Message):
     __slots__ = ("task_id", "attempt", "returns", "is_application_error", "requeued", "worker_id", "worker_pid", "node_id", "retryable_error", "cancelled", "started_at", "finished_at", "error_type", "error_message", "report_seq", "reported_through")

@@ -127,12 +127,24 @@ def task_row(record: gcs_pb2.TaskRecord, detail: bool = False,
         "required_resources": dict(record.resources), "running_for_s": running_for_s,
         "slow": slow}
     if detail:
-        # error_type: how the event ended the attempt, e.g. the GCS's OWNER_DIED verdict.
-        row["events"] = [{"state": e.state, "time": e.time, "attempt": e.attempt,
-                          "node_id": e.node_id, "worker_pid": e.worker_pid,
-                          "error_type": e.error_type}
-                         for e in sorted(record.events, key=lambda e: e.time)]
+        row["events"] = state_transitions(record)
     return row
+
+
+def state_transitions(record: gcs_pb2.TaskRecord) -> list[Row]:
+    """Each state the task reached, in time order: an event carries every state its
+    process saw in one flush (a worker's SUBMITTED_TO_WORKER, RUNNING and FINISHED), and
+    each is listed, with the event's attempt and place. ``error_type`` (how the attempt
+    ended, e.g. the GCS's OWNER_DIED verdict) goes with the event's own, last state."""
+    rows = []
+    for e in record.events:
+        for state, at in (e.state_times.items() or [(e.state, e.time)]):
+            rows.append({"state": state, "time": at, "attempt": e.attempt,
+                         "node_id": e.node_id, "worker_pid": e.worker_pid,
+                         "error_type": e.error_type if state == e.state else ""})
+    # Stable: of two states at one moment, the one recorded first stays first.
+    rows.sort(key=lambda r: r["time"])
+    return rows
 
 
 def summarize_tasks(rows: Iterable[Row]) -> list[Row]:

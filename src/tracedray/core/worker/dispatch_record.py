@@ -1,6 +1,13 @@
-"""The record of a task's dispatch to a leased worker: its ``task.dispatch`` span, its
-task event, and for a lease's first task the scheduling decision (a ``task.schedule``
-span and one ``task.dispatch`` log line).
+"""The record of a task's dispatch to a leased worker: its ``task.dispatch`` span, the
+time its SUBMITTED_TO_WORKER is recorded at (``spec.dispatched_at``), and for a lease's
+first task the scheduling decision (a ``task.schedule`` span and one ``task.dispatch``
+log line).
+
+The worker records SUBMITTED_TO_WORKER as it receives the task, so the state travels in
+the event that carries its RUNNING and FINISHED. Where the worker cannot (it died, or
+the connection broke first), the caller records it at the same time: for the tasks a
+dead worker held (``record_orphans_dispatch``) and for answered tasks whose reports were
+lost (``executor_reports``).
 
 A scheduling decision is made once per lease, by the raylet that granted it; later tasks
 of the same shape reuse the worker without a new decision, and their spans name the
@@ -9,20 +16,23 @@ lease they went out on.
 
 from __future__ import annotations
 
+import time
+from collections.abc import Iterable
+
 from tracedray import logs, telemetry
 from tracedray.core import trace_context
+from tracedray.core.address import Address
 from tracedray.core.worker.leases import Lease
 from tracedray.core.worker.pending_task import PendingTask
-from tracedray.core.worker.task_events import TaskEventBuffer
+from tracedray.core.worker.task_events import DISPATCHED_STATE, TaskEventBuffer
 from tracedray.exceptions import WorkerCrashedError
-from tracedray.telemetry import instruments
+from tracedray.telemetry import attributes, instruments
 
 log = logs.get_logger("tracedray.core.worker.task_submitter")  # the submitter's lines
 _instruments = instruments.Instruments(log)
 
 
-def record_dispatch(task_events: TaskEventBuffer, task: PendingTask, lease: Lease,
-                    decided: bool) -> None:
+def record_dispatch(task: PendingTask, lease: Lease, decided: bool) -> None:
     """Record ``task`` sent on ``lease``; ``decided``: the lease's first task."""
     spec = task.spec
     if telemetry.enabled():
@@ -34,12 +44,25 @@ def record_dispatch(task_events: TaskEventBuffer, task: PendingTask, lease: Leas
         else:
             task.dispatch_span = instruments.task_dispatched(
                 lease.reused_dispatch_shape(), spec.task_id, spec.attempt, parent=parent)
-    task_events.record(spec, "SUBMITTED_TO_WORKER", node_id=lease.worker.node_id,
-                       worker_id=lease.worker.worker_id, worker_pid=lease.worker.pid)
+    # The worker records SUBMITTED_TO_WORKER at this time as it receives the task, in
+    # the event that carries its RUNNING and FINISHED: one event at the GCS, not two.
+    spec.dispatched_at = time.time()
     if decided:  # one line for the decision and the dispatch it led to
         _instruments.lease_decided(task.dispatch_span, spec.task_id, spec.job_id, spec.attempt,
                                    lease.worker.node_id, lease.worker.pid, lease.lease_id,
                                    lease.decision)
+
+
+def record_orphans_dispatch(task_events: TaskEventBuffer, orphans: Iterable[PendingTask],
+                            worker: Address) -> None:
+    """The dispatch of tasks whose worker died: it may have died before it reported it.
+    Where its report did arrive, this copy merges with it at the GCS."""
+    for task in orphans:
+        spec = task.spec
+        if spec.dispatched_at:
+            task_events.record(spec, DISPATCHED_STATE, at=spec.dispatched_at,
+                               node_id=worker.node_id, worker_id=worker.worker_id,
+                               worker_pid=worker.pid)
 
 
 def end_span(task: PendingTask, *, ok: bool, note: str = "") -> None:
@@ -49,7 +72,7 @@ def end_span(task: PendingTask, *, ok: bool, note: str = "") -> None:
         return
     task.dispatch_span = None
     if ok:
-        telemetry.finish_span(span, attributes={"tracedray.dispatch.note": note} if note else None)
+        telemetry.finish_span(span, attributes={attributes.DISPATCH_NOTE: note} if note else None)
     else:
         telemetry.finish_span(span, error=WorkerCrashedError(note) if note
                               else RuntimeError("failed"))

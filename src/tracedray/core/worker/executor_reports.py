@@ -28,7 +28,7 @@ from typing import NamedTuple
 
 from tracedray import logs
 from tracedray._proto.v1 import common_pb2
-from tracedray.core.worker.task_events import FIRST_STATE, TaskEventBuffer
+from tracedray.core.worker.task_events import DISPATCHED_STATE, FIRST_STATE, TaskEventBuffer
 
 log = logs.get_logger(__name__)
 KEEP_S = 5.0
@@ -121,6 +121,9 @@ class ExecutorReports:
                     continue
                 if not r.attempt and spec.submitted_at:  # the actor reported the first
                     record(spec, FIRST_STATE, at=spec.submitted_at, attempt=0)
+                if spec.dispatched_at:  # the worker reported the dispatch
+                    record(spec, DISPATCHED_STATE, at=spec.dispatched_at, node_id=r.node_id,
+                           worker_id=r.worker_id, worker_pid=r.worker_pid, attempt=r.attempt)
                 record(spec, "RUNNING", at=r.started_at, node_id=r.node_id,
                        worker_id=r.worker_id, worker_pid=r.worker_pid, attempt=r.attempt)
                 record(spec, "FAILED" if r.is_application_error else "FINISHED",

@@ -39,6 +39,8 @@ MAX_BUFFERED = 100_000
 # parses and merges a bounded batch at a time (its memory under a burst: issue 23).
 SEND_BATCH = 2_000
 FIRST_STATE = "PENDING_ARGS_AVAIL"
+# Recorded by the worker a task was sent to, at its caller's ``spec.dispatched_at``.
+DISPATCHED_STATE = "SUBMITTED_TO_WORKER"
 # How long a caller holds an actor call's first state back for its actor to report it.
 HOLD_CALL_S = 0.5
 

@@ -35,7 +35,7 @@ from tracedray.core.worker.creation_once import CreationOnce
 from tracedray.core.worker.pending_task import error_value
 from tracedray.core.worker.slow_tasks import FunctionDurations
 from tracedray.core.worker.stack_dump import LiveTask
-from tracedray.core.worker.task_events import FIRST_STATE
+from tracedray.core.worker.task_events import DISPATCHED_STATE, FIRST_STATE
 from tracedray.exceptions import ActorDiedError, RayError, RayTaskError, TaskCancelledError
 from tracedray.telemetry import instruments
 
@@ -129,6 +129,12 @@ class TaskExecutor:
 
     # --- intake
     def push(self, spec: common_pb2.TaskSpec, respond: Respond) -> None:
+        if spec.dispatched_at:
+            # Its caller left this state to us (dispatch_record.py): it goes out in the
+            # event that carries the task's RUNNING and FINISHED.
+            self._task_events.record(spec, DISPATCHED_STATE, at=spec.dispatched_at,
+                                     node_id=self._node_id, worker_id=self._worker_id,
+                                     worker_pid=self._pid)
         if (spec.kind == common_pb2.ACTOR_CREATION
                 and not self._creation.admit(spec.task_id, respond)):
             return  # pushed again by a restarted GCS: __init__ runs once (creation_once)

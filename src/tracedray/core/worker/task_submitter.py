@@ -27,7 +27,11 @@ from tracedray._proto.v1 import common_pb2, raylet_pb2
 from tracedray.core.address import Address
 from tracedray.core.protocol.connection import WorkerConnection
 from tracedray.core.worker import submitter_events as ev
-from tracedray.core.worker.dispatch_record import end_span, record_dispatch
+from tracedray.core.worker.dispatch_record import (
+    end_span,
+    record_dispatch,
+    record_orphans_dispatch,
+)
 from tracedray.core.worker.infeasible_watch import InfeasibleWatch
 from tracedray.core.worker.lease_client import CLOSE_BUDGET_S, LeaseClient
 from tracedray.core.worker.lease_requests import LeaseAsk
@@ -154,7 +158,7 @@ class TaskSubmitter:
                 rest.append(action)
                 continue
             lease = action.lease
-            record_dispatch(self._worker.task_events, action.task, lease, action.decided)
+            record_dispatch(action.task, lease, action.decided)
             if together:
                 outbox.setdefault(lease.conn, []).append(action.task.spec)
             else:
@@ -327,6 +331,7 @@ class TaskSubmitter:
             orphans, info.running_task_id, info.running_attempt)]
         unstarted = orphans[len(started):]
         retried: list[PendingTask] = []
+        record_orphans_dispatch(self._worker.task_events, orphans, lease.worker)
         with self._lock:
             for task in unstarted:
                 if task.cancelled:
