@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -150,6 +151,13 @@ class Driver:
             assert line, "driver exited before printing its object ids"
         self.ids: dict[str, str] = json.loads(line)
         self.pid = self.process.pid
+        # The record lags the program by a flush of task events (0.1 s, later on a busy
+        # machine): wait for the task's end to be in it, as the tests read it.
+        deadline = time.monotonic() + 20
+        while [row["state"] for row in run_json(
+                "list", "tasks", "--filter", f"task_id={self.ids['task']}")] != ["FINISHED"]:
+            assert time.monotonic() < deadline, "the driver's task never showed FINISHED"
+            time.sleep(0.05)
 
     def stop(self) -> None:
         assert self.process.stdin is not None

@@ -371,7 +371,7 @@ DIES_AS_ITS_TASK_STARTS = textwrap.dedent("""\
 def test_a_task_dispatched_just_before_its_driver_was_killed_shows_where_it_went(
         tmp_path: Path) -> None:
     # The worker records the dispatch (dispatch_record.py), so a driver killed before its
-    # own flush does not take the task's SUBMITTED_TO_WORKER with it.
+    # own flush takes neither the task's SUBMITTED_TO_WORKER nor its first state with it.
     with isolated_root(tmp_path):
         start_head()
         script = tmp_path / "dies.py"
@@ -389,7 +389,10 @@ def test_a_task_dispatched_just_before_its_driver_was_killed_shows_where_it_went
         task = wait_for(ended, ENDED_WITHIN_S + 20, "the task to end")
         assert (task["state"], task["error_type"]) == ("FAILED", "OWNER_DIED"), task
         at = {e["state"]: e for e in task["events"]}
-        assert {"SUBMITTED_TO_WORKER", "RUNNING"} <= set(at), task["events"]
+        # Its first state too: flushed by the driver before the dispatch, or, if the
+        # task went out at once, recorded by the worker with the rest.
+        assert {"PENDING_ARGS_AVAIL", "SUBMITTED_TO_WORKER", "RUNNING"} <= set(at), \
+            task["events"]
         dispatched = at["SUBMITTED_TO_WORKER"]
         assert dispatched["worker_pid"] == at["RUNNING"]["worker_pid"] > 0, task["events"]
         assert dispatched["time"] <= at["RUNNING"]["time"], task["events"]

@@ -86,13 +86,14 @@ def test_a_call_s_spec_has_the_plan_s_fields_and_its_own() -> None:
     # The trace context is the task.submit span's, stamped with its first event once the
     # submit inbox's thread writes its record (before it hands the task over).
     assert (spec.trace_id, spec.parent_span_id) == (b"", 0)
-    assert worker.task_events._pending == []
+    assert worker.task_events._first == {}
     built.record.write()
     trace_id, span_id, _, _ = telemetry.trace_fields(built.record.span)  # type: ignore[misc]
     assert (spec.trace_id, spec.parent_span_id, spec.trace_flags) == (
         trace_id.to_bytes(16, "big"), span_id, 1)
     assert built.task.trace_parent is built.record.span  # the dispatch's parent
-    [event] = worker.task_events._pending
+    # A normal task's first state waits for the next flush, or its dispatch.
+    [event] = worker.task_events._first.values()
     assert (event.spec, event.state) == (spec, "PENDING_ARGS_AVAIL")
     # Its refs: one per return, owned here, named by the call site.
     assert [r.binary() for r in built.refs] == built.task.return_ids == [
@@ -219,6 +220,6 @@ def test_a_record_that_fails_to_record_still_lets_the_task_go(
     monkeypatch.setattr(instruments, "task_submitted", broken)
     built.record.ended_at = time.time_ns()
     built.record.write()
-    [event] = worker.task_events._pending
+    [event] = worker.task_events._first.values()
     assert event.state == "PENDING_ARGS_AVAIL"
     built.record.span.end()  # an owner ending it (an actor's creation) does nothing

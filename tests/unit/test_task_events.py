@@ -188,3 +188,36 @@ def test_a_call_its_caller_could_not_send_at_once_is_in_the_next_flush() -> None
     buffer.reported_by_actor([b"call"])  # answered later: nothing more to send
     buffer.flush()
     assert len(gcs.events) == 1
+
+
+def _normal(task_id: bytes) -> common_pb2.TaskSpec:
+    spec = _spec(task_id)
+    spec.kind, spec.actor_id = common_pb2.NORMAL, b""
+    return spec
+
+
+def test_a_task_dispatched_before_the_next_flush_takes_its_first_state_along() -> None:
+    gcs = _Gcs()
+    buffer = TaskEventBuffer(gcs)  # type: ignore[arg-type]
+    sent_at_once, queued = _normal(b"at-once"), _normal(b"queued")
+    buffer.record_first(sent_at_once, 5.0)
+    buffer.record_first(queued, 6.0)
+    assert buffer.take_first(b"at-once") == 5.0  # its worker records it
+    assert buffer.take_first(b"at-once") == 0.0
+    buffer.flush(periodic=True)
+    [event] = gcs.events  # the queued task's, from its caller
+    assert event.task_id == b"queued" and dict(event.state_times) == {FIRST_STATE: 6.0}
+    assert event.call_site == "x.py:3"
+    assert buffer.take_first(b"queued") == 0.0  # flushed: its worker records only the rest
+
+
+def test_a_state_recorded_before_the_dispatch_follows_the_first_in_one_event() -> None:
+    gcs = _Gcs()
+    buffer = TaskEventBuffer(gcs)  # type: ignore[arg-type]
+    spec = _normal(b"task")
+    buffer.record_first(spec, 5.0)
+    buffer.record(spec, "FAILED", at=6.0, error_type="RaySystemError")  # never dispatched
+    buffer.flush()
+    [event] = gcs.events
+    assert event.state == "FAILED" and dict(event.state_times) == {FIRST_STATE: 5.0,
+                                                                   "FAILED": 6.0}

@@ -7,7 +7,8 @@ when it hands the task over. The submit inbox's thread calls ``write()`` before 
 the task to a submitter: it opens the span (started when the caller started it, under
 the caller's span), stamps its trace context into the spec, writes the line, ends the
 span and records PENDING_ARGS_AVAIL (at the caller's time; an actor call's is held for
-its actor to report, with the time in ``spec.submitted_at``: task_events.py). Nothing
+its actor to report, with the time in ``spec.submitted_at``, and a normal task's goes to
+its worker the same way if it is dispatched before the next flush: task_events.py). Nothing
 reads the spec's trace context before (the task event that carries it is recorded here,
 after it).
 Opening the span, stamping, building and writing the line, packing the span's record
@@ -84,7 +85,7 @@ class SubmitRecord:
             spec.submitted_at = self._at
             self._events.hold_first(spec, self._at)
         else:
-            self._events.record(spec, "PENDING_ARGS_AVAIL", at=self._at)
+            self._events.record_first(spec, self._at)
 
     def fail(self, error: BaseException) -> None:
         """The task could not be built (an argument that cannot be pickled): its span

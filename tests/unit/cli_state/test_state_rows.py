@@ -115,7 +115,10 @@ def test_a_tasks_detail_lists_every_state_its_events_carry_in_time_order() -> No
     for state, at in (("SUBMITTED_TO_WORKER", 2.0), ("RUNNING", 3.0), ("FAILED", 4.0)):
         worker.state_times[state] = at
     bare = gcs_pb2.TaskEvent(state="SLOW", time=3.5)  # an event without state_times
-    record = gcs_pb2.TaskRecord(state="FAILED", events=[worker, first, bare])
+    again = gcs_pb2.TaskEvent(state="SUBMITTED_TO_WORKER", time=2.0, node_id="n",
+                              worker_pid=7)  # the caller's copy of the worker's report
+    again.state_times["SUBMITTED_TO_WORKER"] = 2.0
+    record = gcs_pb2.TaskRecord(state="FAILED", events=[worker, first, bare, again])
     listed = rows.task_row(record, detail=True)["events"]
     assert [(e["state"], e["time"]) for e in listed] == [
         ("PENDING_ARGS_AVAIL", 1.0), ("SUBMITTED_TO_WORKER", 2.0), ("RUNNING", 3.0),

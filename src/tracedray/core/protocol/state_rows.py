@@ -137,8 +137,14 @@ def state_transitions(record: gcs_pb2.TaskRecord) -> list[Row]:
     each is listed, with the event's attempt and place. ``error_type`` (how the attempt
     ended, e.g. the GCS's OWNER_DIED verdict) goes with the event's own, last state."""
     rows = []
+    seen = set()
     for e in record.events:
         for state, at in (e.state_times.items() or [(e.state, e.time)]):
+            # One state reported twice (by each worker a task went to and came back
+            # from unstarted, or by a worker and its caller's copy) is one transition.
+            if (state, at, e.attempt) in seen:
+                continue
+            seen.add((state, at, e.attempt))
             rows.append({"state": state, "time": at, "attempt": e.attempt,
                          "node_id": e.node_id, "worker_pid": e.worker_pid,
                          "error_type": e.error_type if state == e.state else ""})

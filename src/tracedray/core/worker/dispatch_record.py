@@ -4,10 +4,12 @@ first task the scheduling decision (a ``task.schedule`` span and one ``task.disp
 log line).
 
 The worker records SUBMITTED_TO_WORKER as it receives the task, so the state travels in
-the event that carries its RUNNING and FINISHED. Where the worker cannot (it died, or
-the connection broke first), the caller records it at the same time: for the tasks a
-dead worker held (``record_orphans_dispatch``) and for answered tasks whose reports were
-lost (``executor_reports``).
+the event that carries its RUNNING and FINISHED; so does the task's first state
+(PENDING_ARGS_AVAIL, at ``spec.submitted_at``) when the caller had not flushed it yet.
+A task sent at once is then one event at the GCS. Where the worker cannot record them
+(it died, or the connection broke first), the caller records them at the same times:
+for the tasks a dead worker held (``record_orphans_dispatch``) and for answered tasks
+whose reports were lost (``executor_reports``).
 
 A scheduling decision is made once per lease, by the raylet that granted it; later tasks
 of the same shape reuse the worker without a new decision, and their spans name the
@@ -24,7 +26,7 @@ from tracedray.core import trace_context
 from tracedray.core.address import Address
 from tracedray.core.worker.leases import Lease
 from tracedray.core.worker.pending_task import PendingTask
-from tracedray.core.worker.task_events import DISPATCHED_STATE, TaskEventBuffer
+from tracedray.core.worker.task_events import DISPATCHED_STATE, FIRST_STATE, TaskEventBuffer
 from tracedray.exceptions import WorkerCrashedError
 from tracedray.telemetry import attributes, instruments
 
@@ -32,9 +34,15 @@ log = logs.get_logger("tracedray.core.worker.task_submitter")  # the submitter's
 _instruments = instruments.Instruments(log)
 
 
-def record_dispatch(task: PendingTask, lease: Lease, decided: bool) -> None:
+def record_dispatch(task_events: TaskEventBuffer, task: PendingTask, lease: Lease,
+                    decided: bool) -> None:
     """Record ``task`` sent on ``lease``; ``decided``: the lease's first task."""
     spec = task.spec
+    if not spec.attempt:
+        # A first state not flushed yet goes with the task, for its worker to record.
+        first_at = task_events.take_first(spec.task_id)
+        if first_at:
+            spec.submitted_at = first_at
     if telemetry.enabled():
         parent = task.trace_parent or trace_context.parent_of(spec)
         if decided:
@@ -59,6 +67,8 @@ def record_orphans_dispatch(task_events: TaskEventBuffer, orphans: Iterable[Pend
     Where its report did arrive, this copy merges with it at the GCS."""
     for task in orphans:
         spec = task.spec
+        if spec.submitted_at and not spec.attempt:
+            task_events.record(spec, FIRST_STATE, at=spec.submitted_at, attempt=0)
         if spec.dispatched_at:
             task_events.record(spec, DISPATCHED_STATE, at=spec.dispatched_at,
                                node_id=worker.node_id, worker_id=worker.worker_id,

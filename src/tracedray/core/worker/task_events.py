@@ -13,6 +13,11 @@ each side. The caller drops what it held once the actor answered the call
 ``list tasks`` shows it pending), when the call cannot be sent at once (``release_held``),
 and at a final flush. Each side thus reports what it
 saw: a caller that dies cannot take the actor's report of a finished call with it.
+
+A normal task's first state waits for the caller's next flush (``record_first``); if the
+task is sent to a worker before it, the state goes with the task instead
+(``take_first``, ``spec.submitted_at``) and the worker records it with the dispatch,
+start and end (dispatch_record.py): a task sent at once is one event, not two.
 """
 
 from __future__ import annotations
@@ -63,6 +68,9 @@ class TaskEventBuffer:
         self._pending: list[_Transition] = []
         # Actor calls' first states, by task id, left to their actors (hold_first).
         self._held: dict[bytes, _Transition] = {}
+        # Normal tasks' first states not flushed yet, by task id: one dispatched before
+        # the next flush leaves its first state to its worker (take_first).
+        self._first: dict[bytes, _Transition] = {}
         self._unsent: list[bytes] = []  # serialized events
         self._lock = threading.Lock()
         self.dropped = 0
@@ -105,6 +113,26 @@ class TaskEventBuffer:
                 return
             self._held[spec.task_id] = transition
 
+    def record_first(self, spec: common_pb2.TaskSpec, at: float) -> None:
+        """A normal task's first state, at ``at``: sent with the next flush unless its
+        task is dispatched first (``take_first``)."""
+        transition = _Transition(spec, spec.attempt, FIRST_STATE, at, "", "", 0, "", "")
+        with self._lock:
+            if len(self._pending) + len(self._first) >= MAX_BUFFERED:
+                self.dropped += 1
+                return
+            self._first[spec.task_id] = transition
+
+    def take_first(self, task_id: bytes) -> float:
+        """The task goes to a worker now: if its first state has not been flushed, the
+        worker records it (at the time returned, which the spec carries as
+        ``submitted_at``) with the states it sees, in one event. 0.0: already sent."""
+        if not self._first:
+            return 0.0
+        with self._lock:
+            first = self._first.pop(task_id, None)
+        return 0.0 if first is None else first.time
+
     def release_held(self, task_ids: Iterable[bytes]) -> None:
         """These calls wait in their caller (their actor is not reachable yet, or their
         arguments are not ready): their first states go with the next flush, so that a
@@ -137,6 +165,9 @@ class TaskEventBuffer:
         cutoff = time.time() - HOLD_CALL_S if periodic else float("inf")
         with self._lock:
             pending, self._pending = self._pending, []
+            if self._first:  # recorded before any later state of their tasks
+                pending[:0] = self._first.values()
+                self._first = {}
             held = self._held
             if held:
                 due = [task_id for task_id, t in held.items() if t.time <= cutoff]

@@ -130,11 +130,14 @@ class TaskExecutor:
     # --- intake
     def push(self, spec: common_pb2.TaskSpec, respond: Respond) -> None:
         if spec.dispatched_at:
-            # Its caller left this state to us (dispatch_record.py): it goes out in the
+            # Its caller left these states to us (dispatch_record.py): they go out in the
             # event that carries the task's RUNNING and FINISHED.
-            self._task_events.record(spec, DISPATCHED_STATE, at=spec.dispatched_at,
-                                     node_id=self._node_id, worker_id=self._worker_id,
-                                     worker_pid=self._pid)
+            events = self._task_events
+            if spec.submitted_at and not spec.attempt:
+                events.record(spec, FIRST_STATE, at=spec.submitted_at)
+            events.record(spec, DISPATCHED_STATE, at=spec.dispatched_at,
+                          node_id=self._node_id, worker_id=self._worker_id,
+                          worker_pid=self._pid)
         if (spec.kind == common_pb2.ACTOR_CREATION
                 and not self._creation.admit(spec.task_id, respond)):
             return  # pushed again by a restarted GCS: __init__ runs once (creation_once)
@@ -234,8 +237,9 @@ class TaskExecutor:
             # ``finally`` ends that (_stop_interrupts).
             self._running[spec.task_id] = thread_id = threading.get_ident()
             self.live[spec.task_id] = LiveTask(spec, started, thread_id, span)
-            if spec.submitted_at and not spec.attempt:
-                # An actor call whose caller left its first state to us (task_events.py).
+            if spec.submitted_at and not spec.attempt and not spec.dispatched_at:
+                # An actor call whose caller left its first state to us (task_events.py);
+                # a normal task's was recorded as it arrived (push).
                 self._task_events.record(spec, FIRST_STATE, at=spec.submitted_at)
             self._task_events.record(spec, "RUNNING", node_id=self._node_id,
                                       worker_id=self._worker_id, worker_pid=self._pid,

@@ -158,7 +158,7 @@ class TaskSubmitter:
                 rest.append(action)
                 continue
             lease = action.lease
-            record_dispatch(action.task, lease, action.decided)
+            record_dispatch(self._worker.task_events, action.task, lease, action.decided)
             if together:
                 outbox.setdefault(lease.conn, []).append(action.task.spec)
             else:
