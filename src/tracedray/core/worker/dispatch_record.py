@@ -26,7 +26,7 @@ from tracedray.core import trace_context
 from tracedray.core.address import Address
 from tracedray.core.worker.leases import Lease
 from tracedray.core.worker.pending_task import PendingTask
-from tracedray.core.worker.task_events import DISPATCHED_STATE, FIRST_STATE, TaskEventBuffer
+from tracedray.core.worker.task_events import TaskEventBuffer
 from tracedray.exceptions import WorkerCrashedError
 from tracedray.telemetry import attributes, instruments
 
@@ -66,13 +66,8 @@ def record_orphans_dispatch(task_events: TaskEventBuffer, orphans: Iterable[Pend
     """The dispatch of tasks whose worker died: it may have died before it reported it.
     Where its report did arrive, this copy merges with it at the GCS."""
     for task in orphans:
-        spec = task.spec
-        if spec.submitted_at and not spec.attempt:
-            task_events.record(spec, FIRST_STATE, at=spec.submitted_at, attempt=0)
-        if spec.dispatched_at:
-            task_events.record(spec, DISPATCHED_STATE, at=spec.dispatched_at,
-                               node_id=worker.node_id, worker_id=worker.worker_id,
-                               worker_pid=worker.pid)
+        task_events.record_left_by_caller(task.spec, task.spec.attempt, worker.node_id,
+                                          worker.worker_id, worker.pid)
 
 
 def end_span(task: PendingTask, *, ok: bool, note: str = "") -> None:

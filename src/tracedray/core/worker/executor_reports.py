@@ -28,7 +28,7 @@ from typing import NamedTuple
 
 from tracedray import logs
 from tracedray._proto.v1 import common_pb2
-from tracedray.core.worker.task_events import DISPATCHED_STATE, FIRST_STATE, TaskEventBuffer
+from tracedray.core.worker.task_events import TaskEventBuffer
 
 log = logs.get_logger(__name__)
 KEEP_S = 5.0
@@ -119,11 +119,10 @@ class ExecutorReports:
             for spec, r in batch.pairs:
                 if r.report_seq <= kept.through:  # delivered, or nothing recorded (0)
                     continue
-                if not r.attempt and spec.submitted_at:  # the actor reported the first
-                    record(spec, FIRST_STATE, at=spec.submitted_at, attempt=0)
-                if spec.dispatched_at:  # the worker reported the dispatch
-                    record(spec, DISPATCHED_STATE, at=spec.dispatched_at, node_id=r.node_id,
-                           worker_id=r.worker_id, worker_pid=r.worker_pid, attempt=r.attempt)
+                # What the caller left to it: an actor call's first state, a task's
+                # first state and dispatch.
+                self._events.record_left_by_caller(spec, r.attempt, r.node_id, r.worker_id,
+                                                   r.worker_pid)
                 record(spec, "RUNNING", at=r.started_at, node_id=r.node_id,
                        worker_id=r.worker_id, worker_pid=r.worker_pid, attempt=r.attempt)
                 record(spec, "FAILED" if r.is_application_error else "FINISHED",

@@ -149,4 +149,3 @@ def started_orphans(orphans: list[PendingTask], running_task_hex: str,
             if task.spec.attempt == running_attempt and task.task_id.hex() == running_task_hex:
                 return index + 1
     return len(orphans)
-

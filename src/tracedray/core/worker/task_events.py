@@ -123,6 +123,18 @@ class TaskEventBuffer:
                 return
             self._first[spec.task_id] = transition
 
+    def record_left_by_caller(self, spec: common_pb2.TaskSpec, attempt: int, node_id: str,
+                              worker_id: str, worker_pid: int) -> None:
+        """The states a caller left to the worker it sent ``spec`` to, at the caller's
+        times: the first (attempt 0 only, at ``spec.submitted_at``) and the dispatch (at
+        ``spec.dispatched_at``), where the spec carries them. The worker records them
+        as the task arrives; the caller, where that worker may have died first."""
+        if spec.submitted_at and not attempt:
+            self.record(spec, FIRST_STATE, at=spec.submitted_at, attempt=0)
+        if spec.dispatched_at:
+            self.record(spec, DISPATCHED_STATE, at=spec.dispatched_at, node_id=node_id,
+                        worker_id=worker_id, worker_pid=worker_pid, attempt=attempt)
+
     def take_first(self, task_id: bytes) -> float:
         """The task goes to a worker now: if its first state has not been flushed, the
         worker records it (at the time returned, which the spec carries as

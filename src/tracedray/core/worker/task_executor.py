@@ -35,7 +35,6 @@ from tracedray.core.worker.creation_once import CreationOnce
 from tracedray.core.worker.pending_task import error_value
 from tracedray.core.worker.slow_tasks import FunctionDurations
 from tracedray.core.worker.stack_dump import LiveTask
-from tracedray.core.worker.task_events import DISPATCHED_STATE, FIRST_STATE
 from tracedray.exceptions import ActorDiedError, RayError, RayTaskError, TaskCancelledError
 from tracedray.telemetry import instruments
 
@@ -129,15 +128,12 @@ class TaskExecutor:
 
     # --- intake
     def push(self, spec: common_pb2.TaskSpec, respond: Respond) -> None:
-        if spec.dispatched_at:
-            # Its caller left these states to us (dispatch_record.py): they go out in the
-            # event that carries the task's RUNNING and FINISHED.
-            events = self._task_events
-            if spec.submitted_at and not spec.attempt:
-                events.record(spec, FIRST_STATE, at=spec.submitted_at)
-            events.record(spec, DISPATCHED_STATE, at=spec.dispatched_at,
-                          node_id=self._node_id, worker_id=self._worker_id,
-                          worker_pid=self._pid)
+        if spec.submitted_at or spec.dispatched_at:
+            # Its caller left these states to us (an actor call's first, a normal task's
+            # first and dispatch: task_events.py): they go out in the event that carries
+            # the task's RUNNING and FINISHED.
+            self._task_events.record_left_by_caller(spec, spec.attempt, self._node_id,
+                                                    self._worker_id, self._pid)
         if (spec.kind == common_pb2.ACTOR_CREATION
                 and not self._creation.admit(spec.task_id, respond)):
             return  # pushed again by a restarted GCS: __init__ runs once (creation_once)
@@ -237,10 +233,6 @@ class TaskExecutor:
             # ``finally`` ends that (_stop_interrupts).
             self._running[spec.task_id] = thread_id = threading.get_ident()
             self.live[spec.task_id] = LiveTask(spec, started, thread_id, span)
-            if spec.submitted_at and not spec.attempt and not spec.dispatched_at:
-                # An actor call whose caller left its first state to us (task_events.py);
-                # a normal task's was recorded as it arrived (push).
-                self._task_events.record(spec, FIRST_STATE, at=spec.submitted_at)
             self._task_events.record(spec, "RUNNING", node_id=self._node_id,
                                       worker_id=self._worker_id, worker_pid=self._pid,
                                       at=started)
