@@ -26,6 +26,7 @@ from tracedray.cli.tracestore.chrome_trace import (
     process_names,
     span_args,
 )
+from tracedray.core.protocol.wire import varint
 from tracedray.telemetry import attributes as attr
 
 SEQUENCE_ID = 1  # every packet on one sequence, this writer's
@@ -33,22 +34,10 @@ _PACKET_TAG = b"\x0a"  # field 1, wire type 2: Trace.packet
 _BEGIN, _END = 1, 2  # TrackEvent.Type
 
 
-def _varint(value: int) -> bytes:
-    out = bytearray()
-    while True:
-        byte = value & 0x7F
-        value >>= 7
-        if value:
-            out.append(byte | 0x80)
-        else:
-            out.append(byte)
-            return bytes(out)
-
-
 def framed(packet: pb.TracePacket) -> bytes:
     """One packet as it sits in a Trace file."""
     body = packet.SerializeToString()
-    return _PACKET_TAG + _varint(len(body)) + body
+    return _PACKET_TAG + varint(len(body)) + body
 
 
 def track_uuid(pid: int, tid: int | None = None) -> int:

@@ -12,23 +12,10 @@ from __future__ import annotations
 import struct
 from collections.abc import Iterable, Mapping
 
+from tracedray.core.protocol.wire import varint
+
 _pack_double = struct.Struct("<d").pack
 _pack_fixed64 = struct.Struct("<Q").pack
-_SMALL = [bytes((n,)) for n in range(0x80)]
-
-
-def varint(n: int) -> bytes:
-    """``n`` as a protobuf varint (a negative int32 as its 64-bit two's complement)."""
-    if 0 <= n < 0x80:
-        return _SMALL[n]
-    if n < 0:
-        n += 1 << 64
-    out = bytearray()
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
 
 
 def _tag(field: int, wire_type: int) -> bytes:

@@ -31,6 +31,7 @@ from typing import cast
 from tracedray._proto.v1 import common_pb2
 from tracedray.core import auth, rpc, tls
 from tracedray.core.protocol.tls_stream import LockedTlsSocket
+from tracedray.core.protocol.wire import varint
 from tracedray.exceptions import RaySystemError
 
 _HEADER = struct.Struct(">I")
@@ -47,15 +48,6 @@ class ProtocolError(RaySystemError):
     """The peer sent something that is not a task-stream frame."""
 
 
-def _varint(value: int) -> bytes:
-    out = bytearray()
-    while value > 0x7F:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
 def frame(payload: bytes) -> bytes:
     """``payload`` with its length header."""
     if len(payload) > MAX_FRAME_BYTES:
@@ -67,7 +59,7 @@ def frame(payload: bytes) -> bytes:
 def one_item_frame(message: common_pb2.TaskSpec | common_pb2.TaskResult) -> bytes:
     """A frame whose payload is a ``TaskBatch`` / ``ResultBatch`` holding ``message``."""
     body = message.SerializeToString()
-    return frame(_FIELD_1_BYTES + _varint(len(body)) + body)
+    return frame(_FIELD_1_BYTES + varint(len(body)) + body)
 
 
 def handshake_frame(token: str | None) -> bytes:
